@@ -1,0 +1,126 @@
+//! Command line: `serve`, `render`, `crds`, `version`. Every flag is also an environment
+//! variable. Parsing does no I/O; [`crate::config`] turns the flags into checked settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "metahooks",
+    version,
+    about = "Metacontroller hook server: APIMock, MonitoredService, configsync"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the hooks (and probes/metrics on a second port).
+    Serve(ServeArgs),
+    /// Print the response `sync` would give for a parent, without a cluster.
+    Render(RenderArgs),
+    /// Print the CustomResourceDefinitions generated from the Rust types.
+    Crds,
+    /// Print the version.
+    Version,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address of the hook port.
+    #[arg(long, env = "METAHOOKS_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Address of the probe/metrics port (/healthz, /readyz, /metrics).
+    #[arg(long, env = "METAHOOKS_PROBE_LISTEN", default_value = "0.0.0.0:9090")]
+    pub probe_listen: SocketAddr,
+    /// Largest request body accepted, in bytes; larger ones get 413.
+    #[arg(long, env = "METAHOOKS_BODY_LIMIT_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub body_limit_bytes: usize,
+    /// Hook calls answered at once; more get 429 with Retry-After.
+    #[arg(long, env = "METAHOOKS_MAX_IN_FLIGHT", default_value_t = 64)]
+    pub max_in_flight: usize,
+    /// Per-call deadline in milliseconds (keep it below Metacontroller's webhook timeout).
+    #[arg(long, env = "METAHOOKS_DEADLINE_MS", default_value_t = 8000)]
+    pub deadline_ms: u64,
+    /// Require `Authorization: Bearer <token>`, the token read from this file.
+    #[arg(long, env = "METAHOOKS_AUTH_TOKEN_FILE", conflicts_with_all = ["auth_basic_username_file", "auth_basic_password_file"])]
+    pub auth_token_file: Option<PathBuf>,
+    /// Require HTTP basic auth; username read from this file (with --auth-basic-password-file).
+    #[arg(
+        long,
+        env = "METAHOOKS_AUTH_BASIC_USERNAME_FILE",
+        requires = "auth_basic_password_file"
+    )]
+    pub auth_basic_username_file: Option<PathBuf>,
+    /// Password file for basic auth.
+    #[arg(
+        long,
+        env = "METAHOOKS_AUTH_BASIC_PASSWORD_FILE",
+        requires = "auth_basic_username_file"
+    )]
+    pub auth_basic_password_file: Option<PathBuf>,
+    /// Serve the hook port over TLS with this PEM certificate chain (with --tls-key-file).
+    #[arg(long, env = "METAHOOKS_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key for --tls-cert-file.
+    #[arg(long, env = "METAHOOKS_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Require client certificates signed by this PEM CA (mTLS); needs TLS.
+    #[arg(long, env = "METAHOOKS_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Seconds readiness reports 503 before the hook port stops accepting on SIGTERM.
+    #[arg(long, env = "METAHOOKS_SHUTDOWN_DELAY_SECONDS", default_value_t = 5)]
+    pub shutdown_delay_seconds: u64,
+    /// Seconds in-flight calls may take to finish after that.
+    #[arg(long, env = "METAHOOKS_SHUTDOWN_GRACE_SECONDS", default_value_t = 10)]
+    pub shutdown_grace_seconds: u64,
+    /// Log format.
+    #[arg(long, env = "METAHOOKS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub controllers: ControllerArgs,
+}
+
+/// Settings the controllers read; shared by `serve` and `render` so both answer alike.
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Default mock-server image for APIMock (a CR's spec.image overrides it).
+    #[arg(long, env = "METAHOOKS_MOCK_IMAGE", default_value = crate::controllers::apimock::DEFAULT_MOCK_IMAGE)]
+    pub mock_image: String,
+    /// Image of the optional Swagger UI container (APIMock spec.docs.enabled).
+    #[arg(long, env = "METAHOOKS_DOCS_IMAGE", default_value = crate::controllers::apimock::DEFAULT_DOCS_IMAGE)]
+    pub docs_image: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RenderArgs {
+    /// Which controller's sync to run.
+    pub controller: String,
+    /// The parent (or, for configsync, the target) as YAML or JSON.
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Objects that already exist (YAML documents or a List), passed as observed children.
+    #[arg(long)]
+    pub observed: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub controllers: ControllerArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
+}

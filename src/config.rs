@@ -1,0 +1,82 @@
+//! Second stage of configuration: checks flag values and reads the secret files they
+//! name, producing settings that cannot be half-valid.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use crate::cli::{ControllerArgs, ServeArgs};
+use crate::controllers::{ControllerSettings, Registry};
+use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
+
+pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Registry)> {
+    if args.max_in_flight == 0 {
+        bail!("--max-in-flight must be at least 1");
+    }
+    if args.deadline_ms == 0 {
+        bail!("--deadline-ms must be at least 1");
+    }
+    let auth = match (
+        &args.auth_token_file,
+        &args.auth_basic_username_file,
+        &args.auth_basic_password_file,
+    ) {
+        (Some(token), _, _) => {
+            let token = read_secret(token)?;
+            Some(Auth::bearer(&token))
+        }
+        (None, Some(user), Some(password)) => {
+            let user = read_secret(user)?;
+            if user.contains(':') {
+                bail!("the basic-auth username may not contain ':' (RFC 7617)");
+            }
+            Some(Auth::basic(&user, &read_secret(password)?))
+        }
+        _ => None,
+    };
+    let tls = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.tls_client_ca_file.clone(),
+        }),
+        _ => None,
+    };
+    let settings = ServerSettings {
+        listen: args.listen,
+        probe_listen: args.probe_listen,
+        limits: Limits {
+            body_bytes: args.body_limit_bytes,
+            max_in_flight: args.max_in_flight,
+            deadline: Duration::from_millis(args.deadline_ms),
+            retry_after_seconds: 1,
+        },
+        auth,
+        tls,
+        shutdown_delay: Duration::from_secs(args.shutdown_delay_seconds),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+    };
+    Ok((
+        settings,
+        Registry::standard(controller_settings(&args.controllers)),
+    ))
+}
+
+pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
+    ControllerSettings {
+        mock_image: args.mock_image.clone(),
+        docs_image: args.docs_image.clone(),
+    }
+}
+
+/// A secret file's content without the trailing newline editors and `echo` add.
+fn read_secret(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read secret file {}", path.display()))?;
+    let text = text.trim_end_matches(['\n', '\r']).to_owned();
+    if text.is_empty() {
+        bail!("secret file {} is empty", path.display());
+    }
+    Ok(text)
+}

@@ -1,0 +1,357 @@
+//! The objects one APIMock asks for: ConfigMap (the definition), Deployment (the mock
+//! server), Service, and an Ingress when `spec.ingress` is set. All are named after the
+//! parent and carry only fields we own; Metacontroller adds namespace and owner.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, Service, ServicePort, ServiceSpec as K8sServiceSpec, TCPSocketAction, Volume,
+    VolumeMount,
+};
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
+    IngressServiceBackend, IngressSpec as K8sIngressSpec, IngressTLS, ServiceBackendPort,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::definition::Format;
+use super::spec::{ApiMockSpec, ExternalTrafficPolicy, ServiceType};
+use crate::error::HookError;
+
+/// Pod-template annotation holding the definition's SHA-256: an edit changes the
+/// template, so the Deployment rolls (APIrator never restarted pods, weakness W5).
+pub const DEFINITION_HASH_ANNOTATION: &str = "apimock.metahooks.io/definition-sha256";
+pub const MOCK_PORT: i32 = 4010;
+pub const DOCS_PORT: i32 = 8080;
+pub const DEFAULT_SERVICE_PORT: i32 = 8000;
+const SPEC_DIR: &str = "/spec";
+
+/// Everything the builders need, decided by `sync` beforehand.
+pub struct Plan<'a> {
+    pub name: &'a str,
+    pub spec: &'a ApiMockSpec,
+    /// The definition text actually served (the spec's, or the last good one).
+    pub definition: &'a str,
+    pub format: Format,
+    pub sha256: &'a str,
+    pub image: &'a str,
+    pub docs_image: &'a str,
+}
+
+pub fn labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), "apimock".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            "metahooks".to_owned(),
+        ),
+    ])
+}
+
+fn selector_labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), "apimock".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
+    ])
+}
+
+fn metadata(name: &str, annotations: Option<BTreeMap<String, String>>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(labels(name)),
+        annotations: annotations.filter(|a| !a.is_empty()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// All children, in a fixed order.
+pub fn build(plan: &Plan<'_>) -> Result<Vec<Value>, HookError> {
+    let mut children = vec![
+        to_value(&config_map(plan))?,
+        to_value(&deployment(plan))?,
+        to_value(&service(plan))?,
+    ];
+    if let Some(ingress) = ingress(plan) {
+        children.push(to_value(&ingress)?);
+    }
+    Ok(children)
+}
+
+fn to_value<T: Serialize>(object: &T) -> Result<Value, HookError> {
+    serde_json::to_value(object)
+        .map_err(|e| HookError::Internal(format!("cannot serialise a child object: {e}")))
+}
+
+pub fn config_map(plan: &Plan<'_>) -> ConfigMap {
+    ConfigMap {
+        metadata: metadata(plan.name, None),
+        data: Some(BTreeMap::from([(
+            plan.format.file_name().to_owned(),
+            plan.definition.to_owned(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+pub fn deployment(plan: &Plan<'_>) -> Deployment {
+    let spec_file = format!("{SPEC_DIR}/{}", plan.format.file_name());
+    let mut containers = vec![mock_container(plan, &spec_file)];
+    if docs_enabled(plan.spec) {
+        containers.push(docs_container(plan, &spec_file));
+    }
+    let mut template_labels = labels(plan.name);
+    template_labels.extend(selector_labels(plan.name));
+    Deployment {
+        metadata: metadata(plan.name, None),
+        spec: Some(DeploymentSpec {
+            replicas: Some(plan.spec.replicas.unwrap_or(1)),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(plan.name)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(template_labels),
+                    annotations: Some(BTreeMap::from([(
+                        DEFINITION_HASH_ANNOTATION.to_owned(),
+                        plan.sha256.to_owned(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers,
+                    volumes: Some(vec![Volume {
+                        name: "definition".to_owned(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: plan.name.to_owned(),
+                            ..ConfigMapVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    }]),
+                    security_context: Some(PodSecurityContext {
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+/// Prism is started with the image's own entrypoint (`prism`), so the arguments are
+/// exactly what `prism` takes on the command line; the local end-to-end test runs them.
+pub fn mock_args(spec_file: &str) -> Vec<String> {
+    [
+        "mock",
+        "-h",
+        "0.0.0.0",
+        "-p",
+        &MOCK_PORT.to_string(),
+        spec_file,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn mock_container(plan: &Plan<'_>, spec_file: &str) -> Container {
+    Container {
+        name: "mock".to_owned(),
+        image: Some(plan.image.to_owned()),
+        args: Some(mock_args(spec_file)),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".to_owned()),
+            container_port: MOCK_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        // Prism has no health route; an open port means the document was loaded.
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String("http".to_owned()),
+                ..TCPSocketAction::default()
+            }),
+            initial_delay_seconds: Some(2),
+            period_seconds: Some(5),
+            ..Probe::default()
+        }),
+        resources: Some(
+            plan.spec
+                .resources
+                .clone()
+                .unwrap_or_else(default_resources),
+        ),
+        volume_mounts: Some(vec![spec_mount()]),
+        security_context: Some(restricted_container()),
+        ..Container::default()
+    }
+}
+
+fn docs_container(plan: &Plan<'_>, spec_file: &str) -> Container {
+    Container {
+        name: "docs".to_owned(),
+        image: Some(plan.docs_image.to_owned()),
+        env: Some(vec![
+            EnvVar {
+                name: "SWAGGER_JSON".to_owned(),
+                value: Some(spec_file.to_owned()),
+                ..EnvVar::default()
+            },
+            EnvVar {
+                name: "PORT".to_owned(),
+                value: Some(DOCS_PORT.to_string()),
+                ..EnvVar::default()
+            },
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("docs".to_owned()),
+            container_port: DOCS_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        resources: Some(default_resources()),
+        volume_mounts: Some(vec![spec_mount()]),
+        ..Container::default()
+    }
+}
+
+fn spec_mount() -> VolumeMount {
+    VolumeMount {
+        name: "definition".to_owned(),
+        mount_path: SPEC_DIR.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// Small requests with room to burst: Prism is a Node process, and APIrator's 10Mi
+/// limit was an OOM waiting to happen.
+fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity("50m".to_owned())),
+            ("memory".to_owned(), Quantity("128Mi".to_owned())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_owned(),
+            Quantity("512Mi".to_owned()),
+        )])),
+        ..ResourceRequirements::default()
+    }
+}
+
+fn docs_enabled(spec: &ApiMockSpec) -> bool {
+    spec.docs.as_ref().is_some_and(|d| d.enabled)
+}
+
+pub fn service_port(spec: &ApiMockSpec) -> i32 {
+    spec.service
+        .as_ref()
+        .and_then(|s| s.port)
+        .unwrap_or(DEFAULT_SERVICE_PORT)
+}
+
+pub fn service(plan: &Plan<'_>) -> Service {
+    let service_spec = plan.spec.service.clone().unwrap_or_default();
+    let type_ = service_spec.type_.unwrap_or_default();
+    let mut ports = vec![ServicePort {
+        name: Some("http".to_owned()),
+        port: service_port(plan.spec),
+        target_port: Some(IntOrString::String("http".to_owned())),
+        protocol: Some("TCP".to_owned()),
+        ..ServicePort::default()
+    }];
+    if docs_enabled(plan.spec) {
+        ports.push(ServicePort {
+            name: Some("docs".to_owned()),
+            port: DOCS_PORT,
+            target_port: Some(IntOrString::String("docs".to_owned())),
+            protocol: Some("TCP".to_owned()),
+            ..ServicePort::default()
+        });
+    }
+    // The API server refuses externalTrafficPolicy on ClusterIP Services.
+    let external_traffic_policy = service_spec
+        .external_traffic_policy
+        .filter(|_| type_ != ServiceType::ClusterIP)
+        .map(ExternalTrafficPolicy::as_str)
+        .map(str::to_owned);
+    Service {
+        metadata: metadata(plan.name, service_spec.annotations),
+        spec: Some(K8sServiceSpec {
+            type_: Some(type_.as_str().to_owned()),
+            selector: Some(selector_labels(plan.name)),
+            ports: Some(ports),
+            external_traffic_policy,
+            ..K8sServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+pub fn ingress(plan: &Plan<'_>) -> Option<Ingress> {
+    let wanted = plan.spec.ingress.as_ref()?;
+    let path = if wanted.path.is_empty() {
+        "/".to_owned()
+    } else {
+        wanted.path.clone()
+    };
+    let host = Some(wanted.hostname.clone()).filter(|h| !h.is_empty());
+    Some(Ingress {
+        metadata: metadata(plan.name, wanted.annotations.clone()),
+        spec: Some(K8sIngressSpec {
+            ingress_class_name: wanted.class_name.clone(),
+            rules: Some(vec![IngressRule {
+                host: host.clone(),
+                http: Some(HTTPIngressRuleValue {
+                    paths: vec![HTTPIngressPath {
+                        path: Some(path),
+                        path_type: wanted.path_type.unwrap_or_default().as_str().to_owned(),
+                        backend: IngressBackend {
+                            service: Some(IngressServiceBackend {
+                                name: plan.name.to_owned(),
+                                port: Some(ServiceBackendPort {
+                                    name: Some("http".to_owned()),
+                                    ..ServiceBackendPort::default()
+                                }),
+                            }),
+                            ..IngressBackend::default()
+                        },
+                    }],
+                }),
+            }]),
+            tls: wanted.tls.as_ref().map(|tls| {
+                vec![IngressTLS {
+                    hosts: host.map(|h| vec![h]),
+                    secret_name: Some(tls.secret_name.clone()),
+                }]
+            }),
+            ..K8sIngressSpec::default()
+        }),
+        ..Ingress::default()
+    })
+}

@@ -1,0 +1,388 @@
+//! Reading an APIMock definition: size check, YAML/JSON parse, version detection,
+//! validation and a short summary, memoised by content hash.
+//!
+//! Metacontroller calls sync on every resync and child change with an unchanged
+//! definition, so the expensive part runs once per distinct document; the memo is
+//! bounded and holds summaries, never parsed documents.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::validate;
+use crate::controllers::common::hash::sha256_hex;
+
+/// A ConfigMap holds at most 1 MiB; keep room for its metadata.
+pub const MAX_DEFINITION_BYTES: usize = 1024 * 1024 - 16 * 1024;
+
+/// Memo capacity: distinct definitions remembered.
+const MEMO_ENTRIES: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+impl Format {
+    /// Name of the file in the ConfigMap and under the mount path.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Format::Json => "openapi.json",
+            Format::Yaml => "openapi.yaml",
+        }
+    }
+}
+
+/// The OpenAPI generation a document declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    Swagger2,
+    OpenApi30,
+    OpenApi31,
+}
+
+/// What a valid definition is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub version: String,
+    pub title: String,
+    pub operations: u32,
+}
+
+/// Why a definition cannot be served. `reason` is a CamelCase condition reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Invalid {
+        Invalid {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Analysis {
+    pub sha256: String,
+    pub format: Format,
+    pub outcome: Result<Summary, Invalid>,
+}
+
+/// Parses and validates a definition. Pure; callers normally go through [`Memo`].
+pub fn analyze(text: &str) -> Analysis {
+    let sha256 = sha256_hex(text.as_bytes());
+    let format = sniff_format(text);
+    let outcome = check(text, format);
+    Analysis {
+        sha256,
+        format,
+        outcome,
+    }
+}
+
+fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
+    if text.len() > MAX_DEFINITION_BYTES {
+        return Err(Invalid::new(
+            "DefinitionTooLarge",
+            format!(
+                "the definition is {} bytes; a ConfigMap can hold at most {MAX_DEFINITION_BYTES} bytes of it",
+                text.len()
+            ),
+        ));
+    }
+    if text.trim().is_empty() {
+        return Err(Invalid::new("InvalidDocument", "the definition is empty"));
+    }
+    check_nesting(text)?;
+    let document = parse(text, format)?;
+    let generation = detect(&document)?;
+    validate::validate(&document, generation)?;
+    Ok(summarize(&document, generation))
+}
+
+/// Deepest bracket nesting we hand to a parser. Both parsers stop at 128 levels anyway,
+/// but libyaml spends time quadratic in the depth before it gets there (100,000 open
+/// brackets took 44 s), so hostile nesting is refused by a linear scan first. Brackets
+/// inside quoted text count too; no real document opens 128 of them without closing.
+const MAX_NESTING: usize = 128;
+
+fn check_nesting(text: &str) -> Result<(), Invalid> {
+    let mut depth: usize = 0;
+    for (line_index, line) in text.lines().enumerate() {
+        for byte in line.bytes() {
+            match byte {
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Err(Invalid::new(
+                            "InvalidSyntax",
+                            format!(
+                                "the definition nests brackets deeper than {MAX_NESTING} levels (line {})",
+                                line_index + 1
+                            ),
+                        ));
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn sniff_format(text: &str) -> Format {
+    match text.trim_start().as_bytes().first() {
+        Some(b'{' | b'[') => Format::Json,
+        _ => Format::Yaml,
+    }
+}
+
+fn parse(text: &str, format: Format) -> Result<Value, Invalid> {
+    match format {
+        Format::Json => serde_json::from_str(text).map_err(|e| {
+            Invalid::new(
+                "InvalidSyntax",
+                format!("the definition is not valid JSON: {e}"),
+            )
+        }),
+        Format::Yaml => crate::yaml::from_str::<Value>(text).map_err(|e| {
+            Invalid::new(
+                "InvalidSyntax",
+                format!("the definition is not valid YAML: {e}"),
+            )
+        }),
+    }
+}
+
+fn detect(document: &Value) -> Result<Generation, Invalid> {
+    let Some(object) = document.as_object() else {
+        return Err(Invalid::new(
+            "InvalidDocument",
+            format!(
+                "the definition is {}, not an OpenAPI document object",
+                kind_of(document)
+            ),
+        ));
+    };
+    let declared = |field: &str| {
+        object.get(field).map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string())
+        })
+    };
+    if let Some(version) = declared("openapi") {
+        return if is_version(&version, "3.0") {
+            Ok(Generation::OpenApi30)
+        } else if is_version(&version, "3.1") {
+            Ok(Generation::OpenApi31)
+        } else {
+            Err(Invalid::new(
+                "UnsupportedVersion",
+                format!(
+                    "openapi: {version} is not supported; use Swagger 2.0, OpenAPI 3.0.x or 3.1.x"
+                ),
+            ))
+        };
+    }
+    if let Some(version) = declared("swagger") {
+        return if version == "2.0" {
+            Ok(Generation::Swagger2)
+        } else {
+            Err(Invalid::new(
+                "UnsupportedVersion",
+                format!("swagger: {version} is not supported; only swagger: \"2.0\" is"),
+            ))
+        };
+    }
+    Err(Invalid::new(
+        "InvalidDocument",
+        "the definition has neither an `openapi` nor a `swagger` field, so its version is unknown",
+    ))
+}
+
+fn is_version(declared: &str, minor: &str) -> bool {
+    declared.strip_prefix(minor).is_some_and(|rest| {
+        rest.starts_with('.') && rest[1..].starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "empty (null)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+fn summarize(document: &Value, generation: Generation) -> Summary {
+    let version_field = if generation == Generation::Swagger2 {
+        "swagger"
+    } else {
+        "openapi"
+    };
+    let operations = document
+        .get("paths")
+        .and_then(Value::as_object)
+        .map(|paths| {
+            paths
+                .values()
+                .filter_map(Value::as_object)
+                .map(|item| METHODS.iter().filter(|m| item.contains_key(**m)).count())
+                .sum::<usize>()
+        })
+        .unwrap_or(0);
+    Summary {
+        version: document
+            .get(version_field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        title: document
+            .pointer("/info/title")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        operations: u32::try_from(operations).unwrap_or(u32::MAX),
+    }
+}
+
+/// Bounded memo of analyses keyed by the definition's SHA-256.
+#[derive(Default)]
+pub struct Memo {
+    inner: Mutex<MemoInner>,
+}
+
+#[derive(Default)]
+struct MemoInner {
+    entries: HashMap<String, Arc<Analysis>>,
+    order: VecDeque<String>,
+}
+
+impl Memo {
+    pub fn analyze(&self, text: &str) -> Arc<Analysis> {
+        let sha256 = sha256_hex(text.as_bytes());
+        if let Some(hit) = self.lock().entries.get(&sha256) {
+            return hit.clone();
+        }
+        // Computed outside the lock: a slow document must not block other parents.
+        let format = sniff_format(text);
+        let analysis = Arc::new(Analysis {
+            outcome: check(text, format),
+            sha256: sha256.clone(),
+            format,
+        });
+        let mut inner = self.lock();
+        if !inner.entries.contains_key(&sha256) {
+            if inner.order.len() >= MEMO_ENTRIES
+                && let Some(oldest) = inner.order.pop_front()
+            {
+                inner.entries.remove(&oldest);
+            }
+            inner.order.push_back(sha256.clone());
+            inner.entries.insert(sha256, analysis.clone());
+        }
+        analysis
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PETS: &str = "openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths:\n  /pets:\n    get:\n      responses:\n        '200': {description: ok}\n    post:\n      responses:\n        200: {description: ok}\n";
+
+    #[test]
+    fn summarises_a_valid_yaml_document() {
+        let analysis = analyze(PETS);
+        assert_eq!(analysis.format, Format::Yaml);
+        let summary = analysis.outcome.unwrap();
+        assert_eq!(summary.version, "3.0.3");
+        assert_eq!(summary.title, "Pets");
+        assert_eq!(summary.operations, 2);
+    }
+
+    #[test]
+    fn detects_versions_and_refuses_unknown_ones() {
+        let swagger = r#"{"swagger": "2.0", "info": {"title": "t", "version": "1"}, "paths": {}}"#;
+        assert_eq!(analyze(swagger).format, Format::Json);
+        assert!(analyze(swagger).outcome.is_ok());
+        let four = analyze("openapi: 4.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n");
+        assert_eq!(four.outcome.unwrap_err().reason, "UnsupportedVersion");
+        let none = analyze("info: {title: t}\n");
+        assert_eq!(none.outcome.unwrap_err().reason, "InvalidDocument");
+        let list = analyze("- a\n- b\n");
+        assert!(list.outcome.unwrap_err().message.contains("a list"));
+        assert!(!is_version("3.10", "3.1"));
+        assert!(is_version("3.1.0", "3.1"));
+    }
+
+    #[test]
+    fn syntax_errors_say_where() {
+        let broken = analyze("openapi: 3.0.0\ninfo:\n  version: [1\n");
+        let invalid = broken.outcome.unwrap_err();
+        assert_eq!(invalid.reason, "InvalidSyntax");
+        assert!(invalid.message.contains("line"), "{}", invalid.message);
+    }
+
+    #[test]
+    fn too_large_is_refused_before_parsing() {
+        let huge = format!("openapi: 3.0.0\n#{}\n", "x".repeat(MAX_DEFINITION_BYTES));
+        assert_eq!(
+            analyze(&huge).outcome.unwrap_err().reason,
+            "DefinitionTooLarge"
+        );
+    }
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_fail_fast() {
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        let mut previous = 'a';
+        for name in 'b'..='p' {
+            bomb.push_str(&format!("{name}: &{name} [*{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}]\n"));
+            previous = name;
+        }
+        assert_eq!(analyze(&bomb).outcome.unwrap_err().reason, "InvalidSyntax");
+        let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(analyze(&deep).outcome.is_err());
+        let deep_yaml = format!("a: {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(analyze(&deep_yaml).outcome.is_err());
+    }
+
+    #[test]
+    fn memo_returns_the_same_analysis_and_stays_bounded() {
+        let memo = Memo::default();
+        let first = memo.analyze(PETS);
+        let second = memo.analyze(PETS);
+        assert!(Arc::ptr_eq(&first, &second));
+        for i in 0..(MEMO_ENTRIES + 10) {
+            memo.analyze(&format!(
+                "openapi: 3.0.0\ninfo: {{title: t{i}, version: '1'}}\npaths: {{}}\n"
+            ));
+        }
+        assert_eq!(memo.len(), MEMO_ENTRIES);
+    }
+}

@@ -1,0 +1,244 @@
+//! APIMock: an OpenAPI document in a CR becomes a running mock server.
+//!
+//! `sync` validates the definition (memoised by hash), builds the children from the
+//! definition it can serve — the spec's if valid, else the last good one still held in
+//! the observed ConfigMap — and reports status from the observed Deployment. `finalize`
+//! asks for no children and completes once they are gone, whatever the spec holds.
+
+pub mod children;
+pub mod definition;
+pub mod spec;
+mod status;
+mod validate;
+
+use serde_json::{Value, json};
+
+use self::children::Plan;
+use self::definition::{Analysis, Memo};
+use self::spec::DefinitionStatus;
+use self::status::{Facts, Rollout};
+use crate::controllers::common::conditions::{Decided, format_time};
+use crate::controllers::common::names::check_dns1035_label;
+use crate::controllers::{CompositeHooks, Context, ControllerSettings};
+use crate::error::HookError;
+use crate::protocol::{CompositeRequest, CompositeResponse, object_name};
+
+/// Stoplight Prism 5, pinned to the version the end-to-end test runs.
+pub const DEFAULT_MOCK_IMAGE: &str = "stoplight/prism:5.14.2";
+pub const DEFAULT_DOCS_IMAGE: &str = "swaggerapi/swagger-ui:v5.17.14";
+
+pub struct ApiMock {
+    mock_image: String,
+    docs_image: String,
+    memo: Memo,
+}
+
+impl ApiMock {
+    pub fn new(settings: &ControllerSettings) -> ApiMock {
+        ApiMock {
+            mock_image: settings.mock_image.clone(),
+            docs_image: settings.docs_image.clone(),
+            memo: Memo::default(),
+        }
+    }
+}
+
+impl CompositeHooks for ApiMock {
+    fn sync(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        let parent = &request.parent;
+        let now = format_time(ctx.now);
+        let name = object_name(parent).unwrap_or_default();
+        let namespace = parent
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        let observed_deployment = request.children.find("Deployment", "apps/v1", None, name);
+        let rollout = Rollout::observe(observed_deployment);
+
+        if let Err(invalid) = check_dns1035_label(name) {
+            let validated = Decided::new(
+                "Validated",
+                false,
+                "InvalidName",
+                format!("metadata.name cannot name the mock's Service: {invalid}"),
+            );
+            return Ok(answer(validated, None, None, rollout, None, parent, &now));
+        }
+        let spec = match spec::parse_spec(parent) {
+            Ok(spec) => spec,
+            Err(problem) => {
+                let validated = Decided::new("Validated", false, "InvalidSpec", problem);
+                let kept = kept_children(request)?;
+                let serving = rollout.served_sha256.clone();
+                let mut response = answer(
+                    validated,
+                    None,
+                    serving.as_deref(),
+                    rollout,
+                    None,
+                    parent,
+                    &now,
+                );
+                response.children = Some(kept);
+                return Ok(response);
+            }
+        };
+
+        let wanted = self.memo.analyze(&spec.definition);
+        let (served, served_text, validated) = match &wanted.outcome {
+            Ok(summary) => {
+                let message = format!(
+                    "{} {} with {} operations is a valid definition",
+                    summary.title, summary.version, summary.operations
+                );
+                (
+                    Some(wanted.clone()),
+                    Some(spec.definition.as_str()),
+                    Decided::new("Validated", true, "ValidDefinition", message),
+                )
+            }
+            Err(invalid) => {
+                let last_good = self.last_good_definition(request, name);
+                let validated =
+                    Decided::new("Validated", false, invalid.reason, invalid.message.clone());
+                match last_good {
+                    Some((analysis, text)) => (Some(analysis), Some(text), validated),
+                    None => (None, None, validated),
+                }
+            }
+        };
+        let (Some(served), Some(served_text)) = (served, served_text) else {
+            return Ok(answer(validated, None, None, rollout, None, parent, &now));
+        };
+        let plan = Plan {
+            name,
+            spec: &spec,
+            definition: served_text,
+            format: served.format,
+            sha256: &served.sha256,
+            image: spec
+                .image
+                .as_deref()
+                .filter(|i| !i.is_empty())
+                .unwrap_or(&self.mock_image),
+            docs_image: &self.docs_image,
+        };
+        let children = children::build(&plan)?;
+        let url = format!(
+            "http://{name}.{namespace}.svc:{}",
+            children::service_port(&spec)
+        );
+        let mut response = answer(
+            validated,
+            Some(&served),
+            Some(&served.sha256),
+            rollout,
+            Some(url),
+            parent,
+            &now,
+        );
+        response.children = Some(children);
+        Ok(response)
+    }
+
+    fn finalize(
+        &self,
+        request: &CompositeRequest,
+        _ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        // Deliberately independent of the spec: a broken definition must never keep the
+        // parent stuck in Terminating (APIrator weakness W10).
+        let mut status = request
+            .parent
+            .get("status")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        status.remove("observedGeneration");
+        status.insert("phase".to_owned(), json!("Terminating"));
+        Ok(CompositeResponse::new(Value::Object(status), Vec::new())
+            .with_finalized(request.children.is_empty()))
+    }
+}
+
+impl ApiMock {
+    /// The definition held in the observed ConfigMap, if it is one we can serve.
+    fn last_good_definition<'r>(
+        &self,
+        request: &'r CompositeRequest,
+        name: &str,
+    ) -> Option<(std::sync::Arc<Analysis>, &'r str)> {
+        let config_map = request.children.find("ConfigMap", "v1", None, name)?;
+        let data = config_map.get("data")?;
+        let text = [definition::Format::Yaml, definition::Format::Json]
+            .iter()
+            .find_map(|format| data.get(format.file_name()).and_then(Value::as_str))?;
+        let analysis = self.memo.analyze(text);
+        analysis.outcome.is_ok().then_some((analysis, text))
+    }
+}
+
+fn answer(
+    validated: Decided,
+    served: Option<&Analysis>,
+    serving: Option<&str>,
+    rollout: Rollout,
+    url: Option<String>,
+    parent: &Value,
+    now: &str,
+) -> CompositeResponse {
+    let definition = served.and_then(|analysis| {
+        analysis
+            .outcome
+            .as_ref()
+            .ok()
+            .map(|summary| DefinitionStatus {
+                version: summary.version.clone(),
+                title: summary.title.clone(),
+                operations: summary.operations,
+                sha256: analysis.sha256.clone(),
+            })
+    });
+    let status = status::compute(
+        Facts {
+            validated,
+            serving,
+            definition,
+            rollout,
+            url,
+        },
+        parent,
+        now,
+    );
+    CompositeResponse::new(status, Vec::new())
+}
+
+/// When the spec itself cannot be read, keep exactly what we asked for last time:
+/// Metacontroller's last-applied annotation on each child is our previous answer.
+/// If any child lacks it, we cannot rebuild the set faithfully, so we refuse to
+/// answer rather than delete what runs.
+fn kept_children(request: &CompositeRequest) -> Result<Vec<Value>, HookError> {
+    const LAST_APPLIED: &str = "metacontroller.k8s.io/last-applied-configuration";
+    let mut kept = Vec::new();
+    for group in request.children.0.values() {
+        for child in group.values() {
+            let applied = child
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(LAST_APPLIED))
+                .and_then(Value::as_str)
+                .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                .ok_or_else(|| {
+                    HookError::Internal(format!(
+                        "the APIMock spec cannot be read and child {} has no last-applied configuration to keep; refusing to answer so nothing is deleted",
+                        object_name(child).unwrap_or("<unnamed>")
+                    ))
+                })?;
+            kept.push(applied);
+        }
+    }
+    Ok(kept)
+}

@@ -1,0 +1,147 @@
+//! `metav1.Condition`-shaped status conditions with stable transition times.
+//!
+//! Metacontroller writes the parent's status whenever our answer differs from what is
+//! stored, and a write triggers another sync; a timestamp that moved on every call would
+//! loop forever. So a condition keeps the `lastTransitionTime` it had in the observed
+//! parent status until its `status` flips; only then does it take `now`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A condition as a controller decides it, before the transition time is settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Decided {
+    pub fn new(
+        type_: &'static str,
+        status: bool,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Decided {
+        Decided {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The conditions found in an observed parent's `status.conditions`; malformed entries
+/// are skipped (they will simply be rewritten).
+pub fn observed(parent: &Value) -> Vec<Condition> {
+    parent
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| Condition::deserialize(item).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Turns decided conditions into status conditions, keeping each one's transition time
+/// from `previous` unless its status flipped (or it is new), in which case it gets `now`.
+pub fn settle(
+    decided: Vec<Decided>,
+    previous: &[Condition],
+    now: &str,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    decided
+        .into_iter()
+        .map(|d| {
+            let status = if d.status { "True" } else { "False" };
+            let last_transition_time = previous
+                .iter()
+                .find(|p| {
+                    p.type_ == d.type_ && p.status == status && !p.last_transition_time.is_empty()
+                })
+                .map_or_else(|| now.to_owned(), |p| p.last_transition_time.clone());
+            Condition {
+                type_: d.type_.to_owned(),
+                status: status.to_owned(),
+                reason: d.reason.to_owned(),
+                message: d.message,
+                last_transition_time,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+/// RFC 3339 at whole seconds, the precision `metav1.Time` keeps.
+pub fn format_time(now: jiff::Timestamp) -> String {
+    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn previous() -> Vec<Condition> {
+        observed(&json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+            {"type": "broken"}
+        ]}}))
+    }
+
+    #[test]
+    fn unchanged_status_keeps_its_transition_time() {
+        let settled = settle(
+            vec![Decided::new("Ready", true, "Other", "m")],
+            &previous(),
+            "NOW",
+            Some(2),
+        );
+        assert_eq!(settled[0].last_transition_time, "2020-01-01T00:00:00Z");
+        assert_eq!(settled[0].reason, "Other");
+        assert_eq!(settled[0].observed_generation, Some(2));
+    }
+
+    #[test]
+    fn flipped_or_new_condition_takes_now() {
+        let settled = settle(
+            vec![
+                Decided::new("Ready", false, "R", ""),
+                Decided::new("Validated", true, "V", ""),
+            ],
+            &previous(),
+            "NOW",
+            None,
+        );
+        assert_eq!(settled[0].last_transition_time, "NOW");
+        assert_eq!(settled[1].last_transition_time, "NOW");
+    }
+
+    #[test]
+    fn formats_whole_seconds() {
+        let ts: jiff::Timestamp = "2026-11-30T10:00:01.75Z".parse().unwrap();
+        assert_eq!(format_time(ts), "2026-11-30T10:00:01Z");
+    }
+}

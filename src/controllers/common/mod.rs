@@ -1,0 +1,5 @@
+//! Helpers shared by every controller: conditions, child names and labels, hashes.
+
+pub mod conditions;
+pub mod hash;
+pub mod names;

@@ -1,0 +1,249 @@
+//! The controllers metahooks serves, and the seam that plugs one into the server.
+//!
+//! A controller is pure logic: it gets a parsed Metacontroller request plus a
+//! [`Context`] (the clock reading and server-wide settings) and returns a response. It
+//! never does I/O. Adding a controller is one module here and one line in
+//! [`Registry::standard`].
+
+pub mod apimock;
+pub mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::HookError;
+use crate::protocol::{
+    CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
+    DecoratorResponse, Hook,
+};
+
+/// Server-wide settings controllers read (from `serve`/`render` flags).
+#[derive(Debug, Clone)]
+pub struct ControllerSettings {
+    pub mock_image: String,
+    pub docs_image: String,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> ControllerSettings {
+        ControllerSettings {
+            mock_image: apimock::DEFAULT_MOCK_IMAGE.to_owned(),
+            docs_image: apimock::DEFAULT_DOCS_IMAGE.to_owned(),
+        }
+    }
+}
+
+/// What a controller may know besides the request. Filled by the server per call.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The time to stamp on conditions that appear or flip in this answer.
+    pub now: jiff::Timestamp,
+}
+
+/// Hooks of a CompositeController (parent → children).
+pub trait CompositeHooks: Send + Sync + 'static {
+    fn sync(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError>;
+
+    fn finalize(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError>;
+
+    /// No related objects unless the controller asks for some.
+    fn customize(&self, _request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
+        Ok(CustomizeResponse::default())
+    }
+}
+
+/// Hooks of a DecoratorController (target → attachments).
+pub trait DecoratorHooks: Send + Sync + 'static {
+    fn sync(
+        &self,
+        request: &DecoratorRequest,
+        ctx: &Context,
+    ) -> Result<DecoratorResponse, HookError>;
+
+    fn finalize(
+        &self,
+        request: &DecoratorRequest,
+        ctx: &Context,
+    ) -> Result<DecoratorResponse, HookError>;
+
+    fn customize(&self, _request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
+        Ok(CustomizeResponse::default())
+    }
+}
+
+#[derive(Clone)]
+enum Entry {
+    Composite(Arc<dyn CompositeHooks>),
+    Decorator(Arc<dyn DecoratorHooks>),
+}
+
+/// The parent (or decorated target) a call was about, for logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParentRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ParentRef {
+    fn of(object: &Value) -> ParentRef {
+        let field = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        ParentRef {
+            namespace: field("/metadata/namespace"),
+            name: field("/metadata/name"),
+        }
+    }
+}
+
+/// The result of one dispatched call: the serialised response, or why there is none.
+pub struct CallOutcome {
+    pub parent: ParentRef,
+    pub result: Result<Vec<u8>, HookError>,
+}
+
+/// Controllers by URL name (`/<name>/<hook>`).
+#[derive(Clone, Default)]
+pub struct Registry {
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Every controller metahooks ships, under its URL name.
+    pub fn standard(settings: ControllerSettings) -> Registry {
+        Registry::new().composite("apimock", apimock::ApiMock::new(&settings))
+    }
+
+    pub fn composite(mut self, name: &str, hooks: impl CompositeHooks) -> Registry {
+        self.entries
+            .insert(name.to_owned(), Entry::Composite(Arc::new(hooks)));
+        self
+    }
+
+    pub fn decorator(mut self, name: &str, hooks: impl DecoratorHooks) -> Registry {
+        self.entries
+            .insert(name.to_owned(), Entry::Decorator(Arc::new(hooks)));
+        self
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Parses `body` as the request type of that controller and hook, runs the hook and
+    /// serialises its answer.
+    pub fn call(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
+        let Some(entry) = self.entries.get(controller) else {
+            return CallOutcome {
+                parent: ParentRef::default(),
+                result: Err(HookError::NotFound(format!("/{controller}/{hook}"))),
+            };
+        };
+        match (entry, hook) {
+            (_, Hook::Customize) => dispatch(
+                body,
+                |r: &CustomizeRequest| &r.parent,
+                |r| match entry {
+                    Entry::Composite(c) => c.customize(r),
+                    Entry::Decorator(d) => d.customize(r),
+                },
+            ),
+            (Entry::Composite(c), Hook::Sync) => {
+                dispatch(body, |r: &CompositeRequest| &r.parent, |r| c.sync(r, ctx))
+            }
+            (Entry::Composite(c), Hook::Finalize) => dispatch(
+                body,
+                |r: &CompositeRequest| &r.parent,
+                |r| c.finalize(r, ctx),
+            ),
+            (Entry::Decorator(d), Hook::Sync) => {
+                dispatch(body, |r: &DecoratorRequest| &r.object, |r| d.sync(r, ctx))
+            }
+            (Entry::Decorator(d), Hook::Finalize) => dispatch(
+                body,
+                |r: &DecoratorRequest| &r.object,
+                |r| d.finalize(r, ctx),
+            ),
+        }
+    }
+}
+
+fn dispatch<Req, Resp>(
+    body: &[u8],
+    root: impl Fn(&Req) -> &Value,
+    run: impl FnOnce(&Req) -> Result<Resp, HookError>,
+) -> CallOutcome
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+{
+    let request: Req = match parse_request(body) {
+        Ok(request) => request,
+        Err(error) => {
+            return CallOutcome {
+                parent: ParentRef::default(),
+                result: Err(error),
+            };
+        }
+    };
+    let root = root(&request);
+    let parent = ParentRef::of(root);
+    if !root.is_object() {
+        return CallOutcome {
+            parent,
+            result: Err(HookError::BadRequest(
+                "request has no parent object: this does not look like a Metacontroller hook call"
+                    .to_owned(),
+            )),
+        };
+    }
+    let result = run(&request).and_then(|response| {
+        serde_json::to_vec(&response)
+            .map_err(|e| HookError::Internal(format!("cannot serialise the response: {e}")))
+    });
+    CallOutcome { parent, result }
+}
+
+/// Reads a request body, naming the JSON path of the first problem.
+pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        if path == "." || path.is_empty() {
+            HookError::BadRequest(format!("request body is not a hook request: {inner}"))
+        } else {
+            HookError::BadRequest(format!(
+                "request body is not a hook request: at {path}: {inner}"
+            ))
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| HookError::BadRequest(format!("request body is not a hook request: {e}")))?;
+    Ok(value)
+}

@@ -1,0 +1,63 @@
+//! CompositeController sync/finalize request and response (protocol §3).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{ObjectMap, null_as_default};
+
+/// The body Metacontroller POSTs to a CompositeController's sync or finalize hook.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeRequest {
+    /// The whole CompositeController object; only `spec.hooks.*.version` is read.
+    #[serde(default)]
+    pub controller: Value,
+    #[serde(default)]
+    pub parent: Value,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub children: ObjectMap,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub related: ObjectMap,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub finalizing: bool,
+}
+
+/// What a composite hook answers. `status` replaces the parent's whole status and
+/// `children` is the complete desired set: a child left out is deleted.
+///
+/// Fields are optional so that any valid response round-trips unchanged; the constructors
+/// used by our controllers always fill `status` and `children`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeResponse {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync_after_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalized: Option<bool>,
+}
+
+impl CompositeResponse {
+    /// A complete answer: an object status and the full desired children list.
+    pub fn new(status: Value, children: Vec<Value>) -> CompositeResponse {
+        CompositeResponse {
+            status: Some(status),
+            children: Some(children),
+            resync_after_seconds: None,
+            finalized: None,
+        }
+    }
+
+    pub fn with_resync_after(mut self, seconds: Option<f64>) -> CompositeResponse {
+        self.resync_after_seconds = seconds.filter(|s| *s > 0.0);
+        self
+    }
+
+    pub fn with_finalized(mut self, finalized: bool) -> CompositeResponse {
+        self.finalized = Some(finalized);
+        self
+    }
+}

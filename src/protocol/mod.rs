@@ -1,0 +1,64 @@
+//! Metacontroller's webhook wire format, and nothing else.
+//!
+//! Types here are serde-only: lenient when reading what Metacontroller sends (unknown
+//! fields, `null` maps, both v1 and v2 object keys) and exact when writing what it reads
+//! back (only the documented top-level fields, because v2 hooks decode strictly).
+//! The logic that fills a response lives in `controllers`; the HTTP edge in `server`.
+//! Reference: `shared/docs/metacontroller-protocol.md` §§2–6.
+
+mod composite;
+mod customize;
+mod decorator;
+mod objects;
+mod version;
+
+pub use composite::{CompositeRequest, CompositeResponse};
+pub use customize::{CustomizeRequest, CustomizeResponse, RelatedResourceRule};
+pub use decorator::{DecoratorRequest, DecoratorResponse};
+pub use objects::{ObjectMap, TypeKey, object_name, object_namespace};
+pub use version::HookVersion;
+
+use serde::{Deserialize, Deserializer};
+
+/// Reads `null` (or an absent field, together with `#[serde(default)]`) as the type's
+/// default, since Go marshals empty maps and slices as `null` in places.
+pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// Which hook of a controller is being called; the last path segment of a hook URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hook {
+    Sync,
+    Finalize,
+    Customize,
+}
+
+impl Hook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Sync => "sync",
+            Hook::Finalize => "finalize",
+            Hook::Customize => "customize",
+        }
+    }
+
+    pub fn from_segment(segment: &str) -> Option<Hook> {
+        match segment {
+            "sync" => Some(Hook::Sync),
+            "finalize" => Some(Hook::Finalize),
+            "customize" => Some(Hook::Customize),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

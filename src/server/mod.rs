@@ -1,0 +1,296 @@
+//! The HTTP edge: the hook port (controllers under `/<controller>/<hook>`) and the probe
+//! port (`/healthz`, `/readyz`, `/metrics`). No controller logic lives here.
+//!
+//! [`hook_router`] and [`probe_router`] build the apps (tests drive them with `oneshot`);
+//! [`Server::start`] binds both ports and [`Server::run_until_signal`] handles SIGTERM:
+//! readiness turns 503 at once, hooks keep answering for the drain delay, then in-flight
+//! calls finish and the process exits.
+
+mod auth;
+mod error;
+mod hooks;
+mod metrics;
+mod tls;
+
+pub use auth::Auth;
+pub use metrics::Metrics;
+pub use tls::TlsFiles;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::controllers::Registry;
+use crate::error::HookError;
+
+/// Bounds on what one hook call may cost.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub body_bytes: usize,
+    pub max_in_flight: usize,
+    /// Below Metacontroller's default 10 s webhook timeout, so we answer before it gives up.
+    pub deadline: Duration,
+    pub retry_after_seconds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            body_bytes: 32 * 1024 * 1024,
+            max_in_flight: 64,
+            deadline: Duration::from_secs(8),
+            retry_after_seconds: 1,
+        }
+    }
+}
+
+/// Where `now` comes from: the system clock, or a fixed instant for golden tests.
+#[derive(Debug, Clone, Copy)]
+pub enum Clock {
+    System,
+    Fixed(jiff::Timestamp),
+}
+
+impl Clock {
+    pub fn now(self) -> jiff::Timestamp {
+        match self {
+            Clock::System => jiff::Timestamp::now(),
+            Clock::Fixed(at) => at,
+        }
+    }
+}
+
+/// Everything the hook endpoint needs, shared by all requests.
+pub struct HookState {
+    pub registry: Arc<Registry>,
+    pub limits: Limits,
+    pub auth: Option<Auth>,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl HookState {
+    pub fn new(registry: Registry, limits: Limits, auth: Option<Auth>, clock: Clock) -> HookState {
+        HookState {
+            registry: Arc::new(registry),
+            in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+            limits,
+            auth,
+            clock,
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    fn in_flight_now(&self) -> usize {
+        self.limits
+            .max_in_flight
+            .saturating_sub(self.in_flight.available_permits())
+    }
+}
+
+pub fn hook_router(state: Arc<HookState>) -> Router {
+    let body_limit = state.limits.body_bytes;
+    Router::new()
+        .route("/{controller}/{hook}", post(hooks::handle))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .with_state(state)
+}
+
+/// Last line of defence: a panic in a controller is a 500 with a JSON body, never a
+/// dropped connection and never a 200.
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    tracing::error!("hook computation panicked");
+    HookError::Internal(
+        "the hook server hit an internal fault while computing the answer".to_owned(),
+    )
+    .into_response()
+}
+
+async fn not_found(uri: Uri) -> axum::response::Response {
+    HookError::NotFound(uri.path().to_owned()).into_response()
+}
+
+/// Readiness and liveness flags plus the metrics of the hook port.
+pub struct ProbeState {
+    pub ready: AtomicBool,
+    pub hooks: Arc<HookState>,
+}
+
+pub fn probe_router(state: Arc<ProbeState>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<Arc<ProbeState>>) -> (StatusCode, &'static str) {
+    if state.ready.load(Ordering::SeqCst) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics_text(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.hooks.metrics.render(state.hooks.in_flight_now()),
+    )
+}
+
+/// What `serve` needs once its configuration has been read and checked.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub probe_listen: SocketAddr,
+    pub limits: Limits,
+    pub auth: Option<Auth>,
+    pub tls: Option<TlsFiles>,
+    /// How long readiness reports 503 before the hook port stops accepting, so that
+    /// Service endpoints are updated before connections are refused.
+    pub shutdown_delay: Duration,
+    /// How long in-flight calls may take to finish once shutdown starts.
+    pub shutdown_grace: Duration,
+}
+
+/// A running server: both ports bound, serving.
+pub struct Server {
+    pub hook_addr: SocketAddr,
+    pub probe_addr: SocketAddr,
+    probes: Arc<ProbeState>,
+    hook_handle: axum_server::Handle<SocketAddr>,
+    hook_task: JoinHandle<std::io::Result<()>>,
+    probe_task: JoinHandle<std::io::Result<()>>,
+    probe_shutdown: tokio::sync::watch::Sender<bool>,
+    settings: ServerSettings,
+}
+
+impl Server {
+    /// Binds both ports and starts serving; readiness is reported once both accept.
+    pub async fn start(
+        settings: ServerSettings,
+        registry: Registry,
+        clock: Clock,
+    ) -> anyhow::Result<Server> {
+        let hooks = Arc::new(HookState::new(
+            registry,
+            settings.limits.clone(),
+            settings.auth.clone(),
+            clock,
+        ));
+        let probes = Arc::new(ProbeState {
+            ready: AtomicBool::new(false),
+            hooks: hooks.clone(),
+        });
+
+        let hook_listener = std::net::TcpListener::bind(settings.listen)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {} for hooks: {e}", settings.listen))?;
+        let hook_addr = hook_listener.local_addr()?;
+        let probe_listener = tokio::net::TcpListener::bind(settings.probe_listen)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("cannot listen on {} for probes: {e}", settings.probe_listen)
+            })?;
+        let probe_addr = probe_listener.local_addr()?;
+
+        let hook_handle = axum_server::Handle::new();
+        let app = hook_router(hooks).into_make_service();
+        let hook_task = match &settings.tls {
+            Some(files) => {
+                let config = files.server_config()?;
+                let server = axum_server::from_tcp_rustls(hook_listener, config)?
+                    .handle(hook_handle.clone());
+                tokio::spawn(async move { server.serve(app).await })
+            }
+            None => {
+                let server = axum_server::from_tcp(hook_listener)?.handle(hook_handle.clone());
+                tokio::spawn(async move { server.serve(app).await })
+            }
+        };
+
+        let (probe_shutdown, mut probe_stop) = tokio::sync::watch::channel(false);
+        let probe_app = probe_router(probes.clone());
+        let probe_task = tokio::spawn(async move {
+            axum::serve(probe_listener, probe_app)
+                .with_graceful_shutdown(async move {
+                    let _ = probe_stop.wait_for(|stop| *stop).await;
+                })
+                .await
+        });
+
+        probes.ready.store(true, Ordering::SeqCst);
+        tracing::info!(hooks = %hook_addr, probes = %probe_addr, tls = settings.tls.is_some(), "listening");
+        Ok(Server {
+            hook_addr,
+            probe_addr,
+            probes,
+            hook_handle,
+            hook_task,
+            probe_task,
+            probe_shutdown,
+            settings,
+        })
+    }
+
+    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
+    pub async fn run_until_signal(self) -> anyhow::Result<()> {
+        wait_for_signal().await;
+        self.shutdown().await
+    }
+
+    /// Readiness 503 now; hooks keep answering for the drain delay; then stop accepting
+    /// and let in-flight calls finish within the grace period.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.probes.ready.store(false, Ordering::SeqCst);
+        tracing::info!(
+            delay_ms = self.settings.shutdown_delay.as_millis() as u64,
+            "shutdown started"
+        );
+        tokio::time::sleep(self.settings.shutdown_delay).await;
+        self.hook_handle
+            .graceful_shutdown(Some(self.settings.shutdown_grace));
+        self.hook_task.await??;
+        let _ = self.probe_shutdown.send(true);
+        self.probe_task.await??;
+        tracing::info!("shutdown complete");
+        Ok(())
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,24 @@
+//! Logging setup: one JSON object per line (or plain text), level from `RUST_LOG`.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::LogFormat;
+
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout);
+    let result = match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    if let Err(error) = result {
+        eprintln!("metahooks: logging already initialised: {error}");
+    }
+}
