@@ -20,6 +20,7 @@ use serde_json::Value;
     singular = "apimock",
     shortname = "mock",
     namespaced,
+    doc = "A mock server for an OpenAPI definition (APIrator-compatible)",
     status = "ApiMockStatus",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"URL","type":"string","jsonPath":".status.url"}"#,

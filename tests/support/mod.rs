@@ -1,0 +1,69 @@
+//! Shared test support: paths to shared data, an in-process server, external tools, and
+//! the Metacontroller emulator.
+
+#![allow(dead_code)]
+
+pub mod emulator;
+pub mod oracles;
+
+use std::path::PathBuf;
+
+use metahooks::controllers::{ControllerSettings, Registry};
+use metahooks::server::{Clock, Limits, Server, ServerSettings};
+
+/// `shared/` beside the repository (as CI lays it out), or `METAHOOKS_SHARED_DIR`.
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("METAHOOKS_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_dir().join("..").join("shared"))
+}
+
+pub fn repo_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The instant golden cases are recorded at; conditions that appear or flip carry it.
+pub fn golden_now() -> jiff::Timestamp {
+    "2026-01-01T00:00:00Z"
+        .parse()
+        .expect("fixed timestamp parses")
+}
+
+pub fn local_settings() -> ServerSettings {
+    ServerSettings {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        probe_listen: "127.0.0.1:0".parse().expect("address"),
+        limits: Limits::default(),
+        auth: None,
+        tls: None,
+        shutdown_delay: std::time::Duration::from_millis(0),
+        shutdown_grace: std::time::Duration::from_secs(2),
+    }
+}
+
+/// The shipped controllers on loopback ports.
+pub async fn start_standard(clock: Clock) -> Server {
+    Server::start(
+        local_settings(),
+        Registry::standard(ControllerSettings::default()),
+        clock,
+    )
+    .await
+    .expect("server starts")
+}
+
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+pub fn read_yaml_documents(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    metahooks::yaml::documents::<serde_json::Value>(&text)
+        .unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
