@@ -91,8 +91,9 @@ impl CompositeHooks for ApiMock {
         let wanted = self.memo.analyze(&spec.definition);
         let (served, served_text, validated) = match &wanted.outcome {
             Ok(summary) => {
+                let plural = if summary.operations == 1 { "" } else { "s" };
                 let message = format!(
-                    "{} {} with {} operations is a valid definition",
+                    "{} {} with {} operation{plural} is a valid definition",
                     summary.title, summary.version, summary.operations
                 );
                 (
