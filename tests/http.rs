@@ -1,0 +1,510 @@
+//! The hook server over real HTTP: every status code of the error model, auth on and
+//! off, TLS and mTLS, ETag/304, probes and metrics. Test controllers stand in for real
+//! ones where a behaviour (slowness, a panic, an internal error) must be provoked.
+
+mod support;
+
+use std::time::Duration;
+
+use metahooks::controllers::{CompositeHooks, Context, Registry};
+use metahooks::error::HookError;
+use metahooks::protocol::{CompositeRequest, CompositeResponse};
+use metahooks::server::{Auth, Clock, Limits, Server, ServerSettings, TlsFiles};
+use serde_json::{Value, json};
+
+/// Answers with the parent's name in status; `sleep` and `fail` provoke the error paths.
+struct Probe {
+    sleep: Duration,
+    fail: Option<&'static str>,
+}
+
+impl CompositeHooks for Probe {
+    fn sync(
+        &self,
+        request: &CompositeRequest,
+        _: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        std::thread::sleep(self.sleep);
+        match self.fail {
+            Some("panic") => panic!("test controller panics"),
+            Some(message) => Err(HookError::Internal(message.to_owned())),
+            None => Ok(CompositeResponse::new(
+                json!({"seen": request.parent["metadata"]["name"]}),
+                vec![],
+            )),
+        }
+    }
+
+    fn finalize(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        self.sync(request, ctx).map(|r| r.with_finalized(true))
+    }
+}
+
+fn registry() -> Registry {
+    Registry::new()
+        .composite(
+            "probe",
+            Probe {
+                sleep: Duration::ZERO,
+                fail: None,
+            },
+        )
+        .composite(
+            "slow",
+            Probe {
+                sleep: Duration::from_millis(600),
+                fail: None,
+            },
+        )
+        .composite(
+            "broken",
+            Probe {
+                sleep: Duration::ZERO,
+                fail: Some("cannot build the children"),
+            },
+        )
+        .composite(
+            "panics",
+            Probe {
+                sleep: Duration::ZERO,
+                fail: Some("panic"),
+            },
+        )
+}
+
+fn hook_request(name: &str) -> Value {
+    json!({"controller": {"spec": {"hooks": {"sync": {"version": "v1"}}}}, "parent": {"metadata": {"name": name, "namespace": "ns"}},
+           "children": {}, "related": {}, "finalizing": false})
+}
+
+async fn start(settings: ServerSettings) -> Server {
+    Server::start(settings, registry(), Clock::System)
+        .await
+        .expect("server starts")
+}
+
+async fn post_raw(base: &str, path: &str, body: Vec<u8>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("request is answered")
+}
+
+async fn error_of(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("error body is JSON");
+    (
+        status,
+        body["error"].as_str().expect("error field").to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_codes_of_the_error_model() {
+    let mut settings = support::local_settings();
+    settings.limits = Limits {
+        body_bytes: 64 * 1024,
+        max_in_flight: 1,
+        deadline: Duration::from_secs(5),
+        retry_after_seconds: 2,
+    };
+    let server = start(settings).await;
+    let base = format!("http://{}", server.hook_addr);
+    let body = |v: &Value| serde_json::to_vec(v).unwrap();
+
+    let ok = post_raw(&base, "/probe/sync", body(&hook_request("p1"))).await;
+    assert_eq!(ok.status(), 200);
+    assert!(ok.headers().get("etag").is_some());
+    assert_eq!(
+        ok.json::<Value>().await.unwrap(),
+        json!({"status": {"seen": "p1"}, "children": []})
+    );
+
+    let (code, message) =
+        error_of(post_raw(&base, "/probe/sync", b"{not json".to_vec()).await).await;
+    assert_eq!(code, 400);
+    assert!(message.contains("not a hook request"), "{message}");
+
+    let (code, message) =
+        error_of(post_raw(&base, "/probe/sync", body(&json!({"children": {}}))).await).await;
+    assert_eq!(code, 400, "{message}");
+    assert!(message.contains("no parent object"), "{message}");
+
+    let (code, message) = error_of(
+        post_raw(
+            &base,
+            "/probe/sync",
+            body(&json!({"parent": {"metadata": {}}, "children": []})),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        message.contains("children"),
+        "the JSON path is named: {message}"
+    );
+
+    let (code, _) = error_of(post_raw(&base, "/nosuch/sync", body(&hook_request("x"))).await).await;
+    assert_eq!(code, 404);
+    let (code, _) =
+        error_of(post_raw(&base, "/probe/resync", body(&hook_request("x"))).await).await;
+    assert_eq!(code, 404);
+    let (code, _) = error_of(post_raw(&base, "/a/b/c", vec![]).await).await;
+    assert_eq!(code, 404);
+
+    let huge = vec![b' '; 65 * 1024];
+    let (code, message) = error_of(post_raw(&base, "/probe/sync", huge).await).await;
+    assert_eq!(code, 413);
+    assert!(message.contains("65536"), "{message}");
+
+    let (code, message) =
+        error_of(post_raw(&base, "/broken/sync", body(&hook_request("x"))).await).await;
+    assert_eq!((code, message.as_str()), (500, "cannot build the children"));
+
+    let (code, message) =
+        error_of(post_raw(&base, "/panics/sync", body(&hook_request("x"))).await).await;
+    assert_eq!(code, 500, "{message}");
+    let still_up = post_raw(&base, "/probe/sync", body(&hook_request("after-panic"))).await;
+    assert_eq!(
+        still_up.status(),
+        200,
+        "a panic does not take the server down"
+    );
+
+    // One slow call holds the only in-flight slot; the next is turned away with 429.
+    let slow_base = base.clone();
+    let slow = tokio::spawn(async move {
+        post_raw(
+            &slow_base,
+            "/slow/sync",
+            serde_json::to_vec(&hook_request("s")).unwrap(),
+        )
+        .await
+        .status()
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let busy = post_raw(&base, "/probe/sync", body(&hook_request("x"))).await;
+    assert_eq!(
+        busy.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("2")
+    );
+    let (code, _) = error_of(busy).await;
+    assert_eq!(code, 429);
+    assert_eq!(slow.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deadline_exceeded_is_503() {
+    let mut settings = support::local_settings();
+    settings.limits.deadline = Duration::from_millis(100);
+    let server = start(settings).await;
+    // Bodies above 64 KiB are computed off the async workers, where the deadline applies.
+    let mut request = hook_request("late");
+    request["parent"]["spec"] = json!({"padding": "x".repeat(80 * 1024)});
+    let (code, message) = error_of(
+        post_raw(
+            &format!("http://{}", server.hook_addr),
+            "/slow/sync",
+            serde_json::to_vec(&request).unwrap(),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(code, 503);
+    assert!(message.contains("100 ms"), "{message}");
+}
+
+#[tokio::test]
+async fn etag_and_if_none_match() {
+    let server = start(support::local_settings()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/probe/sync", server.hook_addr);
+    let first = client
+        .post(&url)
+        .json(&hook_request("e"))
+        .send()
+        .await
+        .unwrap();
+    let etag = first.headers()["etag"].to_str().unwrap().to_owned();
+    let body = first.text().await.unwrap();
+    let cached = client
+        .post(&url)
+        .header("if-none-match", &etag)
+        .json(&hook_request("e"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cached.status(), 304);
+    assert_eq!(cached.headers()["etag"].to_str().unwrap(), etag);
+    assert!(cached.text().await.unwrap().is_empty());
+    // Another answer (another parent) is a 200 with another tag, whatever was sent.
+    let other = client
+        .post(&url)
+        .header("if-none-match", &etag)
+        .json(&hook_request("f"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+    assert_ne!(other.headers()["etag"].to_str().unwrap(), etag);
+    assert_ne!(other.text().await.unwrap(), body);
+}
+
+#[tokio::test]
+async fn bearer_and_basic_auth() {
+    let mut settings = support::local_settings();
+    settings.auth = Some(Auth::bearer("s3cret\n"));
+    let server = start(settings).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/probe/sync", server.hook_addr);
+    let none = client
+        .post(&url)
+        .json(&hook_request("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(none).await.0, 401);
+    let wrong = client
+        .post(&url)
+        .bearer_auth("nope")
+        .json(&hook_request("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(wrong).await.0, 401);
+    let right = client
+        .post(&url)
+        .bearer_auth("s3cret")
+        .json(&hook_request("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+    // Probes are not behind auth: kubelet has no token.
+    let probe = reqwest::get(format!("http://{}/readyz", server.probe_addr))
+        .await
+        .unwrap();
+    assert_eq!(probe.status(), 200);
+
+    let mut settings = support::local_settings();
+    settings.auth = Some(Auth::basic("metacontroller", "pw"));
+    let server = start(settings).await;
+    let url = format!("http://{}/probe/sync", server.hook_addr);
+    let right = client
+        .post(&url)
+        .basic_auth("metacontroller", Some("pw"))
+        .json(&hook_request("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+    let wrong = client
+        .post(&url)
+        .basic_auth("metacontroller", Some("px"))
+        .json(&hook_request("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+}
+
+#[tokio::test]
+async fn auth_off_accepts_any_caller() {
+    let server = start(support::local_settings()).await;
+    let response = reqwest::Client::new()
+        .post(format!("http://{}/probe/sync", server.hook_addr))
+        .bearer_auth("anything")
+        .json(&hook_request("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+struct Pki {
+    dir: tempfile::TempDir,
+    ca_pem: String,
+    client_identity: Vec<u8>,
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client = CertificateParams::new(vec!["metacontroller".to_owned()])
+        .unwrap()
+        .signed_by(&client_key, &issuer)
+        .unwrap();
+    std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.crt"), server.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), server_key.serialize_pem()).unwrap();
+    let client_identity = format!("{}{}", client.pem(), client_key.serialize_pem()).into_bytes();
+    Pki {
+        ca_pem: ca.pem(),
+        dir,
+        client_identity,
+    }
+}
+
+fn tls_client(pki: &Pki, with_identity: bool) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap())
+        .resolve("localhost", "127.0.0.1:0".parse().unwrap());
+    if with_identity {
+        builder = builder.identity(reqwest::Identity::from_pem(&pki.client_identity).unwrap());
+    }
+    builder.build().unwrap()
+}
+
+#[tokio::test]
+async fn tls_and_client_certificates() {
+    let pki = pki();
+    let files = TlsFiles {
+        cert: pki.dir.path().join("tls.crt"),
+        key: pki.dir.path().join("tls.key"),
+        client_ca: None,
+    };
+    let mut settings = support::local_settings();
+    settings.tls = Some(files.clone());
+    let server = start(settings).await;
+    let url = format!("https://localhost:{}/probe/sync", server.hook_addr.port());
+    let response = tls_client(&pki, false)
+        .post(&url)
+        .json(&hook_request("t"))
+        .send()
+        .await
+        .expect("TLS call");
+    assert_eq!(response.status(), 200);
+    let plain = reqwest::Client::new()
+        .post(format!("http://{}/probe/sync", server.hook_addr))
+        .json(&hook_request("t"))
+        .send()
+        .await;
+    assert!(
+        plain.is_err() || plain.is_ok_and(|r| r.status() != 200),
+        "plain HTTP is not served on a TLS port"
+    );
+
+    let mut settings = support::local_settings();
+    settings.tls = Some(TlsFiles {
+        client_ca: Some(pki.dir.path().join("ca.pem")),
+        ..files
+    });
+    let server = start(settings).await;
+    let url = format!("https://localhost:{}/probe/sync", server.hook_addr.port());
+    let with_cert = tls_client(&pki, true)
+        .post(&url)
+        .json(&hook_request("m"))
+        .send()
+        .await
+        .expect("mTLS call");
+    assert_eq!(with_cert.status(), 200);
+    let without = tls_client(&pki, false)
+        .post(&url)
+        .json(&hook_request("m"))
+        .send()
+        .await;
+    assert!(
+        without.is_err(),
+        "a client without a certificate is refused"
+    );
+}
+
+#[tokio::test]
+async fn probes_and_metrics() {
+    let server = start(support::local_settings()).await;
+    let probe = format!("http://{}", server.probe_addr);
+    assert_eq!(
+        reqwest::get(format!("{probe}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{probe}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    reqwest::Client::new()
+        .post(format!("http://{}/probe/sync", server.hook_addr))
+        .json(&hook_request("m"))
+        .send()
+        .await
+        .unwrap();
+    let metrics = reqwest::get(format!("{probe}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "metahooks_hook_requests_total{controller=\"probe\",hook=\"sync\",code=\"200\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "metahooks_hook_duration_seconds_count{controller=\"probe\",hook=\"sync\"} 1"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_shutdown_drains_and_flips_readiness() {
+    let mut settings = support::local_settings();
+    settings.shutdown_delay = Duration::from_millis(400);
+    let server = start(settings).await;
+    let (hook, probe) = (server.hook_addr, server.probe_addr);
+    let shutdown = tokio::spawn(server.shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        reqwest::get(format!("http://{probe}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    let during = reqwest::Client::new()
+        .post(format!("http://{hook}/probe/sync"))
+        .json(&hook_request("d"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        during.status(),
+        200,
+        "hooks keep answering during the drain delay"
+    );
+    shutdown.await.unwrap().unwrap();
+    assert!(
+        reqwest::get(format!("http://{probe}/readyz"))
+            .await
+            .is_err()
+    );
+}

@@ -1,0 +1,211 @@
+//! The real binary: `serve` logs one JSON line per hook call, turns readiness to 503 on
+//! SIGTERM while still answering hooks, then exits 0; `version`, `crds` and `render` work.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_metahooks")
+}
+
+async fn wait_ready(url: &str) {
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = reqwest::get(url).await
+            && r.status() == 200
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "server never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_logs_json_and_drains_on_sigterm() {
+    let (hook_port, probe_port) = (free_port(), free_port());
+    let mut child = Command::new(binary())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{hook_port}"),
+            "--probe-listen",
+            &format!("127.0.0.1:{probe_port}"),
+        ])
+        .args(["--shutdown-delay-seconds", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("binary starts");
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    wait_ready(&format!("http://127.0.0.1:{probe_port}/readyz")).await;
+
+    let request = support::read_json(
+        &support::repo_dir().join("hooks-tests/apimock/fresh-parent/request.json"),
+    );
+    let client = reqwest::Client::new();
+    let answer = client
+        .post(format!("http://127.0.0.1:{hook_port}/apimock/sync"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ready = reqwest::get(format!("http://127.0.0.1:{probe_port}/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503, "readiness flips at once on SIGTERM");
+    let during = client
+        .post(format!("http://127.0.0.1:{hook_port}/apimock/sync"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        during.status(),
+        200,
+        "hooks are still answered during the drain delay"
+    );
+
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "exit status {exit:?}");
+    let lines = lines.join().unwrap();
+    let calls: Vec<Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["message"] == "hook call")
+        .collect();
+    assert_eq!(calls.len(), 2, "one JSON line per hook call: {lines:#?}");
+    let line = &calls[0];
+    assert_eq!(line["controller"], "apimock");
+    assert_eq!(line["hook"], "sync");
+    assert_eq!(line["parent.namespace"], "team-a");
+    assert_eq!(line["parent.name"], "pets");
+    assert_eq!(line["status"], 200);
+    assert!(line["duration_ms"].as_f64().is_some());
+    assert!(lines.iter().any(|l| l.contains("shutdown complete")));
+}
+
+#[test]
+fn version_crds_and_render() {
+    let version = Command::new(binary()).arg("version").output().unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("metahooks "));
+
+    let crds = Command::new(binary()).arg("crds").output().unwrap();
+    assert!(crds.status.success());
+    let text = String::from_utf8(crds.stdout).unwrap();
+    let committed = std::fs::read_to_string(
+        support::repo_dir().join("manifests/crds/apimocks.apirator.io.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        text,
+        format!("---\n{committed}"),
+        "manifests/crds/ must equal `metahooks crds` (regenerate with: cargo run -- crds)"
+    );
+
+    let sample = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let rendered = Command::new(binary())
+        .args(["render", "apimock", "-f"])
+        .arg(&sample)
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let response: Value = serde_json::from_slice(&rendered.stdout).unwrap();
+    let kinds: Vec<&str> = response["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["ConfigMap", "Deployment", "Service", "Ingress"]);
+
+    let unknown = Command::new(binary())
+        .args(["render", "nosuch", "-f"])
+        .arg(&sample)
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown controller"));
+}
+
+#[test]
+fn render_with_observed_children_keeps_the_last_good_mock() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let first = Command::new(binary())
+        .args(["render", "apimock", "-f"])
+        .arg(&good)
+        .args(["-o", "yaml"])
+        .output()
+        .unwrap();
+    assert!(first.status.success());
+    let response: Value =
+        metahooks::yaml::from_str(&String::from_utf8(first.stdout).unwrap()).unwrap();
+    let observed: Vec<Value> = response["children"].as_array().unwrap().clone();
+    let observed_path = dir.path().join("observed.yaml");
+    std::fs::write(
+        &observed_path,
+        metahooks::yaml::to_string(&serde_json::json!({"kind": "List", "items": observed}))
+            .unwrap(),
+    )
+    .unwrap();
+    let broken_path = dir.path().join("broken.yaml");
+    std::fs::write(&broken_path, "apiVersion: apirator.io/v1alpha1\nkind: APIMock\nmetadata: {name: users}\nspec: {definition: 'openapi: 3.0.0'}\n").unwrap();
+    let second = Command::new(binary())
+        .args(["render", "apimock", "-f"])
+        .arg(&broken_path)
+        .arg("--observed")
+        .arg(&observed_path)
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let kept: Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(kept["status"]["phase"], "Error");
+    assert_eq!(
+        kept["children"].as_array().unwrap().len(),
+        3,
+        "ConfigMap, Deployment, Service kept (no Ingress in the new spec)"
+    );
+}
