@@ -2,6 +2,8 @@
 //! edit → pods roll → Running, break → Error with the old mock kept, fix → Running,
 //! delete → finalized; no hot loop at any point.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
 mod support;
 
 use metahooks::server::Clock;

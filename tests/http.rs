@@ -2,6 +2,8 @@
 //! off, TLS and mTLS, ETag/304, probes and metrics. Test controllers stand in for real
 //! ones where a behaviour (slowness, a panic, an internal error) must be provoked.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
 mod support;
 
 use std::time::Duration;
