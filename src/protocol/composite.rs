@@ -35,7 +35,7 @@ pub struct CompositeResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<Vec<Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resync_after_seconds: Option<f64>,
+    pub resync_after_seconds: Option<serde_json::Number>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized: Option<bool>,
 }
@@ -51,8 +51,9 @@ impl CompositeResponse {
         }
     }
 
-    pub fn with_resync_after(mut self, seconds: Option<f64>) -> CompositeResponse {
-        self.resync_after_seconds = seconds.filter(|s| *s > 0.0);
+    /// Asks for one more sync after that many seconds (0 asks for none).
+    pub fn with_resync_after(mut self, seconds: u64) -> CompositeResponse {
+        self.resync_after_seconds = (seconds > 0).then(|| seconds.into());
         self
     }
 

@@ -38,7 +38,8 @@ pub struct DecoratorResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Vec<Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resync_after_seconds: Option<f64>,
+    /// Kept as a JSON number so a value read back is written unchanged (`30`, not `30.0`).
+    pub resync_after_seconds: Option<serde_json::Number>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized: Option<bool>,
 }

@@ -1038,6 +1038,8 @@ impl Emulator {
         }
         if parent.get("status") != Some(&status) {
             parent["status"] = status;
+            self.next_version += 1;
+            parent["metadata"]["resourceVersion"] = json!(self.next_version.to_string());
             report.status_changed.push(parent_key.clone());
         }
     }

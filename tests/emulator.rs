@@ -1,0 +1,290 @@
+//! The emulator's own tests: it must catch every protocol violation the real
+//! Metacontroller would reject or loop on, and accept a well-behaved controller.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use support::emulator::{Emulator, Registration};
+
+/// A hand-written hook that misbehaves in one chosen way.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fault {
+    None,
+    UnregisteredKind,
+    WrongApiVersion,
+    OwnerReferences,
+    ChildStatus,
+    UnknownTopLevelField,
+    StatusCounter,
+    NonDeterministic,
+    Http500,
+    NoStatus,
+    MissingKind,
+    ServerFields,
+}
+
+struct Hook {
+    fault: Fault,
+    calls: AtomicU64,
+}
+
+async fn sync(
+    State(hook): State<Arc<Hook>>,
+    Json(request): Json<Value>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let call = hook.calls.fetch_add(1, Ordering::SeqCst);
+    let name = request["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mut child = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-cm")}, "data": {"a": "b"}});
+    let mut response = json!({"status": {"children": 1}, "children": []});
+    match hook.fault {
+        Fault::UnregisteredKind => {
+            child = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}})
+        }
+        Fault::WrongApiVersion => child["apiVersion"] = json!("v2"),
+        Fault::OwnerReferences => {
+            child["metadata"]["ownerReferences"] = json!([{"apiVersion": "example.com/v1", "kind": "Thing", "name": name, "uid": "x", "controller": true}])
+        }
+        Fault::ChildStatus => child["status"] = json!({"ready": true}),
+        Fault::UnknownTopLevelField => response["Children"] = json!([]),
+        // Deterministic per request, yet different after every status write: a hot loop.
+        Fault::StatusCounter => {
+            response["status"]["seenVersion"] =
+                request["parent"]["metadata"]["resourceVersion"].clone()
+        }
+        Fault::NonDeterministic => child["data"]["nonce"] = json!(call.to_string()),
+        Fault::Http500 => {
+            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response();
+        }
+        Fault::NoStatus => {
+            response.as_object_mut().unwrap().remove("status");
+        }
+        Fault::MissingKind => child
+            .as_object_mut()
+            .unwrap()
+            .remove("kind")
+            .map(|_| ())
+            .unwrap_or(()),
+        Fault::ServerFields => child["metadata"]["resourceVersion"] = json!("7"),
+        Fault::None => {}
+    }
+    if request["finalizing"] == json!(true) {
+        let gone = request["children"]["ConfigMap.v1"]
+            .as_object()
+            .is_none_or(|m| m.is_empty());
+        return Json(json!({"status": {}, "children": [], "finalized": gone})).into_response();
+    }
+    response["children"] = json!([child]);
+    Json(response).into_response()
+}
+
+fn registration(version: &str) -> Registration {
+    Registration::parse(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "CompositeController",
+        "metadata": {"name": "things"},
+        "spec": {
+            "generateSelector": true,
+            "parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps", "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {
+                "sync": {"version": version, "webhook": {"url": "http://hooks.example/things/sync"}},
+                "finalize": {"version": version, "webhook": {"url": "http://hooks.example/things/sync"}}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+async fn emulator_with(fault: Fault, version: &str) -> Emulator {
+    let hook = Arc::new(Hook {
+        fault,
+        calls: AtomicU64::new(0),
+    });
+    let app = Router::new()
+        .route("/things/sync", post(sync))
+        .with_state(hook);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut emulator = Emulator::new(&format!("http://{addr}"), vec![registration(version)]);
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "one", "namespace": "ns"}, "spec": {}}));
+    emulator
+}
+
+async fn violation(fault: Fault, version: &str) -> String {
+    let mut emulator = emulator_with(fault, version).await;
+    match emulator.converge(8).await {
+        Ok(rounds) => {
+            panic!("{fault:?} under {version} was accepted (converged in {rounds} rounds)")
+        }
+        Err(violation) => violation,
+    }
+}
+
+#[tokio::test]
+async fn a_well_behaved_controller_converges_and_finalizes() {
+    let mut emulator = emulator_with(Fault::None, "v2").await;
+    emulator.converge(5).await.unwrap();
+    let child = emulator
+        .get("v1", "ConfigMap", "ns", "one-cm")
+        .expect("child created");
+    assert_eq!(child["metadata"]["ownerReferences"][0]["controller"], true);
+    assert!(
+        child["metadata"]["labels"]["controller-uid"].is_string(),
+        "generateSelector label"
+    );
+    let parent = emulator
+        .get("example.com/v1", "Thing", "ns", "one")
+        .unwrap();
+    assert_eq!(
+        parent["status"],
+        json!({"children": 1, "observedGeneration": 1})
+    );
+    let key = support::emulator::key_of(parent);
+    emulator.delete(&key);
+    emulator.converge(5).await.unwrap();
+    assert!(
+        emulator
+            .get("example.com/v1", "Thing", "ns", "one")
+            .is_none()
+    );
+    assert!(emulator.get("v1", "ConfigMap", "ns", "one-cm").is_none());
+}
+
+#[tokio::test]
+async fn catches_unregistered_child_kind() {
+    assert!(
+        violation(Fault::UnregisteredKind, "v1")
+            .await
+            .contains("not a registered child type")
+    );
+}
+
+#[tokio::test]
+async fn catches_wrong_child_api_version() {
+    assert!(
+        violation(Fault::WrongApiVersion, "v1")
+            .await
+            .contains("ConfigMap.v2")
+    );
+}
+
+#[tokio::test]
+async fn catches_owner_references_on_children() {
+    assert!(
+        violation(Fault::OwnerReferences, "v1")
+            .await
+            .contains("ownerReferences")
+    );
+}
+
+#[tokio::test]
+async fn catches_status_on_children() {
+    assert!(
+        violation(Fault::ChildStatus, "v1")
+            .await
+            .contains("sets status")
+    );
+}
+
+#[tokio::test]
+async fn catches_server_populated_fields_on_children() {
+    assert!(
+        violation(Fault::ServerFields, "v1")
+            .await
+            .contains("resourceVersion")
+    );
+}
+
+#[tokio::test]
+async fn catches_missing_kind() {
+    assert!(
+        violation(Fault::MissingKind, "v1")
+            .await
+            .contains("Kind' is missing")
+    );
+}
+
+#[tokio::test]
+async fn unknown_top_level_fields_fail_strict_v2_only() {
+    assert!(
+        violation(Fault::UnknownTopLevelField, "v2")
+            .await
+            .contains("unknown field \"Children\"")
+    );
+    // v1 decodes loosely: the same answer is accepted.
+    let mut loose = emulator_with(Fault::UnknownTopLevelField, "v1").await;
+    loose.converge(5).await.unwrap();
+}
+
+#[tokio::test]
+async fn catches_a_status_that_changes_on_every_call() {
+    let message = violation(Fault::StatusCounter, "v1").await;
+    assert!(message.contains("hot loop"), "{message}");
+}
+
+#[tokio::test]
+async fn catches_answers_that_differ_for_identical_requests() {
+    assert!(
+        violation(Fault::NonDeterministic, "v1")
+            .await
+            .contains("two identical requests got different answers")
+    );
+}
+
+#[tokio::test]
+async fn catches_non_200_answers() {
+    assert!(
+        violation(Fault::Http500, "v1")
+            .await
+            .contains("unsupported status code: 500 body: boom")
+    );
+}
+
+#[tokio::test]
+async fn catches_a_composite_answer_without_status() {
+    assert!(
+        violation(Fault::NoStatus, "v1")
+            .await
+            .contains("without an object status")
+    );
+}
+
+#[test]
+fn strictness_follows_metacontrollers_decoding_cases() {
+    // shared/fixtures/metacontroller/unit-test.response-decoding-cases.json: which hook
+    // versions and modes decode unknown fields strictly.
+    let cases = support::read_json(
+        &support::shared_dir()
+            .join("fixtures/metacontroller/unit-test.response-decoding-cases.json"),
+    );
+    for case in cases["cases"].as_array().unwrap() {
+        let version = case["hook_version"].as_str().unwrap();
+        let mut sync = json!({"version": version, "webhook": {"url": "http://x/sync"}});
+        if let Some(mode) = case["mode"].as_str() {
+            sync["webhook"]["responseUnMarshallMode"] = json!(mode);
+        }
+        let registration = Registration::parse(json!({
+            "kind": "CompositeController", "metadata": {"name": "c"},
+            "spec": {"parentResource": {"apiVersion": "v1", "resource": "configmaps"}, "hooks": {"sync": sync}}
+        }))
+        .unwrap();
+        let strict = registration.hooks.values().next().unwrap().strict;
+        let expect = case["expect"].as_str().unwrap();
+        if case["body"].as_str().unwrap().contains("unknownField") {
+            assert_eq!(strict, expect.starts_with("error"), "{case}");
+        }
+    }
+}
