@@ -1,0 +1,258 @@
+//! APIMock checked against things we did not write: `kubernetes-validate --strict` on
+//! every object it emits, the CRD's own schema on every example CR, and
+//! `openapi-spec-validator`'s verdicts on the OpenAPI corpus.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use metahooks::controllers::apimock::definition::analyze;
+use metahooks::controllers::{Context, Registry};
+use metahooks::protocol::Hook;
+use serde_json::{Value, json};
+
+fn sync(parent: &Value) -> Value {
+    let registry = Registry::standard(Default::default());
+    let request = json!({"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": false});
+    let outcome = registry.call(
+        "apimock",
+        Hook::Sync,
+        &serde_json::to_vec(&request).unwrap(),
+        &Context {
+            now: support::golden_now(),
+        },
+    );
+    serde_json::from_slice(&outcome.result.unwrap()).unwrap()
+}
+
+fn examples() -> Vec<Value> {
+    let dir = support::repo_dir().join("manifests/examples");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|p| support::read_yaml_documents(p))
+        .filter(|d| d["kind"] == "APIMock")
+        .collect()
+}
+
+/// Children of every golden answer and of every example, with the namespace
+/// Metacontroller would add.
+fn emitted_objects() -> Vec<Value> {
+    let mut objects = Vec::new();
+    let golden = support::repo_dir().join("hooks-tests/apimock");
+    for case in std::fs::read_dir(golden).unwrap().filter_map(Result::ok) {
+        let response = support::read_json(&case.path().join("response.json"));
+        objects.extend(response["children"].as_array().cloned().unwrap_or_default());
+    }
+    for example in examples() {
+        objects.extend(
+            sync(&example)["children"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+    }
+    for object in &mut objects {
+        object["metadata"]["namespace"] = json!("team-a");
+    }
+    objects
+}
+
+#[test]
+fn every_emitted_object_passes_kubernetes_validate_strict() {
+    let objects = emitted_objects();
+    let kinds: std::collections::BTreeSet<String> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["ConfigMap", "Deployment", "Ingress", "Service"]
+    );
+    if let Some(problems) = support::oracles::kubernetes_validate(&objects, &["1.30", "1.33"]) {
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+}
+
+#[test]
+fn kubernetes_validate_catches_a_broken_object() {
+    // The oracle is live: an unknown container field must be refused.
+    let mut deployment = emitted_objects()
+        .into_iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolize"] = json!("Always");
+    if let Some(problems) = support::oracles::kubernetes_validate(&[deployment], &["1.33"]) {
+        assert_eq!(
+            problems.len(),
+            1,
+            "strict validation must reject an unknown field"
+        );
+    }
+}
+
+#[test]
+fn server_manifests_pass_kubernetes_validate_strict() {
+    let dir = support::repo_dir().join("manifests/server");
+    let mut objects = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        objects.extend(support::read_yaml_documents(&entry.path()));
+    }
+    objects.extend(support::read_yaml_documents(
+        &support::repo_dir().join("manifests/crds/apimocks.apirator.io.yaml"),
+    ));
+    if let Some(problems) = support::oracles::kubernetes_validate(&objects, &["1.30", "1.33"]) {
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+}
+
+fn crd_schema() -> Value {
+    let crd = support::read_yaml_documents(
+        &support::repo_dir().join("manifests/crds/apimocks.apirator.io.yaml"),
+    )
+    .remove(0);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn every_example_cr_validates_against_the_crd_schema() {
+    let schema = crd_schema();
+    let validator = jsonschema::options().build(&schema).unwrap();
+    let examples = examples();
+    assert!(examples.len() >= 2);
+    for example in &examples {
+        let errors: Vec<String> = validator
+            .iter_errors(example)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{}: {errors:?}",
+            example["metadata"]["name"]
+        );
+        let response = sync(example);
+        assert_eq!(
+            response["status"]["conditions"][0]["status"], "True",
+            "{}",
+            response["status"]
+        );
+    }
+    let bad = json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock", "metadata": {"name": "x"}, "spec": {"service": {"type": "ExternalDNS"}}});
+    assert!(
+        validator.iter_errors(&bad).count() >= 2,
+        "missing definition and a bad enum are refused"
+    );
+}
+
+#[test]
+fn the_crd_declares_status_subresource_and_observed_generation() {
+    let crd = support::read_yaml_documents(
+        &support::repo_dir().join("manifests/crds/apimocks.apirator.io.yaml"),
+    )
+    .remove(0);
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(
+        version["subresources"]["status"],
+        json!({}),
+        "status subresource avoids Metacontroller hot loops"
+    );
+    assert_eq!(
+        version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["observedGeneration"]
+            ["type"],
+        "integer"
+    );
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["Phase", "URL", "Ready", "Age"]);
+}
+
+/// Documents where we knowingly differ from openapi-spec-validator, and why.
+fn known_disagreements() -> BTreeMap<&'static str, &'static str> {
+    BTreeMap::from([
+        (
+            "directory/amazonaws.com/codeartifact.json",
+            "pattern '\\P{C}+' is valid ECMA-262/Rust regex; the oracle rejects it because Python's `re` lacks \\p classes",
+        ),
+        (
+            "directory/amazonaws.com/identitystore.json",
+            "pattern with \\p{L}\\p{M}... classes: valid for ECMA-262, rejected only by Python's `re`",
+        ),
+        (
+            "directory/amazonaws.com/service-quotas.json",
+            "pattern with \\p{L}\\p{Z}\\p{N} classes: valid for ECMA-262, rejected only by Python's `re`",
+        ),
+    ])
+}
+
+#[test]
+fn definition_validation_agrees_with_openapi_spec_validator() {
+    let dir = support::shared_dir().join("corpus/openapi");
+    let labels = support::read_json(&dir.join("labels.json"));
+    let known = known_disagreements();
+    let mut total = 0;
+    let mut agree = 0;
+    let mut unexplained = Vec::new();
+    for (file, label) in labels.as_object().unwrap() {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        let ours = analyze(&text);
+        let oracle_valid = label["valid"].as_bool().unwrap();
+        total += 1;
+        if ours.outcome.is_ok() == oracle_valid {
+            agree += 1;
+            if let Err(invalid) = &ours.outcome {
+                assert!(
+                    !invalid.message.is_empty()
+                        && invalid.reason.chars().next().unwrap().is_uppercase(),
+                    "{file}"
+                );
+            }
+        } else if !known.contains_key(file.as_str()) {
+            unexplained.push(format!(
+                "{file}: oracle valid={oracle_valid}, ours {:?}",
+                ours.outcome
+            ));
+        }
+    }
+    assert!(
+        unexplained.is_empty(),
+        "disagreements without a listed reason:\n{}",
+        unexplained.join("\n")
+    );
+    let agreement = f64::from(agree) / f64::from(total);
+    assert!(
+        agreement >= 0.98,
+        "agreement {agree}/{total} = {agreement:.3}"
+    );
+    assert!(total >= 200, "corpus too small: {total}");
+    for file in known.keys() {
+        assert!(
+            labels.get(*file).is_some(),
+            "listed disagreement {file} is not in the corpus"
+        );
+    }
+}
+
+#[test]
+fn we_never_reject_what_the_oracle_accepts() {
+    let dir = support::shared_dir().join("corpus/openapi");
+    let labels = support::read_json(&dir.join("labels.json"));
+    for (file, label) in labels.as_object().unwrap() {
+        if label["valid"] == json!(true) {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            if let Err(invalid) = analyze(&text).outcome {
+                panic!("{file} is valid for the oracle but we refuse it: {invalid:?}");
+            }
+        }
+    }
+}
