@@ -94,6 +94,15 @@ pub struct ControllerArgs {
     /// Image of the optional Swagger UI container (APIMock spec.docs.enabled).
     #[arg(long, env = "METAHOOKS_DOCS_IMAGE", default_value = crate::controllers::apimock::DEFAULT_DOCS_IMAGE)]
     pub docs_image: String,
+    /// Let sources use this scheme besides https (http, git, file); repeatable.
+    #[arg(long = "allow-scheme", env = "METAHOOKS_ALLOW_SCHEME", value_delimiter = ',', value_parser = ["http", "git", "file"])]
+    pub allow_scheme: Vec<String>,
+    /// Let sources reach loopback, private and link-local addresses (cloud metadata too).
+    #[arg(long, env = "METAHOOKS_ALLOW_PRIVATE_ADDRESSES")]
+    pub allow_private_addresses: bool,
+    /// Where fetched sources are cached (default: a metahooks folder in the temp dir).
+    #[arg(long, env = "METAHOOKS_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

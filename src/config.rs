@@ -9,6 +9,8 @@ use anyhow::{Context as _, bail};
 use crate::cli::{ControllerArgs, ServeArgs};
 use crate::controllers::{ControllerSettings, Registry};
 use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
+use crate::source::fetcher::Fetcher;
+use crate::source::policy::{Limits as SourceLimits, Policy};
 
 pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Registry)> {
     if args.max_in_flight == 0 {
@@ -57,10 +59,29 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
         shutdown_delay: Duration::from_secs(args.shutdown_delay_seconds),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
     };
-    Ok((
-        settings,
-        Registry::standard(controller_settings(&args.controllers)),
-    ))
+    Ok((settings, standard_registry(&args.controllers)?))
+}
+
+/// The shipped controllers with a source engine built from the flags. Needs a Tokio
+/// runtime (the engine spawns its fetch jobs on it).
+pub fn standard_registry(args: &ControllerArgs) -> anyhow::Result<Registry> {
+    let fetcher = source_fetcher(args)?;
+    Ok(Registry::standard(controller_settings(args)).with_sources(std::sync::Arc::new(fetcher)))
+}
+
+pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
+    let policy = Policy {
+        extra_schemes: args.allow_scheme.iter().cloned().collect(),
+        allow_private_addresses: args.allow_private_addresses,
+        limits: SourceLimits::default(),
+    };
+    let cache_dir = args
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("metahooks"));
+    std::fs::create_dir_all(&cache_dir)
+        .with_context(|| format!("cannot create the cache directory {}", cache_dir.display()))?;
+    Fetcher::new(policy, cache_dir).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {

@@ -6,13 +6,20 @@ use schemars::Schema;
 use serde_json::json;
 
 use crate::controllers::apimock::spec::ApiMock;
+use crate::controllers::monitoredservice::spec::MonitoredService;
 
 /// Each CRD as (file name under `manifests/crds/`, YAML).
 pub fn all() -> anyhow::Result<Vec<(&'static str, String)>> {
-    Ok(vec![(
-        "apimocks.apirator.io.yaml",
-        crate::yaml::to_string(&ApiMock::crd())?,
-    )])
+    Ok(vec![
+        (
+            "apimocks.apirator.io.yaml",
+            crate::yaml::to_string(&ApiMock::crd())?,
+        ),
+        (
+            "monitoredservices.services.example.com.yaml",
+            crate::yaml::to_string(&MonitoredService::crd())?,
+        ),
+    ])
 }
 
 /// All CRDs as one multi-document YAML stream.

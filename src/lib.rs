@@ -5,6 +5,7 @@
 //! - [`protocol`]: Metacontroller's request/response types;
 //! - [`server`]: the HTTP edge (routing, limits, auth, TLS, ETag, probes);
 //! - [`controllers`]: pure sync/finalize/customize logic per controller;
+//! - [`source`]: the background config-source engine (git, HTTP) controllers read from;
 //! - [`cli`], [`config`], [`render`], [`crds`], [`telemetry`]: the command line around them.
 
 pub mod cli;
@@ -15,5 +16,6 @@ pub mod error;
 pub mod protocol;
 pub mod render;
 pub mod server;
+pub mod source;
 pub mod telemetry;
 pub mod yaml;

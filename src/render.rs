@@ -9,12 +9,21 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use crate::cli::{OutputFormat, RenderArgs};
-use crate::config::controller_settings;
-use crate::controllers::{Context, Registry};
+use crate::config::{controller_settings, source_fetcher};
+use crate::controllers::Registry;
 use crate::protocol::Hook;
 
 pub fn render(args: &RenderArgs) -> anyhow::Result<String> {
-    let registry = Registry::standard(controller_settings(&args.controllers));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(render_async(args))
+}
+
+async fn render_async(args: &RenderArgs) -> anyhow::Result<String> {
+    let fetcher = source_fetcher(&args.controllers)?;
+    let registry = Registry::standard(controller_settings(&args.controllers))
+        .with_sources(std::sync::Arc::new(fetcher.clone()));
     if !registry.contains(&args.controller) {
         let known: Vec<&str> = registry.names().collect();
         bail!(
@@ -30,10 +39,21 @@ pub fn render(args: &RenderArgs) -> anyhow::Result<String> {
     };
     let request = request_for(&args.controller, parent, &observed);
     let body = serde_json::to_vec(&request)?;
-    let ctx = Context {
-        now: jiff::Timestamp::now(),
-    };
-    let outcome = registry.call(&args.controller, Hook::Sync, &body, &ctx);
+    // The first call starts any fetch the parent needs; the answer printed is the one
+    // given once those fetches are done.
+    let _ = registry.call(
+        &args.controller,
+        Hook::Sync,
+        &body,
+        &registry.context(jiff::Timestamp::now()),
+    );
+    fetcher.idle().await;
+    let outcome = registry.call(
+        &args.controller,
+        Hook::Sync,
+        &body,
+        &registry.context(jiff::Timestamp::now()),
+    );
     let bytes = outcome.result.map_err(|e| anyhow::anyhow!("{e}"))?;
     let response: Value = serde_json::from_slice(&bytes)?;
     Ok(match args.output {

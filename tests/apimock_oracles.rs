@@ -20,9 +20,7 @@ fn sync(parent: &Value) -> Value {
         "apimock",
         Hook::Sync,
         &serde_json::to_vec(&request).unwrap(),
-        &Context {
-            now: support::golden_now(),
-        },
+        &Context::at(support::golden_now()),
     );
     serde_json::from_slice(&outcome.result.unwrap()).unwrap()
 }

@@ -32,9 +32,7 @@ fn children_for(definition: &str) -> Vec<Value> {
         "apimock",
         Hook::Sync,
         &serde_json::to_vec(&request).unwrap(),
-        &Context {
-            now: support::golden_now(),
-        },
+        &Context::at(support::golden_now()),
     );
     let response: Value = serde_json::from_slice(&outcome.result.unwrap()).unwrap();
     assert_eq!(

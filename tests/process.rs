@@ -127,13 +127,19 @@ fn version_crds_and_render() {
     let crds = Command::new(binary()).arg("crds").output().unwrap();
     assert!(crds.status.success());
     let text = String::from_utf8(crds.stdout).unwrap();
-    let committed = std::fs::read_to_string(
-        support::repo_dir().join("manifests/crds/apimocks.apirator.io.yaml"),
-    )
-    .unwrap();
+    let mut committed = String::new();
+    for file in [
+        "apimocks.apirator.io.yaml",
+        "monitoredservices.services.example.com.yaml",
+    ] {
+        committed.push_str("---\n");
+        committed.push_str(
+            &std::fs::read_to_string(support::repo_dir().join("manifests/crds").join(file))
+                .unwrap(),
+        );
+    }
     assert_eq!(
-        text,
-        format!("---\n{committed}"),
+        text, committed,
         "manifests/crds/ must equal `metahooks crds` (regenerate with: cargo run -- crds)"
     );
 

@@ -7,6 +7,7 @@
 
 pub mod apimock;
 pub mod common;
+pub mod monitoredservice;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
     DecoratorResponse, Hook,
 };
+use crate::source::{NoSources, Sources};
 
 /// Server-wide settings controllers read (from `serve`/`render` flags).
 #[derive(Debug, Clone)]
@@ -38,10 +40,30 @@ impl Default for ControllerSettings {
 }
 
 /// What a controller may know besides the request. Filled by the server per call.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Context {
     /// The time to stamp on conditions that appear or flip in this answer.
     pub now: jiff::Timestamp,
+    /// The config-source cache (read side; never blocks).
+    pub sources: Arc<dyn Sources>,
+}
+
+impl Context {
+    /// A context without a source engine, for controllers that fetch nothing.
+    pub fn at(now: jiff::Timestamp) -> Context {
+        Context {
+            now,
+            sources: Arc::new(NoSources),
+        }
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Hooks of a CompositeController (parent → children).
@@ -118,10 +140,20 @@ pub struct CallOutcome {
     pub result: Result<Vec<u8>, HookError>,
 }
 
-/// Controllers by URL name (`/<name>/<hook>`).
-#[derive(Clone, Default)]
+/// Controllers by URL name (`/<name>/<hook>`), and the source engine they share.
+#[derive(Clone)]
 pub struct Registry {
     entries: BTreeMap<String, Entry>,
+    sources: Arc<dyn Sources>,
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            entries: BTreeMap::new(),
+            sources: Arc::new(NoSources),
+        }
+    }
 }
 
 impl Registry {
@@ -131,7 +163,23 @@ impl Registry {
 
     /// Every controller metahooks ships, under its URL name.
     pub fn standard(settings: ControllerSettings) -> Registry {
-        Registry::new().composite("apimock", apimock::ApiMock::new(&settings))
+        Registry::new()
+            .composite("apimock", apimock::ApiMock::new(&settings))
+            .composite("monitoredservice", monitoredservice::MonitoredService)
+    }
+
+    /// The source engine controllers read through [`Context::sources`].
+    pub fn with_sources(mut self, sources: Arc<dyn Sources>) -> Registry {
+        self.sources = sources;
+        self
+    }
+
+    /// The context of one call at `now`.
+    pub fn context(&self, now: jiff::Timestamp) -> Context {
+        Context {
+            now,
+            sources: self.sources.clone(),
+        }
     }
 
     pub fn composite(mut self, name: &str, hooks: impl CompositeHooks) -> Registry {

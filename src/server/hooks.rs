@@ -97,9 +97,7 @@ async fn answer(
             );
         }
     };
-    let ctx = Context {
-        now: state.clock.now(),
-    };
+    let ctx = state.registry.context(state.clock.now());
     let outcome = match tokio::time::timeout(
         state.limits.deadline,
         run(state, controller, hook, body, ctx),

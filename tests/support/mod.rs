@@ -5,6 +5,7 @@
 
 pub mod emulator;
 pub mod oracles;
+pub mod servers;
 
 use std::path::PathBuf;
 

@@ -261,24 +261,29 @@ fn summarize(document: &Value, generation: Generation) -> Summary {
     }
 }
 
-/// Bounded memo of analyses keyed by the definition's SHA-256.
+/// Bounded memo of analyses. Keyed by BLAKE3 (several GB/s, collision-resistant)
+/// rather than SHA-256, because the key is computed on every sync of every parent while
+/// the SHA-256 shown to users is only needed once per distinct document.
 #[derive(Default)]
 pub struct Memo {
     inner: Mutex<MemoInner>,
 }
 
+type MemoKey = [u8; 32];
+
 #[derive(Default)]
 struct MemoInner {
-    entries: HashMap<String, Arc<Analysis>>,
-    order: VecDeque<String>,
+    entries: HashMap<MemoKey, Arc<Analysis>>,
+    order: VecDeque<MemoKey>,
 }
 
 impl Memo {
     pub fn analyze(&self, text: &str) -> Arc<Analysis> {
-        let sha256 = sha256_hex(text.as_bytes());
-        if let Some(hit) = self.lock().entries.get(&sha256) {
+        let key: MemoKey = *blake3::hash(text.as_bytes()).as_bytes();
+        if let Some(hit) = self.lock().entries.get(&key) {
             return hit.clone();
         }
+        let sha256 = sha256_hex(text.as_bytes());
         // Computed outside the lock: a slow document must not block other parents.
         let format = sniff_format(text);
         let analysis = Arc::new(Analysis {
@@ -287,14 +292,14 @@ impl Memo {
             format,
         });
         let mut inner = self.lock();
-        if !inner.entries.contains_key(&sha256) {
+        if !inner.entries.contains_key(&key) {
             if inner.order.len() >= MEMO_ENTRIES
                 && let Some(oldest) = inner.order.pop_front()
             {
                 inner.entries.remove(&oldest);
             }
-            inner.order.push_back(sha256.clone());
-            inner.entries.insert(sha256, analysis.clone());
+            inner.order.push_back(key);
+            inner.entries.insert(key, analysis.clone());
         }
         analysis
     }

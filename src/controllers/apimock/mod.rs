@@ -18,6 +18,7 @@ use self::definition::{Analysis, Memo};
 use self::spec::DefinitionStatus;
 use self::status::{Facts, Rollout};
 use crate::controllers::common::conditions::{Decided, format_time};
+use crate::controllers::common::keep::last_applied_children;
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
@@ -72,7 +73,7 @@ impl CompositeHooks for ApiMock {
             Ok(spec) => spec,
             Err(problem) => {
                 let validated = Decided::new("Validated", false, "InvalidSpec", problem);
-                let kept = kept_children(request)?;
+                let kept = last_applied_children(&request.children)?;
                 let serving = rollout.served_sha256.clone();
                 let mut response = answer(
                     validated,
@@ -216,30 +217,4 @@ fn answer(
         now,
     );
     CompositeResponse::new(status, Vec::new())
-}
-
-/// When the spec itself cannot be read, keep exactly what we asked for last time:
-/// Metacontroller's last-applied annotation on each child is our previous answer.
-/// If any child lacks it, we cannot rebuild the set faithfully, so we refuse to
-/// answer rather than delete what runs.
-fn kept_children(request: &CompositeRequest) -> Result<Vec<Value>, HookError> {
-    const LAST_APPLIED: &str = "metacontroller.k8s.io/last-applied-configuration";
-    let mut kept = Vec::new();
-    for group in request.children.0.values() {
-        for child in group.values() {
-            let applied = child
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(LAST_APPLIED))
-                .and_then(Value::as_str)
-                .and_then(|text| serde_json::from_str::<Value>(text).ok())
-                .ok_or_else(|| {
-                    HookError::Internal(format!(
-                        "the APIMock spec cannot be read and child {} has no last-applied configuration to keep; refusing to answer so nothing is deleted",
-                        object_name(child).unwrap_or("<unnamed>")
-                    ))
-                })?;
-            kept.push(applied);
-        }
-    }
-    Ok(kept)
 }

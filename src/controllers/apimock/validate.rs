@@ -50,7 +50,7 @@ pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid>
             format!("the {label} meta-schema failed to load: {e}"),
         )
     })?;
-    if let Some(error) = validator.iter_errors(document).next() {
+    if let Err(error) = validator.validate(document) {
         return Err(fail(format!(
             "at {}: {}",
             location(error.instance_path().as_str()),
@@ -122,6 +122,22 @@ fn short(message: &str) -> String {
     format!("{}…", &message[..end])
 }
 
+#[derive(Clone, Copy)]
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn render(path: &[Segment<'_>]) -> String {
+    path.iter()
+        .map(|segment| match segment {
+            Segment::Key(key) => (*key).to_owned(),
+            Segment::Index(index) => index.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
 struct Checker<'a> {
     root: &'a Value,
     generation: Generation,
@@ -134,17 +150,17 @@ const METHODS: [&str; 8] = [
 
 impl<'a> Checker<'a> {
     /// Every local `$ref` must point at something: the mock gets one self-contained file.
-    fn references(&self, value: &Value, path: &mut Vec<String>) -> Result<(), String> {
+    /// The path is a stack of borrowed keys, turned into text only for the error.
+    fn references(&self, value: &'a Value, path: &mut Vec<Segment<'a>>) -> Result<(), String> {
         match value {
             Value::Object(object) => {
                 if let Some(Value::String(target)) = object.get("$ref") {
                     self.resolve(target).map_err(|problem| {
-                        format!("at {}: $ref '{target}' {problem}", path.join(" → "))
+                        format!("at {}: $ref '{target}' {problem}", render(path))
                     })?;
                 }
                 for (key, child) in object {
-                    // Property names are data, not keywords: `properties: {$ref: ...}`.
-                    path.push(key.clone());
+                    path.push(Segment::Key(key));
                     let result = self.references(child, path);
                     path.pop();
                     result?;
@@ -153,7 +169,7 @@ impl<'a> Checker<'a> {
             }
             Value::Array(items) => {
                 for (index, child) in items.iter().enumerate() {
-                    path.push(index.to_string());
+                    path.push(Segment::Index(index));
                     let result = self.references(child, path);
                     path.pop();
                     result?;

@@ -2,4 +2,5 @@
 
 pub mod conditions;
 pub mod hash;
+pub mod keep;
 pub mod names;

@@ -1,0 +1,281 @@
+//! The objects a MonitoredService asks for: ConfigMap `<name>-config` with the config,
+//! Deployment `<name>` whose pod template carries the config hash (so a config change
+//! rolls the pods and nothing else does), and Service `<name>` when a port is set.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
+    KeyToPath, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
+
+use super::spec::{ConfigFormat, MonitoredServiceSpec};
+use crate::error::HookError;
+
+pub const CONFIG_HASH_ANNOTATION: &str = "monitoredservice.metahooks.io/config-hash";
+pub const REVISION_ANNOTATION: &str = "monitoredservice.metahooks.io/revision";
+/// Path of each ConfigMap key inside the mount, when it differs from the key.
+pub const FORMAT_ANNOTATION: &str = "monitoredservice.metahooks.io/format";
+pub const PATHS_ANNOTATION: &str = "monitoredservice.metahooks.io/paths";
+pub const DEFAULT_MOUNT_PATH: &str = "/etc/config";
+
+/// The configuration as it goes into the ConfigMap.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    pub format: Option<ConfigFormat>,
+    pub data: BTreeMap<String, String>,
+    pub binary: BTreeMap<String, Vec<u8>>,
+    /// ConfigMap key → file path under the mount (files format, nested paths only).
+    pub paths: BTreeMap<String, String>,
+    pub revision: String,
+}
+
+impl Config {
+    /// Content hash over everything that reaches the pods.
+    pub fn hash(&self) -> String {
+        let binary: BTreeMap<&String, String> = self
+            .binary
+            .iter()
+            .map(|(k, v)| (k, hex::encode(v)))
+            .collect();
+        let canonical = serde_json::json!({"data": self.data, "binary": binary, "paths": self.paths, "format": format_name(self.format)});
+        crate::controllers::common::hash::sha256_hex(canonical.to_string().as_bytes())
+    }
+
+    pub fn size(&self) -> usize {
+        self.data
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+            + self
+                .binary
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    }
+}
+
+pub fn format_name(format: Option<ConfigFormat>) -> &'static str {
+    match format {
+        Some(ConfigFormat::Env) => "env",
+        Some(ConfigFormat::Files) => "files",
+        None => "none",
+    }
+}
+
+pub fn config_map_name(name: &str) -> String {
+    format!("{name}-config")
+}
+
+fn labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_owned(),
+            "monitoredservice".to_owned(),
+        ),
+        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            "metahooks".to_owned(),
+        ),
+    ])
+}
+
+pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_owned(),
+            "monitoredservice".to_owned(),
+        ),
+        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
+    ])
+}
+
+/// Pod labels: ours plus config-monitor's, so Services users wrote for it keep selecting.
+fn pod_labels(name: &str) -> BTreeMap<String, String> {
+    let mut labels = labels(name);
+    labels.insert("app".to_owned(), "monitored_service".to_owned());
+    labels.insert("monitored_service_cr".to_owned(), name.to_owned());
+    labels
+}
+
+/// `name` is the child's own name; labels always point at the parent.
+fn metadata(parent: &str, name: &str, annotations: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(labels(parent)),
+        annotations: Some(annotations).filter(|a| !a.is_empty()),
+        ..ObjectMeta::default()
+    }
+}
+
+pub fn build(
+    name: &str,
+    spec: &MonitoredServiceSpec,
+    config: Option<&Config>,
+) -> Result<Vec<Value>, HookError> {
+    let to_value = |v: Result<Value, serde_json::Error>| {
+        v.map_err(|e| HookError::Internal(format!("cannot serialise a child: {e}")))
+    };
+    let mut children = Vec::new();
+    if let Some(config) = config {
+        children.push(to_value(serde_json::to_value(config_map(name, config)))?);
+    }
+    children.push(to_value(serde_json::to_value(deployment(
+        name, spec, config,
+    )))?);
+    if let Some(port) = spec.port {
+        children.push(to_value(serde_json::to_value(service(name, port)))?);
+    }
+    Ok(children)
+}
+
+fn config_map(name: &str, config: &Config) -> ConfigMap {
+    let mut annotations = BTreeMap::from([
+        (REVISION_ANNOTATION.to_owned(), config.revision.clone()),
+        (
+            FORMAT_ANNOTATION.to_owned(),
+            format_name(config.format).to_owned(),
+        ),
+    ]);
+    if !config.paths.is_empty() {
+        annotations.insert(
+            PATHS_ANNOTATION.to_owned(),
+            serde_json::to_string(&config.paths).unwrap_or_default(),
+        );
+    }
+    ConfigMap {
+        metadata: metadata(name, &config_map_name(name), annotations),
+        data: Some(config.data.clone()).filter(|d| !d.is_empty()),
+        binary_data: Some(
+            config
+                .binary
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                .collect::<BTreeMap<_, _>>(),
+        )
+        .filter(|b| !b.is_empty()),
+        ..ConfigMap::default()
+    }
+}
+
+fn deployment(name: &str, spec: &MonitoredServiceSpec, config: Option<&Config>) -> Deployment {
+    let mount_path = spec
+        .mount_path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_MOUNT_PATH.to_owned());
+    let mut container = Container {
+        name: name.to_owned(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        ports: spec.port.map(|port| {
+            vec![ContainerPort {
+                name: Some("service".to_owned()),
+                container_port: port,
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            }]
+        }),
+        env: spec.env.clone().filter(|e| !e.is_empty()),
+        resources: spec.resources.clone(),
+        ..Container::default()
+    };
+    let mut volumes = None;
+    let mut annotations = BTreeMap::new();
+    if let Some(config) = config {
+        annotations.insert(CONFIG_HASH_ANNOTATION.to_owned(), config.hash());
+        match config.format {
+            Some(ConfigFormat::Env) => {
+                container.env_from = Some(vec![EnvFromSource {
+                    config_map_ref: Some(ConfigMapEnvSource {
+                        name: config_map_name(name),
+                        optional: None,
+                    }),
+                    ..EnvFromSource::default()
+                }]);
+            }
+            Some(ConfigFormat::Files) => {
+                container.volume_mounts = Some(vec![VolumeMount {
+                    name: "config".to_owned(),
+                    mount_path: mount_path.clone(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                }]);
+                let items = (!config.paths.is_empty()).then(|| {
+                    config
+                        .data
+                        .keys()
+                        .chain(config.binary.keys())
+                        .map(|key| KeyToPath {
+                            key: key.clone(),
+                            path: config
+                                .paths
+                                .get(key)
+                                .cloned()
+                                .unwrap_or_else(|| key.clone()),
+                            mode: None,
+                        })
+                        .collect()
+                });
+                volumes = Some(vec![Volume {
+                    name: "config".to_owned(),
+                    config_map: Some(ConfigMapVolumeSource {
+                        name: config_map_name(name),
+                        items,
+                        ..ConfigMapVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                }]);
+            }
+            None => {}
+        }
+    }
+    Deployment {
+        metadata: metadata(name, name, BTreeMap::new()),
+        spec: Some(DeploymentSpec {
+            replicas: Some(spec.replicas()),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(name)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels(name)),
+                    annotations: Some(annotations).filter(|a| !a.is_empty()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes,
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+fn service(name: &str, port: i32) -> Service {
+    Service {
+        metadata: metadata(name, name, BTreeMap::new()),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(name)),
+            ports: Some(vec![ServicePort {
+                name: Some("service".to_owned()),
+                port,
+                target_port: Some(IntOrString::String("service".to_owned())),
+                protocol: Some("TCP".to_owned()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}

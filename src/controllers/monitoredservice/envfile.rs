@@ -1,0 +1,96 @@
+//! `KEY=VALUE` config files, read the way people expect an env file to be read:
+//! blank lines and `#` comments are ignored, a leading `export ` is allowed, and one pair
+//! of matching surrounding quotes is removed. Any other line is an error naming its line
+//! number, and then nothing is rolled out (config-monitor silently skipped such lines and
+//! kept quotes in values).
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {problem}")]
+pub struct EnvLineError {
+    pub line: usize,
+    pub problem: String,
+}
+
+/// The variables of an env file, in name order (later definitions win, as in a shell).
+pub fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvLineError> {
+    let mut vars = BTreeMap::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line_number = index + 1;
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line
+            .strip_prefix("export ")
+            .map(str::trim_start)
+            .unwrap_or(line);
+        let Some((name, value)) = line.split_once('=') else {
+            return Err(EnvLineError {
+                line: line_number,
+                problem: format!("expected KEY=VALUE, found {:?}", shorten(raw)),
+            });
+        };
+        let name = name.trim_end();
+        if !is_env_name(name) {
+            return Err(EnvLineError {
+                line: line_number,
+                problem: format!(
+                    "{name:?} is not a usable variable name (letters, digits and '_', not starting with a digit)"
+                ),
+            });
+        }
+        vars.insert(name.to_owned(), unquote(value.trim()));
+    }
+    Ok(vars)
+}
+
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn unquote(value: &str) -> String {
+    for quote in ['"', '\''] {
+        if value.len() >= 2 && value.starts_with(quote) && value.ends_with(quote) {
+            return value[1..value.len() - 1].to_owned();
+        }
+    }
+    value.to_owned()
+}
+
+fn shorten(line: &str) -> String {
+    line.chars().take(60).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_what_an_env_file_holds() {
+        let vars = parse("# comment\n\nexport A=1\nB = \"two words\"\nC='x=y'\nRESPONSE_TEXT=\"Hello world!\"\nEMPTY=\n").unwrap();
+        assert_eq!(vars["A"], "1");
+        assert_eq!(vars["B"], "two words");
+        assert_eq!(vars["C"], "x=y");
+        assert_eq!(vars["RESPONSE_TEXT"], "Hello world!");
+        assert_eq!(vars["EMPTY"], "");
+    }
+
+    #[test]
+    fn mismatched_quotes_stay() {
+        assert_eq!(parse("A=\"open\n").unwrap()["A"], "\"open");
+        assert_eq!(parse("A='mixed\"\n").unwrap()["A"], "'mixed\"");
+    }
+
+    #[test]
+    fn bad_lines_are_reported_with_their_number() {
+        let error = parse("A=1\nthis is not a pair\n").unwrap_err();
+        assert_eq!(error.line, 2);
+        assert!(error.to_string().starts_with("line 2: expected KEY=VALUE"));
+        assert_eq!(parse("1A=x\n").unwrap_err().line, 1);
+        assert_eq!(parse("A-B=x\n").unwrap_err().line, 1);
+    }
+}

@@ -1,0 +1,511 @@
+//! MonitoredService: a Deployment whose configuration comes from git or an HTTP file and
+//! rolls when — and only when — that configuration changes.
+//!
+//! `sync` looks the source up in the engine (never waiting on the network), turns the
+//! snapshot into ConfigMap content, and falls back to what the observed ConfigMap holds
+//! whenever the fetch is pending or failed or the new content is invalid, so a bad poll
+//! never wipes a running config. `customize` asks for the credentials Secret and the
+//! service's Pods; `finalize` completes whatever the spec holds.
+
+pub mod children;
+pub mod envfile;
+pub mod spec;
+mod status;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use self::children::{
+    CONFIG_HASH_ANNOTATION, Config, FORMAT_ANNOTATION, PATHS_ANNOTATION, REVISION_ANNOTATION,
+    config_map_name,
+};
+use self::spec::{ConfigFormat, MonitoredServiceSpec};
+use crate::controllers::common::conditions::{Decided, format_time};
+use crate::controllers::common::keep::last_applied_children;
+use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
+use crate::controllers::{CompositeHooks, Context};
+use crate::error::HookError;
+use crate::protocol::{
+    CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
+    RelatedResourceRule, object_name,
+};
+use crate::source::{Content, Credentials, FetchError, Location, Snapshot, SourceRequest};
+
+/// How soon to ask again while a fetch is still running.
+const PENDING_RESYNC_SECONDS: u64 = 2;
+
+pub struct MonitoredService;
+
+impl CompositeHooks for MonitoredService {
+    fn sync(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        let parent = &request.parent;
+        let now = format_time(ctx.now);
+        let name = object_name(parent).unwrap_or_default();
+        let observed = Observed::read(&request.children, name);
+        let pods = pod_names(&request.related);
+        let spec = match spec::parse_spec(parent) {
+            Ok(spec) => spec,
+            Err(problem) => {
+                let facts = status::Facts::invalid_spec(
+                    "InvalidSpec",
+                    problem,
+                    observed.config.as_ref(),
+                    pods,
+                );
+                let mut response = status::answer(facts, &observed, parent, &now);
+                response.children = Some(last_applied_children(&request.children)?);
+                return Ok(response);
+            }
+        };
+        if let Err(invalid) =
+            check_dns1035_label(name).and_then(|()| check_dns1123_subdomain(&config_map_name(name)))
+        {
+            let facts = status::Facts::invalid_spec(
+                "InvalidName",
+                format!("metadata.name cannot name the children: {invalid}"),
+                None,
+                pods,
+            );
+            return Ok(status::answer(facts, &observed, parent, &now));
+        }
+
+        let interval = spec.interval_seconds();
+        let wanted = match source_request(&spec, &request.related) {
+            Ok(wanted) => wanted,
+            Err(problem) => {
+                let facts = status::Facts::invalid_spec(
+                    problem.0,
+                    problem.1,
+                    observed.config.as_ref(),
+                    pods,
+                );
+                let children = children::build(name, &spec, observed.config.as_ref())?;
+                let children = if observed.config.is_some() {
+                    children
+                } else {
+                    Vec::new()
+                };
+                return Ok(with_children(
+                    status::answer(facts, &observed, parent, &now),
+                    children,
+                    interval,
+                ));
+            }
+        };
+
+        let Some(wanted) = wanted else {
+            // No source at all: a plain Deployment (and Service), nothing to fetch.
+            let facts = status::Facts::no_source(pods);
+            let children = children::build(name, &spec, None)?;
+            return Ok(with_children(
+                status::answer(facts, &observed, parent, &now),
+                children,
+                0,
+            ));
+        };
+
+        let state = ctx.sources.lookup(&wanted, Duration::from_secs(interval));
+        let fetched = match (&state.snapshot, &state.error) {
+            (_, Some(error)) => Decided::new(
+                "Fetched",
+                false,
+                error.reason(),
+                fetch_message(error, observed.config.as_ref()),
+            ),
+            (Some(snapshot), None) => Decided::new(
+                "Fetched",
+                true,
+                "Fetched",
+                format!("fetched {}", snapshot.revision),
+            ),
+            (None, None) => Decided::new(
+                "Fetched",
+                false,
+                "FetchPending",
+                "the first fetch of the source is in progress",
+            ),
+        };
+        let fresh = state
+            .snapshot
+            .as_deref()
+            .map(|snapshot| to_config(snapshot, spec.format));
+        let (served, config_valid) = match fresh {
+            Some(Ok(config)) => {
+                let valid = Decided::new(
+                    "ConfigValid",
+                    true,
+                    "Valid",
+                    format!(
+                        "{} is a valid {} config",
+                        config.revision,
+                        children::format_name(config.format)
+                    ),
+                );
+                (Some(config), valid)
+            }
+            Some(Err((reason, message))) => {
+                let keeping = observed
+                    .config
+                    .as_ref()
+                    .map_or(String::new(), |c| format!("; still running {}", c.revision));
+                (
+                    observed.config.clone(),
+                    Decided::new("ConfigValid", false, reason, format!("{message}{keeping}")),
+                )
+            }
+            None => {
+                let valid = match &observed.config {
+                    Some(config) => Decided::new(
+                        "ConfigValid",
+                        true,
+                        "Valid",
+                        format!("running {} until the source answers", config.revision),
+                    ),
+                    None => Decided::new(
+                        "ConfigValid",
+                        false,
+                        "NoConfig",
+                        "no configuration has been fetched yet",
+                    ),
+                };
+                (observed.config.clone(), valid)
+            }
+        };
+        let Some(served) = served else {
+            let facts = status::Facts {
+                fetched,
+                config_valid,
+                config: None,
+                pods,
+            };
+            let resync = if state.pending {
+                PENDING_RESYNC_SECONDS
+            } else {
+                interval
+            };
+            return Ok(status::answer(facts, &observed, parent, &now).with_resync_after(resync));
+        };
+        let children = children::build(name, &spec, Some(&served))?;
+        let facts = status::Facts {
+            fetched,
+            config_valid,
+            config: Some(&served),
+            pods,
+        };
+        let resync = if state.pending {
+            PENDING_RESYNC_SECONDS
+        } else {
+            interval
+        };
+        Ok(with_children(
+            status::answer(facts, &observed, parent, &now),
+            children,
+            resync,
+        ))
+    }
+
+    fn finalize(
+        &self,
+        request: &CompositeRequest,
+        _ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        let mut status = request
+            .parent
+            .get("status")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        status.remove("observedGeneration");
+        Ok(CompositeResponse::new(Value::Object(status), Vec::new())
+            .with_finalized(request.children.is_empty()))
+    }
+
+    fn customize(&self, request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
+        let name = object_name(&request.parent).unwrap_or_default();
+        let mut rules = vec![RelatedResourceRule {
+            api_version: "v1".to_owned(),
+            resource: "pods".to_owned(),
+            label_selector: Some(json!({"matchLabels": children::selector_labels(name)})),
+            ..RelatedResourceRule::default()
+        }];
+        if let Ok(spec) = spec::parse_spec(&request.parent)
+            && let Some(secret) = secret_name(&spec)
+        {
+            rules.push(RelatedResourceRule {
+                api_version: "v1".to_owned(),
+                resource: "secrets".to_owned(),
+                names: Some(vec![secret]),
+                ..RelatedResourceRule::default()
+            });
+        }
+        Ok(CustomizeResponse {
+            related_resources: rules,
+        })
+    }
+}
+
+fn with_children(
+    mut response: CompositeResponse,
+    children: Vec<Value>,
+    resync: u64,
+) -> CompositeResponse {
+    response.children = Some(children);
+    response.with_resync_after(resync)
+}
+
+fn fetch_message(error: &FetchError, running: Option<&Config>) -> String {
+    match running {
+        Some(config) => format!("{error}; still running {}", config.revision),
+        None => error.to_string(),
+    }
+}
+
+fn secret_name(spec: &MonitoredServiceSpec) -> Option<String> {
+    let source = spec.source.as_ref()?;
+    source
+        .git
+        .as_ref()
+        .and_then(|g| g.secret_ref.as_ref())
+        .or_else(|| source.http.as_ref().and_then(|h| h.secret_ref.as_ref()))
+        .map(|s| s.name.clone())
+}
+
+type Problem = (&'static str, String);
+
+/// The one source the spec names (None when it names none).
+fn source_request(
+    spec: &MonitoredServiceSpec,
+    related: &ObjectMap,
+) -> Result<Option<SourceRequest>, Problem> {
+    let git = spec.source.as_ref().and_then(|s| s.git.as_ref());
+    let http = spec.source.as_ref().and_then(|s| s.http.as_ref());
+    let legacy = spec.config_repo.as_ref().filter(|u| !u.is_empty());
+    let named =
+        usize::from(git.is_some()) + usize::from(http.is_some()) + usize::from(legacy.is_some());
+    if named > 1 {
+        return Err((
+            "AmbiguousSource",
+            "set only one of spec.source.git, spec.source.http and spec.config_repo".to_owned(),
+        ));
+    }
+    let credentials = match secret_name(spec) {
+        Some(secret) => Some(read_credentials(related, &secret)?),
+        None => None,
+    };
+    let location = if let Some(git) = git {
+        Location::Git {
+            url: git.url.clone(),
+            reference: git.reference.clone().filter(|r| !r.is_empty()),
+            path: git.path.clone().unwrap_or_default(),
+        }
+    } else if let Some(http) = http {
+        Location::Http {
+            url: http.url.clone(),
+        }
+    } else if let Some(url) = legacy {
+        Location::Http { url: url.clone() }
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(SourceRequest {
+        location,
+        credentials,
+    }))
+}
+
+fn read_credentials(related: &ObjectMap, secret: &str) -> Result<Credentials, Problem> {
+    let object = related.find("Secret", "v1", None, secret).ok_or_else(|| {
+        (
+            "SecretNotFound",
+            format!("the credentials Secret {secret:?} does not exist in this namespace"),
+        )
+    })?;
+    let field = |key: &str| -> Option<String> {
+        if let Some(text) = object
+            .pointer(&format!("/stringData/{key}"))
+            .and_then(Value::as_str)
+        {
+            return Some(text.to_owned());
+        }
+        let encoded = object
+            .pointer(&format!("/data/{key}"))
+            .and_then(Value::as_str)?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?;
+        String::from_utf8(bytes)
+            .ok()
+            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+    };
+    let credentials = Credentials {
+        username: field("username"),
+        password: field("password"),
+        token: field("token"),
+    };
+    if credentials.userpass().is_none() {
+        return Err((
+            "SecretInvalid",
+            format!("Secret {secret:?} needs `username` and `password`, or `token`"),
+        ));
+    }
+    Ok(credentials)
+}
+
+/// Snapshot → ConfigMap content in the wanted format, or why it cannot be.
+fn to_config(
+    snapshot: &Snapshot,
+    format: Option<ConfigFormat>,
+) -> Result<Config, (&'static str, String)> {
+    let format = format.unwrap_or(if snapshot.single_file {
+        ConfigFormat::Env
+    } else {
+        ConfigFormat::Files
+    });
+    let mut config = Config {
+        format: Some(format),
+        revision: snapshot.revision.clone(),
+        ..Config::default()
+    };
+    match format {
+        ConfigFormat::Env => {
+            let (name, content) = match (snapshot.single_file, snapshot.files.iter().next()) {
+                (true, Some(file)) => file,
+                _ => return Err((
+                    "EnvNeedsOneFile",
+                    "format env needs the source to name a single KEY=VALUE file, not a directory"
+                        .to_owned(),
+                )),
+            };
+            let Content::Text(text) = content else {
+                return Err(("InvalidEnvFile", format!("{name} is not text")));
+            };
+            config.data =
+                envfile::parse(text).map_err(|e| ("InvalidEnvFile", format!("{name} {e}")))?;
+        }
+        ConfigFormat::Files => {
+            for (path, content) in &snapshot.files {
+                let key = path.replace('/', "__");
+                if !key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+                    || key.starts_with("..")
+                {
+                    return Err((
+                        "UnsupportedFileName",
+                        format!(
+                            "{path:?} cannot be a ConfigMap key (letters, digits, '-', '_', '.' only)"
+                        ),
+                    ));
+                }
+                if key != *path {
+                    config.paths.insert(key.clone(), path.clone());
+                }
+                match content {
+                    Content::Text(text) => config.data.insert(key, text.clone()),
+                    Content::Binary(bytes) => config
+                        .binary
+                        .insert(key, bytes.clone())
+                        .map(|_| String::new()),
+                };
+            }
+        }
+    }
+    if config.size() > crate::source::policy::Limits::default().config_bytes as usize {
+        return Err((
+            "TooLarge",
+            format!(
+                "the config is {} bytes; a ConfigMap holds at most about 1 MiB",
+                config.size()
+            ),
+        ));
+    }
+    Ok(config)
+}
+
+/// What the cluster holds for this parent.
+pub struct Observed {
+    pub config: Option<Config>,
+    pub deployment: Option<Value>,
+}
+
+impl Observed {
+    fn read(children: &ObjectMap, name: &str) -> Observed {
+        let config = children
+            .find("ConfigMap", "v1", None, &config_map_name(name))
+            .map(read_config);
+        Observed {
+            config,
+            deployment: children.find("Deployment", "apps/v1", None, name).cloned(),
+        }
+    }
+
+    /// The config hash on the observed pod template.
+    pub fn served_hash(&self) -> Option<&str> {
+        self.deployment
+            .as_ref()?
+            .pointer("/spec/template/metadata/annotations")?
+            .get(CONFIG_HASH_ANNOTATION)?
+            .as_str()
+    }
+}
+
+fn read_config(config_map: &Value) -> Config {
+    let annotation = |key: &str| {
+        config_map
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_str)
+    };
+    let strings = |field: &str| -> BTreeMap<String, String> {
+        config_map
+            .get(field)
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let binary = strings("binaryData")
+        .into_iter()
+        .filter_map(|(k, v)| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v)
+                .ok()
+                .map(|b| (k, b))
+        })
+        .collect();
+    Config {
+        format: match annotation(FORMAT_ANNOTATION) {
+            Some("env") => Some(ConfigFormat::Env),
+            Some("files") => Some(ConfigFormat::Files),
+            _ => None,
+        },
+        data: strings("data"),
+        binary,
+        paths: annotation(PATHS_ANNOTATION)
+            .and_then(|p| serde_json::from_str(p).ok())
+            .unwrap_or_default(),
+        revision: annotation(REVISION_ANNOTATION)
+            .unwrap_or("unknown")
+            .to_owned(),
+    }
+}
+
+fn pod_names(related: &ObjectMap) -> Vec<String> {
+    let mut names: Vec<String> = related
+        .of_type("Pod", "v1")
+        .filter_map(object_name)
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}

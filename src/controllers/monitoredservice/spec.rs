@@ -1,0 +1,163 @@
+//! The `MonitoredService` custom resource (`services.example.com/v1alpha1`): accepts
+//! config-monitor's fields (`image`, `size`, `port`, `config_repo`) unchanged and adds
+//! git and HTTP sources, formats and polling.
+
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A service whose configuration lives in git or an HTTP file; config changes roll it.
+#[derive(CustomResource, Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[kube(
+    group = "services.example.com",
+    version = "v1alpha1",
+    kind = "MonitoredService",
+    plural = "monitoredservices",
+    singular = "monitoredservice",
+    shortname = "msvc",
+    namespaced,
+    doc = "A Deployment whose configuration is fetched from git or HTTP and rolled on change",
+    status = "MonitoredServiceStatus",
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.revision"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MonitoredServiceSpec {
+    /// Container image of the service.
+    pub image: String,
+    /// Container port (named `service`); a Service is created when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// Deployment replicas (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i32>,
+    /// config-monitor's name for `replicas`; `replicas` wins when both are set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub size: Option<i32>,
+    /// config-monitor compatibility: HTTP(S) URL of a KEY=VALUE file.
+    #[serde(
+        default,
+        rename = "config_repo",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub config_repo: Option<String>,
+    /// Where the configuration comes from (instead of `config_repo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    /// `env` (KEY=VALUE → container env) or `files` (mounted at `mountPath`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<ConfigFormat>,
+    /// Where `files` are mounted (default /etc/config).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_path: Option<String>,
+    /// Poll period in seconds (default 60, minimum 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10))]
+    pub interval_seconds: Option<u32>,
+    /// Extra container environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+    /// Container resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpSource>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitSource {
+    /// Repository URL (https).
+    pub url: String,
+    /// Branch, tag or commit; the remote's HEAD when unset.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// File or directory inside the repository (default: the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Secret with `username`/`password` or `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpSource {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+pub struct SecretRef {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigFormat {
+    Env,
+    Files,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MonitoredServiceStatus {
+    /// `<ref>@sha1:<commit>` (git) or `sha256:<hash>` (HTTP) of the running config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i32>,
+    /// Names of the service's pods (config-monitor's `nodes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::crds::conditions_schema")]
+    pub conditions: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl MonitoredServiceSpec {
+    pub fn replicas(&self) -> i32 {
+        self.replicas.or(self.size).unwrap_or(1)
+    }
+
+    pub fn interval_seconds(&self) -> u64 {
+        u64::from(self.interval_seconds.unwrap_or(60).max(10))
+    }
+}
+
+/// Reads the spec of a parent object, naming the field that is wrong.
+pub fn parse_spec(parent: &Value) -> Result<MonitoredServiceSpec, String> {
+    let spec = parent
+        .get("spec")
+        .ok_or_else(|| "spec is missing".to_owned())?;
+    serde_path_to_error::deserialize(spec).map_err(|error| {
+        let path = error.path().to_string();
+        if path == "." {
+            format!("spec: {}", error.into_inner())
+        } else {
+            format!("spec.{path}: {}", error.into_inner())
+        }
+    })
+}

@@ -1,0 +1,454 @@
+//! Git over libgit2 (blocking; the fetcher runs it on the blocking pool). A poll first
+//! lists the remote's refs; only when the wanted commit is not already in the local bare
+//! repository is a pack downloaded, shallow where the server allows. Files are read from
+//! the commit's tree, never from a worktree, so nothing outside the repository can be
+//! reached, and symbolic links are refused rather than followed.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use git2::{
+    AutotagOption, Cred, Direction, ErrorClass, ErrorCode, FetchOptions, ObjectType, Oid,
+    RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult,
+};
+
+use super::policy::{Policy, check_repo_path};
+use super::{Content, Credentials, FetchError, Snapshot};
+
+/// Where fetched refs land in the cache repository (one wanted ref, or all branches
+/// when a commit id was asked for that no ref advertises).
+const LOCAL_REF: &str = "refs/metahooks/one";
+const LOCAL_ALL: &str = "refs/metahooks/all";
+
+/// The commit a reference resolved to, in the local cache repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub repo_dir: PathBuf,
+    pub commit: String,
+    /// The reference as shown in revisions: branch or tag name, or what the user wrote.
+    pub display_ref: String,
+    /// Whether a pack was downloaded (false when the commit was already here).
+    pub downloaded: bool,
+    pub received_bytes: u64,
+}
+
+/// Bounds libgit2's connect and read waits, so a silent server cannot hold a fetch job
+/// forever (the transfer callback only runs while data arrives).
+#[allow(unsafe_code)]
+pub fn set_network_timeouts() {
+    // SAFETY: these write libgit2 process globals without synchronisation; `main` calls
+    // this once, before the runtime or any other thread is started.
+    unsafe {
+        let _ = git2::opts::set_server_connect_timeout_in_milliseconds(10_000);
+        let _ = git2::opts::set_server_timeout_in_milliseconds(20_000);
+    }
+}
+
+/// Where the bare repository for `url` lives under `cache_dir`.
+pub fn repo_dir(cache_dir: &Path, url: &str) -> PathBuf {
+    let digest = crate::controllers::common::hash::sha256_hex(url.as_bytes());
+    cache_dir.join("git").join(&digest[..24])
+}
+
+/// Resolves `reference` on the remote and makes sure its commit is in the local cache.
+pub fn fetch(
+    cache_dir: &Path,
+    url: &str,
+    reference: Option<&str>,
+    credentials: Option<&Credentials>,
+    policy: &Policy,
+) -> Result<Resolved, FetchError> {
+    let parsed = policy.check_url(url)?;
+    policy.check_host(&parsed)?;
+    let dir = repo_dir(cache_dir, url);
+    let repo = open_or_init(&dir)?;
+    let deadline = Instant::now() + Duration::from_secs(policy.limits.timeout_seconds);
+    let outcome = Outcome::default();
+
+    let (commit, display_ref, remote_ref) = {
+        let mut remote = repo
+            .remote_anonymous(url)
+            .map_err(|e| map_error(e, url, &outcome, policy))?;
+        let connection = remote
+            .connect_auth(
+                Direction::Fetch,
+                Some(callbacks(credentials, deadline, policy, &outcome)),
+                None,
+            )
+            .map_err(|e| map_error(e, url, &outcome, policy))?;
+        let heads: Vec<(String, Oid, Option<String>)> = connection
+            .list()
+            .map_err(|e| map_error(e, url, &outcome, policy))?
+            .iter()
+            .map(|h| {
+                (
+                    h.name().to_owned(),
+                    h.oid(),
+                    h.symref_target().map(str::to_owned),
+                )
+            })
+            .collect();
+        resolve(&heads, reference, url)?
+    };
+
+    if let Ok(object) = repo.find_object(commit, None)
+        && object.peel_to_commit().is_ok()
+    {
+        let commit = object
+            .peel_to_commit()
+            .map_err(|e| FetchError::Other(e.to_string()))?
+            .id()
+            .to_string();
+        return Ok(Resolved {
+            repo_dir: dir,
+            commit,
+            display_ref,
+            downloaded: false,
+            received_bytes: 0,
+        });
+    }
+
+    let mut remote = repo
+        .remote_anonymous(url)
+        .map_err(|e| map_error(e, url, &outcome, policy))?;
+    let mut options = FetchOptions::new();
+    options.remote_callbacks(callbacks(credentials, deadline, policy, &outcome));
+    options.download_tags(AutotagOption::None);
+    let shallow_local = !matches!(parsed.scheme(), "file");
+    let refspec = match &remote_ref {
+        Some(name) => format!("+{name}:{LOCAL_REF}"),
+        None => format!("+refs/heads/*:{LOCAL_ALL}/*"),
+    };
+    if remote_ref.is_some() && shallow_local {
+        options.depth(1);
+    }
+    remote
+        .fetch(&[refspec.as_str()], Some(&mut options), None)
+        .map_err(|e| map_error(e, url, &outcome, policy))?;
+    let object = repo
+        .find_object(commit, None)
+        .map_err(|_| FetchError::RefNotFound {
+            url: url.to_owned(),
+            reference: reference.unwrap_or("HEAD").to_owned(),
+        })?;
+    let commit_id = object
+        .peel_to_commit()
+        .map_err(|e| FetchError::Other(e.to_string()))?
+        .id()
+        .to_string();
+    Ok(Resolved {
+        repo_dir: dir,
+        commit: commit_id,
+        display_ref,
+        downloaded: true,
+        received_bytes: outcome.received.get(),
+    })
+}
+
+fn open_or_init(dir: &Path) -> Result<Repository, FetchError> {
+    if dir.join("HEAD").exists() {
+        return Repository::open_bare(dir).map_err(|e| {
+            FetchError::Other(format!("cannot open the cache at {}: {e}", dir.display()))
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        FetchError::Other(format!("cannot create the cache at {}: {e}", dir.display()))
+    })?;
+    Repository::init_bare(dir).map_err(|e| {
+        FetchError::Other(format!("cannot create the cache at {}: {e}", dir.display()))
+    })
+}
+
+/// Picks the advertised ref for what the user asked: remote HEAD, a branch, a tag
+/// (peeled), a full ref name or a commit id. Returns (commit, display name, ref to fetch).
+fn resolve(
+    heads: &[(String, Oid, Option<String>)],
+    reference: Option<&str>,
+    url: &str,
+) -> Result<(Oid, String, Option<String>), FetchError> {
+    let find = |name: &str| heads.iter().find(|(n, ..)| n == name);
+    let not_found = || FetchError::RefNotFound {
+        url: url.to_owned(),
+        reference: reference.unwrap_or("HEAD").to_owned(),
+    };
+    let Some(reference) = reference.filter(|r| !r.is_empty()) else {
+        let (_, oid, target) = find("HEAD").ok_or_else(not_found)?;
+        let display = target
+            .as_deref()
+            .map(|t| t.trim_start_matches("refs/heads/").to_owned())
+            .unwrap_or_else(|| "HEAD".to_owned());
+        let fetch_ref = target.clone().unwrap_or_else(|| "HEAD".to_owned());
+        return Ok((*oid, display, Some(fetch_ref)));
+    };
+    if reference.len() == 40 && reference.chars().all(|c| c.is_ascii_hexdigit()) {
+        let oid = Oid::from_str(reference).map_err(|_| not_found())?;
+        let advertised = heads
+            .iter()
+            .find(|(_, o, _)| *o == oid)
+            .map(|(n, ..)| n.clone());
+        return Ok((oid, reference.to_owned(), advertised));
+    }
+    for candidate in [
+        reference.to_owned(),
+        format!("refs/heads/{reference}"),
+        format!("refs/tags/{reference}"),
+    ] {
+        if let Some((name, oid, _)) = find(&candidate) {
+            // An annotated tag points at a tag object; the peeled entry names the commit.
+            let commit = find(&format!("{candidate}^{{}}")).map_or(*oid, |(_, peeled, _)| *peeled);
+            return Ok((commit, reference.to_owned(), Some(name.clone())));
+        }
+    }
+    Err(not_found())
+}
+
+#[derive(Default)]
+struct Outcome {
+    received: Cell<u64>,
+    too_large: Cell<bool>,
+    timed_out: Cell<bool>,
+    /// Our credentials were offered and the server still asked again.
+    auth_rejected: Cell<bool>,
+}
+
+fn callbacks<'a>(
+    credentials: Option<&'a Credentials>,
+    deadline: Instant,
+    policy: &'a Policy,
+    outcome: &'a Outcome,
+) -> RemoteCallbacks<'a> {
+    let mut callbacks = RemoteCallbacks::new();
+    let limit = policy.limits.download_bytes;
+    callbacks.transfer_progress(move |progress| {
+        let received = u64::try_from(progress.received_bytes()).unwrap_or(u64::MAX);
+        outcome.received.set(received);
+        if received > limit {
+            outcome.too_large.set(true);
+            return false;
+        }
+        if Instant::now() > deadline {
+            outcome.timed_out.set(true);
+            return false;
+        }
+        true
+    });
+    // libgit2 asks again after every rejection; offering once per connection avoids a loop.
+    let attempts = Cell::new(0_u32);
+    callbacks.credentials(move |_url, _user, _allowed| {
+        attempts.set(attempts.get() + 1);
+        match credentials.and_then(Credentials::userpass) {
+            Some((user, secret)) if attempts.get() == 1 => Cred::userpass_plaintext(&user, &secret),
+            _ => {
+                outcome.auth_rejected.set(true);
+                Err(git2::Error::new(
+                    ErrorCode::Auth,
+                    ErrorClass::Http,
+                    "authentication failed",
+                ))
+            }
+        }
+    });
+    callbacks
+}
+
+fn map_error(error: git2::Error, url: &str, outcome: &Outcome, policy: &Policy) -> FetchError {
+    if outcome.too_large.get() {
+        return FetchError::TooLarge {
+            what: format!("the download from {url}"),
+            limit: policy.limits.download_bytes,
+        };
+    }
+    if outcome.timed_out.get() {
+        return FetchError::Timeout {
+            url: url.to_owned(),
+            seconds: policy.limits.timeout_seconds,
+        };
+    }
+    let message = error.message().to_owned();
+    if error.code() == ErrorCode::Auth
+        || outcome.auth_rejected.get()
+        || message.contains("401")
+        || message.contains("403")
+    {
+        return FetchError::AuthFailed {
+            url: url.to_owned(),
+        };
+    }
+    match error.class() {
+        ErrorClass::Net | ErrorClass::Http | ErrorClass::Ssl | ErrorClass::Os | ErrorClass::Ssh => {
+            FetchError::Unreachable {
+                url: url.to_owned(),
+                detail: message,
+            }
+        }
+        _ => FetchError::Other(format!("git error for {url}: {message}")),
+    }
+}
+
+/// Reads the files at `path` in `commit`, within the policy's limits.
+pub fn extract(resolved: &Resolved, path: &str, policy: &Policy) -> Result<Snapshot, FetchError> {
+    let path = check_repo_path(path)?;
+    let repo = Repository::open_bare(&resolved.repo_dir)
+        .map_err(|e| FetchError::Other(format!("cannot open the cache: {e}")))?;
+    let oid = Oid::from_str(&resolved.commit).map_err(|e| FetchError::Other(e.to_string()))?;
+    let commit = repo
+        .find_commit(oid)
+        .map_err(|e| FetchError::Other(format!("commit {oid} vanished from the cache: {e}")))?;
+    let revision = format!("{}@sha1:{}", resolved.display_ref, resolved.commit);
+    let root = commit
+        .tree()
+        .map_err(|e| FetchError::Other(e.to_string()))?;
+    let limits = &policy.limits;
+    if path.is_empty() {
+        let files = read_tree(&repo, &root, "", limits.files, limits.config_bytes)?;
+        return Ok(Snapshot {
+            revision,
+            files,
+            single_file: false,
+        });
+    }
+    let entry = root
+        .get_path(Path::new(&path))
+        .map_err(|_| FetchError::PathNotFound {
+            path: path.clone(),
+            revision: revision.clone(),
+        })?;
+    if entry.filemode() == 0o120000 {
+        return Err(FetchError::SymlinkRefused { path });
+    }
+    match entry.kind() {
+        Some(ObjectType::Blob) => {
+            let blob = repo
+                .find_blob(entry.id())
+                .map_err(|e| FetchError::Other(e.to_string()))?;
+            if blob.size() as u64 > limits.config_bytes {
+                return Err(FetchError::TooLarge {
+                    what: format!("file {path}"),
+                    limit: limits.config_bytes,
+                });
+            }
+            let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+            Ok(Snapshot {
+                revision,
+                files: BTreeMap::from([(name, Content::from_bytes(blob.content().to_vec()))]),
+                single_file: true,
+            })
+        }
+        Some(ObjectType::Tree) => {
+            let tree = repo
+                .find_tree(entry.id())
+                .map_err(|e| FetchError::Other(e.to_string()))?;
+            let files = read_tree(&repo, &tree, &path, limits.files, limits.config_bytes)?;
+            Ok(Snapshot {
+                revision,
+                files,
+                single_file: false,
+            })
+        }
+        _ => Err(FetchError::PathNotFound { path, revision }),
+    }
+}
+
+fn read_tree(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    prefix: &str,
+    max_files: usize,
+    max_bytes: u64,
+) -> Result<BTreeMap<String, Content>, FetchError> {
+    let mut found = Vec::new();
+    let mut failure = None;
+    let walked = tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.kind() != Some(ObjectType::Blob) {
+            return TreeWalkResult::Ok;
+        }
+        let relative = format!("{dir}{}", entry.name().unwrap_or_default());
+        if entry.filemode() == 0o120000 {
+            let full = if prefix.is_empty() {
+                relative
+            } else {
+                format!("{prefix}/{relative}")
+            };
+            failure = Some(FetchError::SymlinkRefused { path: full });
+            return TreeWalkResult::Abort;
+        }
+        if found.len() >= max_files {
+            failure = Some(FetchError::TooManyFiles { limit: max_files });
+            return TreeWalkResult::Abort;
+        }
+        found.push((relative, entry.id()));
+        TreeWalkResult::Ok
+    });
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    walked.map_err(|e| FetchError::Other(e.to_string()))?;
+    let mut files = BTreeMap::new();
+    let mut total: u64 = 0;
+    for (name, id) in found {
+        let blob = repo
+            .find_blob(id)
+            .map_err(|e| FetchError::Other(e.to_string()))?;
+        total += blob.size() as u64;
+        if total > max_bytes {
+            return Err(FetchError::TooLarge {
+                what: format!(
+                    "the files under {:?}",
+                    if prefix.is_empty() { "/" } else { prefix }
+                ),
+                limit: max_bytes,
+            });
+        }
+        files.insert(name, Content::from_bytes(blob.content().to_vec()));
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oid(n: u8) -> Oid {
+        Oid::from_bytes(&[n; 20]).unwrap()
+    }
+
+    #[test]
+    fn resolves_head_branches_tags_and_commits() {
+        let heads = vec![
+            (
+                "HEAD".to_owned(),
+                oid(1),
+                Some("refs/heads/main".to_owned()),
+            ),
+            ("refs/heads/main".to_owned(), oid(1), None),
+            ("refs/heads/dev".to_owned(), oid(2), None),
+            ("refs/tags/v1".to_owned(), oid(3), None),
+            ("refs/tags/v1^{}".to_owned(), oid(4), None),
+        ];
+        assert_eq!(
+            resolve(&heads, None, "u").unwrap(),
+            (
+                oid(1),
+                "main".to_owned(),
+                Some("refs/heads/main".to_owned())
+            )
+        );
+        assert_eq!(resolve(&heads, Some("dev"), "u").unwrap().0, oid(2));
+        assert_eq!(
+            resolve(&heads, Some("v1"), "u").unwrap().0,
+            oid(4),
+            "annotated tags are peeled"
+        );
+        let sha = oid(2).to_string();
+        assert_eq!(
+            resolve(&heads, Some(&sha), "u").unwrap().2.as_deref(),
+            Some("refs/heads/dev")
+        );
+        assert_eq!(
+            resolve(&heads, Some("nope"), "u").unwrap_err().reason(),
+            "RefNotFound"
+        );
+    }
+}

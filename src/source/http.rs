@@ -1,0 +1,183 @@
+//! One file over HTTP(S), checked before and during the transfer: the client resolves
+//! names through the address policy (so redirects and DNS answers are checked too),
+//! follows at most a few redirects to allowed schemes, checks the status code (a 404
+//! page is not a config — config-monitor rolled it out as an empty env) and stops
+//! reading past the size limit.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use super::policy::Policy;
+use super::{Content, Credentials, FetchError, Snapshot};
+
+/// Name resolution that drops (and so refuses) disallowed destination addresses.
+struct PolicyResolver {
+    policy: Arc<Policy>,
+}
+
+impl Resolve for PolicyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let mut allowed = Vec::new();
+            let mut last_refusal = None;
+            for address in found {
+                match policy.check_address(&host, address.ip()) {
+                    Ok(()) => allowed.push(address),
+                    Err(refusal) => last_refusal = Some(refusal),
+                }
+            }
+            if allowed.is_empty() {
+                let error: Box<dyn std::error::Error + Send + Sync> = match last_refusal {
+                    Some(refusal) => Box::new(refusal),
+                    None => format!("{host} has no addresses").into(),
+                };
+                return Err(error);
+            }
+            let addresses: Addrs = Box::new(allowed.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
+/// A client that applies `policy` to every connection it makes.
+pub fn client(policy: Arc<Policy>) -> Result<reqwest::Client, FetchError> {
+    let redirect_policy = policy.clone();
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .dns_resolver(Arc::new(PolicyResolver {
+            policy: policy.clone(),
+        }))
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= 5 {
+                return attempt.error("too many redirects");
+            }
+            let target = attempt.url().clone();
+            match redirect_policy
+                .check_url(target.as_str())
+                .and_then(|url| literal_check(&redirect_policy, &url))
+            {
+                Ok(()) => attempt.follow(),
+                Err(refusal) => attempt.error(refusal),
+            }
+        }))
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(policy.limits.timeout_seconds))
+        .user_agent(concat!("metahooks/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| FetchError::Other(format!("cannot build the HTTP client: {e}")))
+}
+
+/// IP-literal hosts never reach the resolver, so they are checked here.
+fn literal_check(policy: &Policy, url: &url::Url) -> Result<(), FetchError> {
+    match url.host() {
+        Some(url::Host::Ipv4(v4)) => policy.check_address(&v4.to_string(), v4.into()),
+        Some(url::Host::Ipv6(v6)) => policy.check_address(&v6.to_string(), v6.into()),
+        _ => Ok(()),
+    }
+}
+
+pub async fn fetch(
+    client: &reqwest::Client,
+    policy: &Policy,
+    url: &str,
+    credentials: Option<&Credentials>,
+) -> Result<Snapshot, FetchError> {
+    let parsed = policy.check_url(url)?;
+    if parsed.scheme() == "file" || parsed.scheme() == "git" {
+        return Err(FetchError::SchemeRefused {
+            scheme: parsed.scheme().to_owned(),
+        });
+    }
+    literal_check(policy, &parsed)?;
+    let mut request = client.get(parsed.clone());
+    if let Some(credentials) = credentials {
+        request = match (
+            &credentials.username,
+            &credentials.password,
+            &credentials.token,
+        ) {
+            (Some(user), Some(password), _) => request.basic_auth(user, Some(password)),
+            (_, _, Some(token)) => request.bearer_auth(token),
+            _ => request,
+        };
+    }
+    let mut response = request
+        .send()
+        .await
+        .map_err(|e| transport_error(e, url, policy))?;
+    let status = response.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Err(FetchError::AuthFailed {
+            url: url.to_owned(),
+        });
+    }
+    if !status.is_success() {
+        return Err(FetchError::HttpStatus {
+            url: url.to_owned(),
+            status: status.as_u16(),
+        });
+    }
+    let limit = policy.limits.config_bytes.min(policy.limits.download_bytes);
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| transport_error(e, url, policy))?
+    {
+        body.extend_from_slice(&chunk);
+        if body.len() as u64 > limit {
+            return Err(FetchError::TooLarge {
+                what: format!("the file at {url}"),
+                limit,
+            });
+        }
+    }
+    let name = parsed
+        .path_segments()
+        .and_then(|mut segments| segments.next_back().map(str::to_owned))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "config".to_owned());
+    let revision = format!(
+        "sha256:{}",
+        crate::controllers::common::hash::sha256_hex(&body)
+    );
+    Ok(Snapshot {
+        revision,
+        files: [(name, Content::from_bytes(body))].into(),
+        single_file: true,
+    })
+}
+
+fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchError {
+    if error.is_timeout() {
+        return FetchError::Timeout {
+            url: url.to_owned(),
+            seconds: policy.limits.timeout_seconds,
+        };
+    }
+    // A refusal from the resolver or the redirect policy travels as the source error.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(current) = source {
+        if let Some(refusal) = current.downcast_ref::<FetchError>() {
+            return refusal.clone();
+        }
+        source = current.source();
+    }
+    let mut detail = error.to_string();
+    let mut inner = std::error::Error::source(&error);
+    while let Some(cause) = inner {
+        detail = format!("{detail}: {cause}");
+        inner = cause.source();
+    }
+    FetchError::Unreachable {
+        url: url.to_owned(),
+        detail,
+    }
+}

@@ -1,0 +1,257 @@
+//! The config-source engine: fetches configuration from git repositories and HTTP(S)
+//! files in the background and hands hooks cheap, never-blocking snapshots.
+//!
+//! - [`SourceRequest`] names what a parent needs (url, ref, path, credentials);
+//! - [`Sources`] is the read side controllers see: `lookup` answers at once from the
+//!   cache and schedules a fetch when the entry is missing or older than the interval;
+//! - [`fetcher::Fetcher`] is the writer: one fetch per remote per interval, however
+//!   many parents share it; a failed fetch keeps the last good snapshot;
+//! - [`policy`] holds the safety rules (schemes, addresses, sizes, paths) that every
+//!   fetch passes before it touches the network;
+//! - [`git`] and [`http`] do the blocking/async work, bounded in time and size.
+
+pub mod fetcher;
+pub mod git;
+pub mod http;
+pub mod policy;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// Where configuration comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Location {
+    /// A git repository; `reference` is a branch, tag or commit (None: remote HEAD);
+    /// `path` a file or directory inside it ("" for the root).
+    Git {
+        url: String,
+        reference: Option<String>,
+        path: String,
+    },
+    /// One file over HTTP(S).
+    Http { url: String },
+}
+
+impl Location {
+    pub fn url(&self) -> &str {
+        match self {
+            Location::Git { url, .. } | Location::Http { url } => url,
+        }
+    }
+}
+
+/// Credentials from a Secret (`username`/`password` or `token`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(<redacted>)")
+    }
+}
+
+impl Credentials {
+    /// Distinguishes cache entries of different credential holders, so one tenant's
+    /// access never serves another's request for the same URL.
+    pub fn fingerprint(&self) -> String {
+        let mut hasher = Sha256::new();
+        for part in [&self.username, &self.password, &self.token] {
+            hasher.update(part.as_deref().unwrap_or("\u{0}").as_bytes());
+            hasher.update([0xff]);
+        }
+        hex::encode(&hasher.finalize()[..8])
+    }
+
+    /// (user, secret) for HTTP basic auth or git's userpass; a token alone goes as the
+    /// password of a conventional user, which GitHub, GitLab and Gitea accept.
+    pub fn userpass(&self) -> Option<(String, String)> {
+        match (&self.username, &self.password, &self.token) {
+            (Some(user), Some(password), _) => Some((user.clone(), password.clone())),
+            (user, None, Some(token)) => Some((
+                user.clone().unwrap_or_else(|| "x-access-token".to_owned()),
+                token.clone(),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// What one parent asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRequest {
+    pub location: Location,
+    pub credentials: Option<Credentials>,
+}
+
+impl SourceRequest {
+    /// Cache key of the snapshot (includes the path and a credential fingerprint).
+    pub fn key(&self) -> String {
+        let fingerprint = self
+            .credentials
+            .as_ref()
+            .map(Credentials::fingerprint)
+            .unwrap_or_default();
+        match &self.location {
+            Location::Git {
+                url,
+                reference,
+                path,
+            } => {
+                format!(
+                    "git|{url}|{}|{path}|{fingerprint}",
+                    reference.as_deref().unwrap_or("")
+                )
+            }
+            Location::Http { url } => format!("http|{url}|{fingerprint}"),
+        }
+    }
+
+    /// Key of the remote fetch shared by every request for the same url+ref+credentials.
+    pub fn remote_key(&self) -> String {
+        let fingerprint = self
+            .credentials
+            .as_ref()
+            .map(Credentials::fingerprint)
+            .unwrap_or_default();
+        match &self.location {
+            Location::Git { url, reference, .. } => {
+                format!(
+                    "git|{url}|{}|{fingerprint}",
+                    reference.as_deref().unwrap_or("")
+                )
+            }
+            Location::Http { url } => format!("http|{url}|{fingerprint}"),
+        }
+    }
+}
+
+/// A file's content: text goes to ConfigMap `data`, anything else to `binaryData`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+impl Content {
+    pub fn from_bytes(bytes: Vec<u8>) -> Content {
+        match String::from_utf8(bytes) {
+            Ok(text) => Content::Text(text),
+            Err(error) => Content::Binary(error.into_bytes()),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Content::Text(text) => text.len(),
+            Content::Binary(bytes) => bytes.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Fetched configuration at one revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `<ref>@sha1:<commit>` for git, `sha256:<hash>` for HTTP.
+    pub revision: String,
+    /// Files by path relative to the requested path (a single file is keyed by its name).
+    pub files: BTreeMap<String, Content>,
+    /// True when the request named one file (not a directory).
+    pub single_file: bool,
+}
+
+/// Why a fetch failed; each has a CamelCase reason for status conditions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchError {
+    #[error("URL {url:?} is not valid: {problem}")]
+    InvalidUrl { url: String, problem: String },
+    #[error("scheme {scheme:?} is not allowed (https is; others need --allow-scheme {scheme})")]
+    SchemeRefused { scheme: String },
+    #[error("host {host} is refused: {why} (allow with --allow-private-addresses)")]
+    HostRefused { host: String, why: String },
+    #[error("authentication failed for {url}")]
+    AuthFailed { url: String },
+    #[error("ref {reference:?} does not exist in {url}")]
+    RefNotFound { url: String, reference: String },
+    #[error("path {path:?} does not exist at {revision}")]
+    PathNotFound { path: String, revision: String },
+    #[error("path {path:?} is not allowed: {why}")]
+    PathRefused { path: String, why: String },
+    #[error("{path:?} is a symbolic link; links are not followed")]
+    SymlinkRefused { path: String },
+    #[error("{what} is larger than the limit of {limit} bytes")]
+    TooLarge { what: String, limit: u64 },
+    #[error("more than {limit} files under the requested path")]
+    TooManyFiles { limit: usize },
+    #[error("{url} answered HTTP {status}")]
+    HttpStatus { url: String, status: u16 },
+    #[error("fetching {url} took longer than {seconds} s")]
+    Timeout { url: String, seconds: u64 },
+    #[error("cannot reach {url}: {detail}")]
+    Unreachable { url: String, detail: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl FetchError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FetchError::InvalidUrl { .. } => "InvalidURL",
+            FetchError::SchemeRefused { .. } => "SchemeRefused",
+            FetchError::HostRefused { .. } => "HostRefused",
+            FetchError::AuthFailed { .. } => "AuthFailed",
+            FetchError::RefNotFound { .. } => "RefNotFound",
+            FetchError::PathNotFound { .. } => "PathNotFound",
+            FetchError::PathRefused { .. } => "PathRefused",
+            FetchError::SymlinkRefused { .. } => "SymlinkRefused",
+            FetchError::TooLarge { .. } => "TooLarge",
+            FetchError::TooManyFiles { .. } => "TooManyFiles",
+            FetchError::HttpStatus { .. } => "HTTPError",
+            FetchError::Timeout { .. } => "Timeout",
+            FetchError::Unreachable { .. } => "Unreachable",
+            FetchError::Other(_) => "FetchFailed",
+        }
+    }
+}
+
+/// What the cache knows about a request right now.
+#[derive(Debug, Clone, Default)]
+pub struct SourceState {
+    /// The last good snapshot, however old.
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// The error of the latest fetch, if it failed (the snapshot is then older).
+    pub error: Option<FetchError>,
+    /// A fetch is scheduled or running; ask again soon.
+    pub pending: bool,
+}
+
+/// The read side of the engine that controllers get in their context.
+pub trait Sources: Send + Sync {
+    /// Answers from the cache without waiting; schedules a fetch when the entry is
+    /// missing or older than `interval`.
+    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState;
+}
+
+/// No sources at all: every lookup is an error. For controllers that fetch nothing.
+pub struct NoSources;
+
+impl Sources for NoSources {
+    fn lookup(&self, _: &SourceRequest, _: Duration) -> SourceState {
+        SourceState {
+            error: Some(FetchError::Other(
+                "this server has no source engine".to_owned(),
+            )),
+            ..SourceState::default()
+        }
+    }
+}

@@ -1,0 +1,541 @@
+//! MonitoredService against real sources on loopback: a `git daemon` over a repository
+//! the test commits to, a static HTTP file server, and smart HTTP git behind basic auth.
+//! The Metacontroller emulator applies the answers, so rollouts are observed as a
+//! cluster would see them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use metahooks::controllers::{ControllerSettings, Registry};
+use metahooks::server::{Clock, Server};
+use metahooks::source::fetcher::Fetcher;
+use metahooks::source::policy::Policy;
+use serde_json::{Value, json};
+use support::emulator::Emulator;
+use support::servers::{Files, GitDaemon, Repo, serve_files, serve_git_http};
+
+struct Harness {
+    _server: Server,
+    fetcher: Fetcher,
+    emulator: Emulator,
+    _cache: tempfile::TempDir,
+}
+
+async fn harness(policy: Policy) -> Harness {
+    let cache = tempfile::tempdir().unwrap();
+    let fetcher = Fetcher::new(policy, cache.path().to_owned()).unwrap();
+    let registry =
+        Registry::standard(ControllerSettings::default()).with_sources(Arc::new(fetcher.clone()));
+    let server = Server::start(support::local_settings(), registry, Clock::System)
+        .await
+        .unwrap();
+    let emulator = Emulator::for_repository(&format!("http://{}", server.hook_addr));
+    Harness {
+        _server: server,
+        fetcher,
+        emulator,
+        _cache: cache,
+    }
+}
+
+fn loopback_policy(schemes: &[&str]) -> Policy {
+    Policy {
+        extra_schemes: schemes.iter().map(|s| (*s).to_owned()).collect(),
+        allow_private_addresses: true,
+        ..Policy::default()
+    }
+}
+
+fn service(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+           "metadata": {"name": name, "namespace": "team-a"}, "spec": spec})
+}
+
+fn parent<'a>(emulator: &'a Emulator, name: &str) -> &'a Value {
+    emulator
+        .get(
+            "services.example.com/v1alpha1",
+            "MonitoredService",
+            "team-a",
+            name,
+        )
+        .unwrap()
+}
+
+fn condition(parent: &Value, type_: &str) -> (String, String, String) {
+    let c = parent["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_}: {}", parent["status"]));
+    (
+        c["status"].as_str().unwrap().to_owned(),
+        c["reason"].as_str().unwrap().to_owned(),
+        c["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn hash(emulator: &Emulator, name: &str) -> Option<String> {
+    emulator
+        .get("apps/v1", "Deployment", "team-a", name)?
+        .pointer("/spec/template/metadata/annotations/monitoredservice.metahooks.io~1config-hash")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// Runs emulator rounds (letting background fetches land) until `done` holds.
+async fn settle(h: &mut Harness, what: &str, done: impl Fn(&Emulator) -> bool) {
+    let started = Instant::now();
+    loop {
+        h.emulator.converge(20).await.unwrap();
+        h.fetcher.idle().await;
+        h.emulator.converge(20).await.unwrap();
+        if done(&h.emulator) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never settled: {what}\n{:#?}",
+            h.emulator
+                .objects
+                .values()
+                .filter(|o| o["kind"] == "MonitoredService")
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_changes_roll_the_deployment_and_failures_keep_it() {
+    let repo = Repo::new();
+    repo.commit(&[
+        ("app/settings.env", "GREETING=hello\n"),
+        ("other/readme.txt", "unrelated\n"),
+    ]);
+    let mut daemon = GitDaemon::start(&repo);
+    let mut h = harness(loopback_policy(&["git"])).await;
+    h.emulator.apply(service(
+        "web",
+        json!({"image": "web:1", "port": 8080, "format": "env",
+        "source": {"git": {"url": daemon.url(), "ref": "main", "path": "app/settings.env"}}}),
+    ));
+    settle(&mut h, "first fetch", |e| {
+        hash(e, "web").is_some() && condition(parent(e, "web"), "Ready").0 == "True"
+    })
+    .await;
+    let h1 = hash(&h.emulator, "web").unwrap();
+    let config = h
+        .emulator
+        .get("v1", "ConfigMap", "team-a", "web-config")
+        .unwrap();
+    assert_eq!(config["data"], json!({"GREETING": "hello"}));
+    let status = &parent(&h.emulator, "web")["status"];
+    assert!(
+        status["revision"]
+            .as_str()
+            .unwrap()
+            .starts_with("main@sha1:"),
+        "{status}"
+    );
+    assert_eq!(status["configHash"], json!(h1));
+    let deployment = h
+        .emulator
+        .get("apps/v1", "Deployment", "team-a", "web")
+        .unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["configMapRef"]["name"],
+        "web-config"
+    );
+    let generation = deployment["metadata"]["generation"].as_i64().unwrap();
+
+    // A change to the watched file: after the next fetch the pods roll.
+    repo.commit(&[("app/settings.env", "GREETING=bonjour\n")]);
+    h.fetcher.expire();
+    settle(&mut h, "second revision", |e| {
+        hash(e, "web").as_deref() != Some(h1.as_str())
+    })
+    .await;
+    let h2 = hash(&h.emulator, "web").unwrap();
+    assert_eq!(
+        h.emulator
+            .get("v1", "ConfigMap", "team-a", "web-config")
+            .unwrap()["data"]["GREETING"],
+        "bonjour"
+    );
+    let rolled = h
+        .emulator
+        .get("apps/v1", "Deployment", "team-a", "web")
+        .unwrap()["metadata"]["generation"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(rolled, generation + 1, "exactly one rollout");
+
+    // A commit elsewhere in the repository changes the revision but not the config.
+    repo.commit(&[("other/readme.txt", "still unrelated\n")]);
+    let before = parent(&h.emulator, "web")["status"]["revision"].clone();
+    h.fetcher.expire();
+    settle(&mut h, "unrelated commit", |e| {
+        parent(e, "web")["status"]["revision"] != before
+    })
+    .await;
+    assert_eq!(hash(&h.emulator, "web").unwrap(), h2, "nothing rolls");
+    assert_eq!(
+        h.emulator
+            .get("apps/v1", "Deployment", "team-a", "web")
+            .unwrap()["metadata"]["generation"]
+            .as_i64()
+            .unwrap(),
+        rolled
+    );
+
+    // Server down: Fetched=False, everything keeps running as it was.
+    daemon.stop();
+    h.fetcher.expire();
+    settle(&mut h, "fetch failure", |e| {
+        condition(parent(e, "web"), "Fetched").0 == "False"
+    })
+    .await;
+    let (_, reason, message) = condition(parent(&h.emulator, "web"), "Fetched");
+    assert_eq!(reason, "Unreachable", "{message}");
+    assert!(message.contains("still running main@sha1:"), "{message}");
+    assert_eq!(hash(&h.emulator, "web").unwrap(), h2);
+    assert_eq!(
+        h.emulator
+            .get("v1", "ConfigMap", "team-a", "web-config")
+            .unwrap()["data"]["GREETING"],
+        "bonjour"
+    );
+
+    // Back up: recovers without a rollout.
+    daemon.restart();
+    h.fetcher.expire();
+    settle(&mut h, "recovery", |e| {
+        condition(parent(e, "web"), "Fetched").0 == "True"
+    })
+    .await;
+    assert_eq!(condition(parent(&h.emulator, "web"), "Ready").0, "True");
+    assert_eq!(hash(&h.emulator, "web").unwrap(), h2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_monitor_sample_over_http() {
+    let files = Files::default();
+    let sample = std::fs::read_to_string(
+        support::shared_dir().join("fixtures/seed-samples/config-monitor/test_service.config.env"),
+    )
+    .unwrap();
+    files.set("/test_service/config", StatusCode::OK, &sample);
+    let port = serve_files(files.clone()).await;
+    let mut cr = support::read_yaml_documents(
+        &support::shared_dir()
+            .join("fixtures/seed-samples/config-monitor/example-monitoredservice.cr.yaml"),
+    )
+    .remove(0);
+    cr["metadata"]["namespace"] = json!("team-a");
+    cr["spec"]["config_repo"] = json!(format!("http://127.0.0.1:{port}/test_service/config"));
+    let mut h = harness(loopback_policy(&["http"])).await;
+    h.emulator.apply(cr);
+    let name = "example-monitoredservice";
+    settle(&mut h, "config-monitor sample", |e| hash(e, name).is_some()).await;
+    let config = h
+        .emulator
+        .get("v1", "ConfigMap", "team-a", &format!("{name}-config"))
+        .unwrap();
+    assert_eq!(
+        config["data"],
+        json!({"RESPONSE_TEXT": "Hello world!"}),
+        "quotes removed"
+    );
+    let deployment = h
+        .emulator
+        .get("apps/v1", "Deployment", "team-a", name)
+        .unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "test-service:latest");
+    assert_eq!(container["ports"][0]["containerPort"], 8000);
+    assert_eq!(deployment["spec"]["replicas"], 1, "size maps to replicas");
+    assert!(h.emulator.get("v1", "Service", "team-a", name).is_some());
+    assert!(
+        parent(&h.emulator, name)["status"]["revision"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+
+    // A 404 page is not a config: the running one stays (config-monitor rolled out an
+    // empty env here).
+    let h1 = hash(&h.emulator, name).unwrap();
+    files.set(
+        "/test_service/config",
+        StatusCode::NOT_FOUND,
+        "<html>gone</html>",
+    );
+    h.fetcher.expire();
+    settle(&mut h, "404", |e| {
+        condition(parent(e, name), "Fetched").0 == "False"
+    })
+    .await;
+    assert_eq!(
+        condition(parent(&h.emulator, name), "Fetched").1,
+        "HTTPError"
+    );
+    assert_eq!(hash(&h.emulator, name).unwrap(), h1);
+
+    // An invalid env file is reported with its line and nothing rolls.
+    files.set("/test_service/config", StatusCode::OK, "A=1\nnot a pair\n");
+    h.fetcher.expire();
+    settle(&mut h, "invalid env", |e| {
+        condition(parent(e, name), "ConfigValid").0 == "False"
+    })
+    .await;
+    let (_, reason, message) = condition(parent(&h.emulator, name), "ConfigValid");
+    assert_eq!(reason, "InvalidEnvFile");
+    assert!(message.contains("line 2"), "{message}");
+    assert_eq!(hash(&h.emulator, name).unwrap(), h1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_format_mounts_a_directory() {
+    let repo = Repo::new();
+    repo.commit(&[
+        ("conf/app.yaml", "port: 80\n"),
+        ("conf/nested/db.ini", "[db]\n"),
+    ]);
+    repo.commit_bytes("conf/logo.bin", &[0x89, 0x50, 0xff, 0xfe, 0x00]);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = harness(loopback_policy(&["git"])).await;
+    h.emulator.apply(service(
+        "files",
+        json!({"image": "app:1", "mountPath": "/srv/conf",
+        "source": {"git": {"url": daemon.url(), "path": "conf"}}}),
+    ));
+    settle(&mut h, "files", |e| hash(e, "files").is_some()).await;
+    let config = h
+        .emulator
+        .get("v1", "ConfigMap", "team-a", "files-config")
+        .unwrap();
+    assert_eq!(config["data"]["app.yaml"], "port: 80\n");
+    assert_eq!(config["data"]["nested__db.ini"], "[db]\n");
+    assert!(
+        config["data"].get("logo.bin").is_none() && config["binaryData"]["logo.bin"].is_string(),
+        "binary files go to binaryData"
+    );
+    let pod = &h
+        .emulator
+        .get("apps/v1", "Deployment", "team-a", "files")
+        .unwrap()["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/srv/conf"
+    );
+    let items = pod["volumes"][0]["configMap"]["items"].as_array().unwrap();
+    assert!(items.contains(&json!({"key": "nested__db.ini", "path": "nested/db.ini"})));
+    assert!(
+        parent(&h.emulator, "files")["status"]["revision"]
+            .as_str()
+            .unwrap()
+            .starts_with("main@sha1:"),
+        "remote HEAD resolves to its branch"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_from_a_secret_over_smart_http() {
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "TOKEN_OK=yes\n")]);
+    let port = serve_git_http(repo.root.path().to_owned(), "deploy", "s3cret").await;
+    let mut h = harness(loopback_policy(&["http"])).await;
+    let url = format!("http://127.0.0.1:{port}/config.git");
+    let secret = |password: &str| {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "git-creds", "namespace": "team-a"},
+               "data": {"username": b64("deploy"), "password": b64(password)}})
+    };
+    h.emulator.apply(secret("wrong"));
+    h.emulator.apply(service(
+        "private",
+        json!({"image": "app:1",
+        "source": {"git": {"url": url, "path": "app.env", "secretRef": {"name": "git-creds"}}}}),
+    ));
+    settle(&mut h, "auth failure", |e| {
+        condition(parent(e, "private"), "Fetched").1 == "AuthFailed"
+    })
+    .await;
+    assert!(
+        hash(&h.emulator, "private").is_none(),
+        "nothing runs without a config"
+    );
+
+    h.emulator.apply(secret("s3cret"));
+    h.fetcher.expire();
+    settle(&mut h, "auth success", |e| hash(e, "private").is_some()).await;
+    assert_eq!(
+        h.emulator
+            .get("v1", "ConfigMap", "team-a", "private-config")
+            .unwrap()["data"]["TOKEN_OK"],
+        "yes"
+    );
+
+    // Pods of the service are reported from the related objects the customize hook asked for.
+    let pod_labels = h
+        .emulator
+        .get("apps/v1", "Deployment", "team-a", "private")
+        .unwrap()["spec"]["template"]["metadata"]["labels"]
+        .clone();
+    h.emulator.apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "private-abc", "namespace": "team-a", "labels": pod_labels}}));
+    settle(&mut h, "pods", |e| {
+        parent(e, "private")["status"]["pods"] == json!(["private-abc"])
+    })
+    .await;
+}
+
+/// Each unsafe source is refused with its reason in status; nothing crashes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsafe_sources_are_refused_with_a_reason() {
+    let repo = Repo::new();
+    let big = "x".repeat(1100 * 1024);
+    let mut many: Vec<(String, String)> = (0..300)
+        .map(|i| (format!("many/f{i}.txt"), format!("{i}\n")))
+        .collect();
+    many.push(("big/huge.txt".to_owned(), big));
+    let refs: Vec<(&str, &str)> = many.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    repo.commit(&refs);
+    repo.commit(&[("ok/app.env", "A=1\n")]);
+    repo.symlink("ok/passwd", "/etc/passwd");
+    let daemon = GitDaemon::start(&repo);
+
+    let mut strict = harness(Policy::default()).await;
+    let mut loose = harness(loopback_policy(&["git", "http"])).await;
+    let strict_cases = [
+        (
+            "file",
+            json!({"git": {"url": "file:///etc"}}),
+            "SchemeRefused",
+        ),
+        (
+            "ssh",
+            json!({"git": {"url": "ssh://git@example.com/repo.git"}}),
+            "SchemeRefused",
+        ),
+        (
+            "scp",
+            json!({"git": {"url": "git@example.com:org/repo.git"}}),
+            "SchemeRefused",
+        ),
+        (
+            "metadata",
+            json!({"http": {"url": "https://169.254.169.254/latest/meta-data/"}}),
+            "HostRefused",
+        ),
+        (
+            "loopback",
+            json!({"http": {"url": "https://127.0.0.1:9/config"}}),
+            "HostRefused",
+        ),
+        (
+            "localhost",
+            json!({"git": {"url": "https://localhost/repo.git"}}),
+            "HostRefused",
+        ),
+    ];
+    for (name, source, _) in &strict_cases {
+        strict
+            .emulator
+            .apply(service(name, json!({"image": "x:1", "source": source})));
+    }
+    let loose_cases = [
+        (
+            "escape",
+            json!({"git": {"url": daemon.url(), "path": "../../etc/passwd"}}),
+            "PathRefused",
+        ),
+        (
+            "symlink",
+            json!({"git": {"url": daemon.url(), "path": "ok/passwd"}}),
+            "SymlinkRefused",
+        ),
+        (
+            "symlink-dir",
+            json!({"git": {"url": daemon.url(), "path": "ok"}}),
+            "SymlinkRefused",
+        ),
+        (
+            "oversized",
+            json!({"git": {"url": daemon.url(), "path": "big/huge.txt"}}),
+            "TooLarge",
+        ),
+        (
+            "too-many",
+            json!({"git": {"url": daemon.url(), "path": "many"}}),
+            "TooManyFiles",
+        ),
+        (
+            "no-path",
+            json!({"git": {"url": daemon.url(), "path": "nope.env"}}),
+            "PathNotFound",
+        ),
+        (
+            "no-ref",
+            json!({"git": {"url": daemon.url(), "ref": "v9"}}),
+            "RefNotFound",
+        ),
+    ];
+    for (name, source, _) in &loose_cases {
+        loose
+            .emulator
+            .apply(service(name, json!({"image": "x:1", "source": source})));
+    }
+    for (harness, cases) in [
+        (&mut strict, &strict_cases[..]),
+        (&mut loose, &loose_cases[..]),
+    ] {
+        settle(harness, "refusals", |e| {
+            cases
+                .iter()
+                .all(|(name, ..)| condition(parent(e, name), "Fetched").1 != "FetchPending")
+        })
+        .await;
+        for (name, _, reason) in cases {
+            let (status, actual, message) = condition(parent(&harness.emulator, name), "Fetched");
+            assert_eq!(
+                (status.as_str(), actual.as_str()),
+                ("False", *reason),
+                "{name}: {message}"
+            );
+            assert!(
+                harness
+                    .emulator
+                    .get("apps/v1", "Deployment", "team-a", name)
+                    .is_none(),
+                "{name}: nothing runs"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_repositories_are_fetched_once_per_interval() {
+    let repo = Repo::new();
+    repo.commit(&[("a.env", "A=1\n"), ("b.env", "B=2\n")]);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = harness(loopback_policy(&["git"])).await;
+    for i in 0..20 {
+        let path = if i % 2 == 0 { "a.env" } else { "b.env" };
+        h.emulator.apply(service(&format!("svc{i}"), json!({"image": "x:1", "source": {"git": {"url": daemon.url(), "ref": "main", "path": path}}})));
+    }
+    settle(&mut h, "twenty parents", |e| {
+        (0..20).all(|i| hash(e, &format!("svc{i}")).is_some())
+    })
+    .await;
+    assert_eq!(
+        h.fetcher.network_fetches(),
+        1,
+        "one repository, one fetch, however many parents"
+    );
+}
