@@ -2,7 +2,8 @@
 # Posts every golden case to a running metahooks and compares the answer with the stored
 # response (as JSON values). Usage: hooks-tests/run.sh [BASE_URL]   (default http://localhost:8080)
 #
-# A case's hook is `finalize` when its request has "finalizing": true, else `sync`.
+# A case's hook is `customize` when its request has no observed map (children or
+# attachments), `finalize` when it has "finalizing": true, else `sync`.
 # Conditions stamped with the recording time (2026-01-01T00:00:00Z) appeared or flipped in
 # that answer and carry the server's current time instead, so that one field is not compared.
 set -uo pipefail
@@ -13,10 +14,10 @@ failed=0
 for request in "$here"/*/*/request.json; do
   case_dir="$(dirname "$request")"
   controller="$(basename "$(dirname "$case_dir")")"
-  hook=sync
-  if python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("finalizing") is True else 1)' "$request"; then
-    hook=finalize
-  fi
+  hook="$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("customize" if "children" not in r and "attachments" not in r else "finalize" if r.get("finalizing") is True else "sync")' "$request")"
   actual="$(curl -sS -X POST -H 'Content-Type: application/json' --data-binary @"$request" "$base/$controller/$hook")"
   if python3 - "$case_dir/response.json" "$actual" <<'PY'
 import json, sys

@@ -19,8 +19,12 @@ fn cases_dir() -> PathBuf {
     support::repo_dir().join("hooks-tests")
 }
 
+/// finalize when `finalizing` is true; customize when there is no observed map (a
+/// customize request carries only controller and parent); else sync.
 fn hook_of(request: &Value) -> &'static str {
-    if request["finalizing"] == json!(true) {
+    if request.get("children").is_none() && request.get("attachments").is_none() {
+        "customize"
+    } else if request["finalizing"] == json!(true) {
         "finalize"
     } else {
         "sync"
@@ -425,5 +429,90 @@ async fn build_cases(
             request(version, deleting, empty_children(), true),
         ));
     }
+    cases.extend(monitoredservice_cases());
     cases
+}
+
+fn ms_registration() -> Value {
+    support::read_yaml_documents(
+        &support::repo_dir().join("manifests/controllers/monitoredservice.yaml"),
+    )
+    .remove(0)
+}
+
+fn ms_parent(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+           "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"), "generation": 1},
+           "spec": spec})
+}
+
+fn ms_request(parent: Value, related: Value, finalizing: bool) -> Value {
+    json!({"controller": ms_registration(), "parent": parent,
+           "children": {"ConfigMap.v1": {}, "Deployment.apps/v1": {}, "Service.v1": {}},
+           "related": related, "finalizing": finalizing})
+}
+
+/// Cases whose answer does not depend on a fetch (those are covered against real
+/// servers in tests/monitoredservice_sources.rs).
+fn monitoredservice_cases() -> Vec<(&'static str, &'static str, Value)> {
+    let git = json!({"git": {"url": "https://git.example.com/team/config.git", "ref": "main", "path": "app.env", "secretRef": {"name": "git-creds"}}});
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain-7d9f-abcde", "namespace": "team-a"}});
+    vec![
+        (
+            "monitoredservice",
+            "no-source-plain-deployment",
+            ms_request(
+                ms_parent(
+                    "plain",
+                    json!({"image": "nginx:1.27", "port": 8080, "size": 2, "env": [{"name": "MODE", "value": "demo"}]}),
+                ),
+                json!({"Pod.v1": {"team-a/plain-7d9f-abcde": pod}}),
+                false,
+            ),
+        ),
+        (
+            "monitoredservice",
+            "ambiguous-source",
+            ms_request(
+                ms_parent(
+                    "both",
+                    json!({"image": "app:1", "config_repo": "https://example.com/config", "source": git}),
+                ),
+                json!({}),
+                false,
+            ),
+        ),
+        (
+            "monitoredservice",
+            "secret-not-found",
+            ms_request(
+                ms_parent("private", json!({"image": "app:1", "source": git})),
+                json!({"Secret.v1": {}}),
+                false,
+            ),
+        ),
+        (
+            "monitoredservice",
+            "name-not-a-dns-label",
+            ms_request(
+                ms_parent("Bad_Name", json!({"image": "app:1"})),
+                json!({}),
+                false,
+            ),
+        ),
+        (
+            "monitoredservice",
+            "finalize",
+            ms_request(
+                ms_parent("plain", json!({"image": "nginx:1.27"})),
+                json!({}),
+                true,
+            ),
+        ),
+        (
+            "monitoredservice",
+            "customize",
+            json!({"controller": ms_registration(), "parent": ms_parent("private", json!({"image": "app:1", "source": git}))}),
+        ),
+    ]
 }

@@ -111,19 +111,19 @@ pub fn answer(
             "the Deployment does not have minimum availability yet",
         ),
     };
-    let ready = if !facts.fetched.status {
+    let ready = if !facts.config_valid.status {
+        Decided::new(
+            "Ready",
+            false,
+            "ConfigInvalid",
+            "the spec or the fetched config is not valid; see ConfigValid",
+        )
+    } else if !facts.fetched.status {
         Decided::new(
             "Ready",
             false,
             "FetchFailing",
             "the config source is not answering; see Fetched",
-        )
-    } else if !facts.config_valid.status {
-        Decided::new(
-            "Ready",
-            false,
-            "ConfigInvalid",
-            "the fetched config is not valid; see ConfigValid",
         )
     } else if available && settled && current {
         Decided::new(
