@@ -430,6 +430,7 @@ async fn build_cases(
         ));
     }
     cases.extend(monitoredservice_cases());
+    cases.extend(configsync_cases());
     cases
 }
 
@@ -513,6 +514,126 @@ fn monitoredservice_cases() -> Vec<(&'static str, &'static str, Value)> {
             "monitoredservice",
             "customize",
             json!({"controller": ms_registration(), "parent": ms_parent("private", json!({"image": "app:1", "source": git}))}),
+        ),
+    ]
+}
+
+fn cs_registration(version: &str) -> Value {
+    let mut controller = support::read_yaml_documents(
+        &support::repo_dir().join("manifests/controllers/configsync.yaml"),
+    )
+    .remove(0);
+    for hook in ["sync", "finalize", "customize"] {
+        controller["spec"]["hooks"][hook]["version"] = json!(version);
+    }
+    controller
+}
+
+fn cs_target(annotations: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "web", "namespace": "team-a", "uid": "uid-web", "generation": 3, "annotations": annotations},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}},
+           "status": {"observedGeneration": 3, "replicas": 1}})
+}
+
+/// An attachment as Metacontroller would send it back (v1 key `name`, v2 `namespace/name`).
+fn cs_attachments(version: &str, present: bool) -> Value {
+    if !present {
+        return json!({"ConfigMap.v1": {}});
+    }
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "web-configsync", "namespace": "team-a", "uid": "cm-uid", "resourceVersion": "9",
+                     "labels": {"app.kubernetes.io/managed-by": "metahooks", "configsync.metahooks.io/target": "web"},
+                     "annotations": {"metacontroller.k8s.io/decorator-controller": "configsync",
+                                     "config.metahooks.io/revision": "main@sha1:1111111111111111111111111111111111111111",
+                                     "config.metahooks.io/format": "files",
+                                     "config.metahooks.io/paths": "{\"conf__site.conf\":\"conf/site.conf\"}"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "uid-web", "controller": true}]},
+        "data": {"conf__site.conf": "server {}\n"},
+        "binaryData": {"logo.png": "iVBORw0KGgo="}});
+    let key = if version == "v2" {
+        "team-a/web-configsync"
+    } else {
+        "web-configsync"
+    };
+    json!({"ConfigMap.v1": {key: object}})
+}
+
+fn cs_request(
+    version: &str,
+    annotations: Value,
+    attachments: bool,
+    related: Value,
+    finalizing: bool,
+) -> Value {
+    json!({"controller": cs_registration(version), "object": cs_target(annotations),
+           "attachments": cs_attachments(version, attachments), "related": related, "finalizing": finalizing})
+}
+
+/// Cases whose answer does not depend on a fetch.
+fn configsync_cases() -> Vec<(&'static str, &'static str, Value)> {
+    let with_secret = json!({"configsync.metahooks.io/git-url": "https://git.example.com/web.git", "configsync.metahooks.io/secret": "git-creds"});
+    let bad_interval = json!({"configsync.metahooks.io/git-url": "https://git.example.com/web.git", "configsync.metahooks.io/interval-seconds": "soon"});
+    vec![
+        (
+            "configsync",
+            "secret-not-found-v2-keys",
+            cs_request(
+                "v2",
+                with_secret.clone(),
+                false,
+                json!({"Secret.v1": {}}),
+                false,
+            ),
+        ),
+        (
+            "configsync",
+            "secret-not-found-keeps-attachment-v2-keys",
+            cs_request(
+                "v2",
+                with_secret.clone(),
+                true,
+                json!({"Secret.v1": {}}),
+                false,
+            ),
+        ),
+        (
+            "configsync",
+            "secret-not-found-keeps-attachment-v1-keys",
+            cs_request(
+                "v1",
+                with_secret.clone(),
+                true,
+                json!({"Secret.v1": {}}),
+                false,
+            ),
+        ),
+        (
+            "configsync",
+            "bad-interval-v1-keys",
+            cs_request("v1", bad_interval, true, json!({}), false),
+        ),
+        (
+            "configsync",
+            "finalize-with-attachment",
+            cs_request(
+                "v2",
+                json!({"configsync.metahooks.io/revision": "main@sha1:1111111111111111111111111111111111111111"}),
+                true,
+                json!({}),
+                true,
+            ),
+        ),
+        (
+            "configsync",
+            "finalize-attachment-gone",
+            cs_request("v1", json!({}), false, json!({}), true),
+        ),
+        (
+            "configsync",
+            "customize",
+            json!({"controller": cs_registration("v2"), "parent": cs_target(with_secret)}),
         ),
     ]
 }

@@ -7,6 +7,7 @@
 
 pub mod apimock;
 pub mod common;
+pub mod configsync;
 pub mod monitoredservice;
 
 use std::collections::BTreeMap;
@@ -166,6 +167,7 @@ impl Registry {
         Registry::new()
             .composite("apimock", apimock::ApiMock::new(&settings))
             .composite("monitoredservice", monitoredservice::MonitoredService)
+            .decorator("configsync", configsync::ConfigSync)
     }
 
     /// The source engine controllers read through [`Context::sources`].

@@ -18,10 +18,10 @@ use super::spec::{ConfigFormat, MonitoredServiceSpec};
 use crate::error::HookError;
 
 pub const CONFIG_HASH_ANNOTATION: &str = "monitoredservice.metahooks.io/config-hash";
-pub const REVISION_ANNOTATION: &str = "monitoredservice.metahooks.io/revision";
+pub const REVISION_ANNOTATION: &str = "config.metahooks.io/revision";
 /// Path of each ConfigMap key inside the mount, when it differs from the key.
-pub const FORMAT_ANNOTATION: &str = "monitoredservice.metahooks.io/format";
-pub const PATHS_ANNOTATION: &str = "monitoredservice.metahooks.io/paths";
+pub const FORMAT_ANNOTATION: &str = "config.metahooks.io/format";
+pub const PATHS_ANNOTATION: &str = "config.metahooks.io/paths";
 pub const DEFAULT_MOUNT_PATH: &str = "/etc/config";
 
 /// The configuration as it goes into the ConfigMap.

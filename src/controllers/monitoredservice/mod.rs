@@ -359,7 +359,7 @@ fn read_credentials(related: &ObjectMap, secret: &str) -> Result<Credentials, Pr
 }
 
 /// Snapshot → ConfigMap content in the wanted format, or why it cannot be.
-fn to_config(
+pub(crate) fn to_config(
     snapshot: &Snapshot,
     format: Option<ConfigFormat>,
 ) -> Result<Config, (&'static str, String)> {
@@ -456,7 +456,7 @@ impl Observed {
     }
 }
 
-fn read_config(config_map: &Value) -> Config {
+pub(crate) fn read_config(config_map: &Value) -> Config {
     let annotation = |key: &str| {
         config_map
             .pointer("/metadata/annotations")

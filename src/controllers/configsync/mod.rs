@@ -1,0 +1,285 @@
+//! configsync: a DecoratorController that keeps a ConfigMap in sync with a git path for
+//! any Deployment or StatefulSet carrying `configsync.metahooks.io/git-url` — for
+//! workloads users do not own (Helm charts) and so cannot give a new CR.
+//!
+//! Attachment: ConfigMap `<target>-configsync` with the files. The target gets
+//! `configsync.metahooks.io/revision`, and `configsync.metahooks.io/error` while
+//! something is wrong. The target's status is never touched. Fetching goes through the
+//! same engine, limits and safety rules as MonitoredService; a failed fetch keeps the
+//! last ConfigMap.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+use super::monitoredservice::children::{
+    Config, FORMAT_ANNOTATION, PATHS_ANNOTATION, REVISION_ANNOTATION, format_name,
+};
+use super::monitoredservice::spec::ConfigFormat;
+use super::monitoredservice::{read_config, to_config};
+use crate::controllers::common::names::check_dns1123_subdomain;
+use crate::controllers::{Context, DecoratorHooks};
+use crate::error::HookError;
+use crate::protocol::{
+    CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, ObjectMap,
+    RelatedResourceRule, object_name,
+};
+use crate::source::{Credentials, FetchError, Location, SourceRequest};
+
+pub const GIT_URL: &str = "configsync.metahooks.io/git-url";
+pub const REF: &str = "configsync.metahooks.io/ref";
+pub const PATH: &str = "configsync.metahooks.io/path";
+pub const INTERVAL: &str = "configsync.metahooks.io/interval-seconds";
+pub const SECRET: &str = "configsync.metahooks.io/secret";
+pub const REVISION: &str = "configsync.metahooks.io/revision";
+pub const ERROR: &str = "configsync.metahooks.io/error";
+
+const DEFAULT_INTERVAL: u64 = 60;
+const MIN_INTERVAL: u64 = 10;
+const PENDING_RESYNC_SECONDS: u64 = 2;
+
+pub fn attachment_name(target: &str) -> String {
+    format!("{target}-configsync")
+}
+
+pub struct ConfigSync;
+
+impl DecoratorHooks for ConfigSync {
+    fn sync(
+        &self,
+        request: &DecoratorRequest,
+        ctx: &Context,
+    ) -> Result<DecoratorResponse, HookError> {
+        let target = &request.object;
+        let name = object_name(target).unwrap_or_default();
+        let annotations = Annotations::of(target);
+        let observed = request
+            .attachments
+            .find("ConfigMap", "v1", None, &attachment_name(name))
+            .map(read_config);
+        if let Err(invalid) = check_dns1123_subdomain(&attachment_name(name)) {
+            return answer(None, Some(format!("{invalid}")), observed.as_ref(), name, 0);
+        }
+        let Some(url) = annotations.get(GIT_URL).filter(|u| !u.is_empty()) else {
+            return answer(
+                observed.clone(),
+                Some(format!("annotation {GIT_URL} is empty")),
+                observed.as_ref(),
+                name,
+                0,
+            );
+        };
+        let interval = match annotations.get(INTERVAL).map(|v| v.parse::<u64>()) {
+            None => DEFAULT_INTERVAL,
+            Some(Ok(seconds)) => seconds.max(MIN_INTERVAL),
+            Some(Err(_)) => {
+                let problem = format!("annotation {INTERVAL} must be a whole number of seconds");
+                return answer(
+                    observed.clone(),
+                    Some(problem),
+                    observed.as_ref(),
+                    name,
+                    DEFAULT_INTERVAL,
+                );
+            }
+        };
+        let credentials = match annotations.get(SECRET) {
+            Some(secret) => match credentials(&request.related, secret) {
+                Ok(credentials) => Some(credentials),
+                Err(problem) => {
+                    return answer(
+                        observed.clone(),
+                        Some(problem),
+                        observed.as_ref(),
+                        name,
+                        interval,
+                    );
+                }
+            },
+            None => None,
+        };
+        let wanted = SourceRequest {
+            location: Location::Git {
+                url: url.to_owned(),
+                reference: annotations
+                    .get(REF)
+                    .filter(|r| !r.is_empty())
+                    .map(str::to_owned),
+                path: annotations.get(PATH).unwrap_or_default().to_owned(),
+            },
+            credentials,
+        };
+        let state = ctx.sources.lookup(&wanted, Duration::from_secs(interval));
+        let resync = if state.pending {
+            PENDING_RESYNC_SECONDS
+        } else {
+            interval
+        };
+        let fresh = state
+            .snapshot
+            .as_deref()
+            .map(|s| to_config(s, Some(ConfigFormat::Files)));
+        let (served, problem) = match (fresh, &state.error) {
+            (_, Some(error)) => (
+                observed.clone(),
+                Some(fetch_problem(error, observed.as_ref())),
+            ),
+            (Some(Ok(config)), None) => (Some(config), None),
+            (Some(Err((_, message))), None) => (observed.clone(), Some(message)),
+            (None, None) => (observed.clone(), None),
+        };
+        answer(served, problem, observed.as_ref(), name, resync)
+    }
+
+    fn finalize(
+        &self,
+        request: &DecoratorRequest,
+        _ctx: &Context,
+    ) -> Result<DecoratorResponse, HookError> {
+        Ok(DecoratorResponse {
+            annotations: Some(BTreeMap::from([
+                (REVISION.to_owned(), None),
+                (ERROR.to_owned(), None),
+            ])),
+            attachments: Some(Vec::new()),
+            finalized: Some(request.attachments.is_empty()),
+            ..DecoratorResponse::default()
+        })
+    }
+
+    fn customize(&self, request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
+        let related_resources = Annotations::of(&request.parent)
+            .get(SECRET)
+            .map(|secret| RelatedResourceRule {
+                api_version: "v1".to_owned(),
+                resource: "secrets".to_owned(),
+                names: Some(vec![secret.to_owned()]),
+                ..RelatedResourceRule::default()
+            })
+            .into_iter()
+            .collect();
+        Ok(CustomizeResponse { related_resources })
+    }
+}
+
+struct Annotations<'a>(Option<&'a serde_json::Map<String, Value>>);
+
+impl<'a> Annotations<'a> {
+    fn of(object: &'a Value) -> Annotations<'a> {
+        Annotations(
+            object
+                .pointer("/metadata/annotations")
+                .and_then(Value::as_object),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.0?.get(key)?.as_str().map(str::trim)
+    }
+}
+
+fn fetch_problem(error: &FetchError, running: Option<&Config>) -> String {
+    match running {
+        Some(config) => format!("{error} (still serving {})", config.revision),
+        None => error.to_string(),
+    }
+}
+
+fn credentials(related: &ObjectMap, secret: &str) -> Result<Credentials, String> {
+    use base64::Engine;
+    let object = related.find("Secret", "v1", None, secret).ok_or_else(|| {
+        format!("the Secret {secret:?} named by {SECRET} does not exist in this namespace")
+    })?;
+    let field = |key: &str| {
+        let encoded = object.pointer(&format!("/data/{key}"))?.as_str()?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?;
+        String::from_utf8(bytes)
+            .ok()
+            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+    };
+    let credentials = Credentials {
+        username: field("username"),
+        password: field("password"),
+        token: field("token"),
+    };
+    credentials
+        .userpass()
+        .map(|_| credentials.clone())
+        .ok_or_else(|| format!("Secret {secret:?} needs `username` and `password`, or `token`"))
+}
+
+/// The full answer: the attachment (served config, if any), the target annotations, no
+/// status (a decorator leaves the target's status alone).
+fn answer(
+    served: Option<Config>,
+    problem: Option<String>,
+    observed: Option<&Config>,
+    name: &str,
+    resync: u64,
+) -> Result<DecoratorResponse, HookError> {
+    let revision = served.as_ref().or(observed).map(|c| c.revision.clone());
+    let annotations =
+        BTreeMap::from([(REVISION.to_owned(), revision), (ERROR.to_owned(), problem)]);
+    let attachments = served
+        .map(|config| config_map(name, &config))
+        .transpose()?
+        .into_iter()
+        .collect();
+    Ok(DecoratorResponse {
+        annotations: Some(annotations),
+        attachments: Some(attachments),
+        resync_after_seconds: (resync > 0).then(|| resync.into()),
+        ..DecoratorResponse::default()
+    })
+}
+
+fn config_map(target: &str, config: &Config) -> Result<Value, HookError> {
+    let mut annotations = BTreeMap::from([
+        (REVISION_ANNOTATION.to_owned(), config.revision.clone()),
+        (
+            FORMAT_ANNOTATION.to_owned(),
+            format_name(config.format).to_owned(),
+        ),
+    ]);
+    if !config.paths.is_empty() {
+        annotations.insert(
+            PATHS_ANNOTATION.to_owned(),
+            serde_json::to_string(&config.paths).unwrap_or_default(),
+        );
+    }
+    let object = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(attachment_name(target)),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "metahooks".to_owned(),
+                ),
+                (
+                    "configsync.metahooks.io/target".to_owned(),
+                    target.to_owned(),
+                ),
+            ])),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        data: Some(config.data.clone()).filter(|d| !d.is_empty()),
+        binary_data: Some(
+            config
+                .binary
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                .collect::<BTreeMap<_, _>>(),
+        )
+        .filter(|b| !b.is_empty()),
+        ..ConfigMap::default()
+    };
+    serde_json::to_value(object)
+        .map_err(|e| HookError::Internal(format!("cannot serialise the ConfigMap: {e}")))
+}
