@@ -5,8 +5,6 @@ use metahooks::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Before any thread exists: libgit2's timeouts are process globals.
-    metahooks::source::git::set_network_timeouts();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -35,15 +35,21 @@ pub struct Resolved {
 }
 
 /// Bounds libgit2's connect and read waits, so a silent server cannot hold a fetch job
-/// forever (the transfer callback only runs while data arrives).
+/// forever (the transfer callback only runs while data arrives). Done on first use, not
+/// at start-up: initialising libgit2 loads the system CA bundle (~40 ms), which would
+/// double the time to readiness.
 #[allow(unsafe_code)]
-pub fn set_network_timeouts() {
-    // SAFETY: these write libgit2 process globals without synchronisation; `main` calls
-    // this once, before the runtime or any other thread is started.
-    unsafe {
-        let _ = git2::opts::set_server_connect_timeout_in_milliseconds(10_000);
-        let _ = git2::opts::set_server_timeout_in_milliseconds(20_000);
-    }
+fn set_network_timeouts() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: these write libgit2 process globals without synchronisation. The only
+        // readers are libgit2 network operations, and every one of them in this program
+        // starts in `fetch` after this `Once` has completed, so none runs concurrently.
+        unsafe {
+            let _ = git2::opts::set_server_connect_timeout_in_milliseconds(10_000);
+            let _ = git2::opts::set_server_timeout_in_milliseconds(20_000);
+        }
+    });
 }
 
 /// Where the bare repository for `url` lives under `cache_dir`.
@@ -62,6 +68,7 @@ pub fn fetch(
 ) -> Result<Resolved, FetchError> {
     let parsed = policy.check_url(url)?;
     policy.check_host(&parsed)?;
+    set_network_timeouts();
     let dir = repo_dir(cache_dir, url);
     let repo = open_or_init(&dir)?;
     let deadline = Instant::now() + Duration::from_secs(policy.limits.timeout_seconds);
