@@ -9,6 +9,12 @@ TOOLS="${METAHOOKS_TOOLS_DIR:-$PWD/.tools}"
 KUBERNETES_VALIDATE_VERSION=1.37.0
 PRISM_VERSION=5.14.2
 
+# libgit2 is built against the system OpenSSL.
+if ! pkg-config --exists openssl 2>/dev/null; then
+  echo "== installing libssl-dev and pkg-config (needed to build libgit2 with https)"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq libssl-dev pkg-config; else sudo apt-get update -qq && sudo apt-get install -y -qq libssl-dev pkg-config; fi
+fi
+
 mkdir -p "$TOOLS"
 if [ ! -x "$TOOLS/venv/bin/kubernetes-validate" ]; then
   echo "== installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION"

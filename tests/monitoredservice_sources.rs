@@ -520,6 +520,64 @@ async fn unsafe_sources_are_refused_with_a_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_parents_on_five_repositories_fetch_five_times_per_interval() {
+    let repos: Vec<Repo> = (0..5).map(|_| Repo::new()).collect();
+    for (index, repo) in repos.iter().enumerate() {
+        repo.commit(&[("a.env", &format!("REPO={index}\n")), ("b.env", "B=2\n")]);
+    }
+    let daemons: Vec<GitDaemon> = repos.iter().map(GitDaemon::start).collect();
+    let mut h = harness(loopback_policy(&["git"])).await;
+    for i in 0..200 {
+        let path = if i % 3 == 0 { "b.env" } else { "a.env" };
+        h.emulator.apply(service(
+            &format!("svc{i}"),
+            json!({"image": "x:1", "intervalSeconds": 60,
+            "source": {"git": {"url": daemons[i % 5].url(), "ref": "main", "path": path}}}),
+        ));
+    }
+    settle(&mut h, "two hundred parents", |e| {
+        (0..200).all(|i| hash(e, &format!("svc{i}")).is_some())
+    })
+    .await;
+    assert_eq!(
+        h.fetcher.network_fetches(),
+        5,
+        "one fetch per repository per interval"
+    );
+    // Another full pass within the interval fetches nothing.
+    h.emulator.converge(5).await.unwrap();
+    h.fetcher.idle().await;
+    assert_eq!(h.fetcher.network_fetches(), 5);
+    // The next interval: each repository once more, whatever the number of parents.
+    h.fetcher.expire();
+    h.emulator.round().await.unwrap();
+    h.fetcher.idle().await;
+    assert_eq!(h.fetcher.network_fetches(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_repository_poll_lists_refs_and_downloads_no_pack() {
+    let repo = Repo::new();
+    repo.commit(&[("a.env", "A=1\n")]);
+    let daemon = GitDaemon::start(&repo);
+    let cache = tempfile::tempdir().unwrap();
+    let policy = loopback_policy(&["git"]);
+    let url = daemon.url();
+    let first =
+        metahooks::source::git::fetch(cache.path(), &url, Some("main"), None, &policy).unwrap();
+    assert!(first.downloaded && first.received_bytes > 0);
+    let again =
+        metahooks::source::git::fetch(cache.path(), &url, Some("main"), None, &policy).unwrap();
+    assert!(!again.downloaded, "same commit: no pack");
+    assert_eq!(again.received_bytes, 0);
+    assert_eq!(again.commit, first.commit);
+    repo.commit(&[("a.env", "A=2\n")]);
+    let changed =
+        metahooks::source::git::fetch(cache.path(), &url, Some("main"), None, &policy).unwrap();
+    assert!(changed.downloaded && changed.commit != first.commit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_repositories_are_fetched_once_per_interval() {
     let repo = Repo::new();
     repo.commit(&[("a.env", "A=1\n"), ("b.env", "B=2\n")]);

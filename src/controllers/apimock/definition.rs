@@ -102,7 +102,7 @@ fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
     check_nesting(text)?;
     let document = parse(text, format)?;
     let generation = detect(&document)?;
-    validate::validate(&document, generation)?;
+    validate::validate(&document, generation, text.len())?;
     Ok(summarize(&document, generation))
 }
 

@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::definition::{Generation, Invalid};
@@ -31,7 +32,11 @@ fn compile(text: &str) -> Result<jsonschema::Validator, String> {
 
 const REASON: &str = "InvalidDocument";
 
-pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid> {
+/// Documents above this size are checked on two threads.
+const PARALLEL_ABOVE_BYTES: usize = 128 * 1024;
+
+/// `size_hint` is the document's text length (the cost driver).
+pub fn validate(document: &Value, generation: Generation, size_hint: usize) -> Result<(), Invalid> {
     let label = match generation {
         Generation::Swagger2 => "Swagger 2.0",
         Generation::OpenApi30 => "OpenAPI 3.0",
@@ -50,32 +55,56 @@ pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid>
             format!("the {label} meta-schema failed to load: {e}"),
         )
     })?;
-    if let Err(error) = validator.validate(document) {
-        return Err(fail(format!(
-            "at {}: {}",
-            location(error.instance_path().as_str()),
-            short(&error.to_string())
-        )));
-    }
-    if generation == Generation::OpenApi30
-        && let Err(error) = serde_path_to_error::deserialize::<_, openapiv3::OpenAPI>(document)
-    {
-        return Err(fail(format!("at {}: {}", error.path(), error.inner())));
-    }
-    if generation == Generation::OpenApi31 {
-        check_dialect(document).map_err(fail)?;
-    }
-    let mut checker = Checker {
-        root: document,
-        generation,
-        operation_ids: BTreeSet::new(),
+    // The typed 3.0 model is the slowest reader (serde's flatten buffers every object),
+    // so on large documents it runs on its own thread beside the meta-schema and the
+    // semantic checks; the verdict is the same, the wait is shorter.
+    let typed_check = |document: &Value| -> Result<(), Invalid> {
+        if generation == Generation::OpenApi30
+            && openapiv3::OpenAPI::deserialize(document).is_err()
+            && let Err(error) = serde_path_to_error::deserialize::<_, openapiv3::OpenAPI>(document)
+        {
+            return Err(fail(format!("at {}: {}", error.path(), error.inner())));
+        }
+        Ok(())
     };
-    checker
-        .references(document, &mut Vec::new())
-        .map_err(fail)?;
-    checker.paths().map_err(fail)?;
-    checker.schemas().map_err(fail)?;
-    Ok(())
+    let structural_check = |document: &Value| -> Result<(), Invalid> {
+        // `is_valid` skips building error values; the error is computed only on failure.
+        if !validator.is_valid(document)
+            && let Err(error) = validator.validate(document)
+        {
+            return Err(fail(format!(
+                "at {}: {}",
+                location(error.instance_path().as_str()),
+                short(&error.to_string())
+            )));
+        }
+        if generation == Generation::OpenApi31 {
+            check_dialect(document).map_err(fail)?;
+        }
+        let mut checker = Checker {
+            root: document,
+            generation,
+            operation_ids: BTreeSet::new(),
+        };
+        checker
+            .references(document, &mut Vec::new())
+            .map_err(fail)?;
+        checker.paths().map_err(fail)?;
+        checker.schemas().map_err(fail)?;
+        Ok(())
+    };
+    if size_hint < PARALLEL_ABOVE_BYTES {
+        structural_check(document)?;
+        return typed_check(document);
+    }
+    std::thread::scope(|scope| {
+        let typed = scope.spawn(|| typed_check(document));
+        let structural = structural_check(document);
+        let typed = typed
+            .join()
+            .unwrap_or_else(|_| Err(Invalid::new(REASON, "the OpenAPI 3.0 model reader failed")));
+        structural.and(typed)
+    })
 }
 
 /// JSON Schema dialects a 3.1 document may declare for its schemas; anything else
@@ -521,7 +550,7 @@ mod tests {
             json!({"/pets/{id}": {"get": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}], "responses": ok()}}}),
             json!({}),
         );
-        validate(&doc, Generation::OpenApi30).unwrap();
+        validate(&doc, Generation::OpenApi30, 0).unwrap();
     }
 
     #[test]
@@ -530,7 +559,7 @@ mod tests {
             json!({"/a": {"get": {"responses": {"200": {"description": "x", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Missing"}}}}}}}}),
             json!({}),
         );
-        let error = validate(&doc, Generation::OpenApi30).unwrap_err();
+        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
         assert!(
             error.message.contains("#/components/schemas/Missing"),
             "{}",
@@ -549,7 +578,7 @@ mod tests {
             json!({"/pets/{id}": {"get": {"responses": ok()}}}),
             json!({}),
         );
-        let error = validate(&doc, Generation::OpenApi30).unwrap_err();
+        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
         assert!(error.message.contains("'id'"), "{}", error.message);
     }
 
@@ -560,7 +589,7 @@ mod tests {
             json!({}),
         );
         assert!(
-            validate(&doc, Generation::OpenApi30)
+            validate(&doc, Generation::OpenApi30, 0)
                 .unwrap_err()
                 .message
                 .contains("operationId 'x'")
@@ -573,13 +602,13 @@ mod tests {
             json!({}),
             json!({"schemas": {"S": {"type": "integer", "enum": ["6"], "default": 6}}}),
         );
-        assert!(validate(&bad_enum, Generation::OpenApi30).is_err());
+        assert!(validate(&bad_enum, Generation::OpenApi30, 0).is_err());
         let bad_type = v30(
             json!({}),
             json!({"schemas": {"S": {"type": "object", "properties": {"n": {"type": "integer", "default": "10"}}}}}),
         );
         assert!(
-            validate(&bad_type, Generation::OpenApi30)
+            validate(&bad_type, Generation::OpenApi30, 0)
                 .unwrap_err()
                 .message
                 .contains("S → n")
@@ -588,13 +617,13 @@ mod tests {
             json!({}),
             json!({"schemas": {"S": {"type": "string", "nullable": true, "default": null}}}),
         );
-        validate(&nullable, Generation::OpenApi30).unwrap();
+        validate(&nullable, Generation::OpenApi30, 0).unwrap();
     }
 
     #[test]
     fn meta_schema_errors_say_where() {
         let doc = json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {"items": {}}});
-        let error = validate(&doc, Generation::OpenApi30).unwrap_err();
+        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
         assert!(error.message.contains("paths"), "{}", error.message);
     }
 
