@@ -18,7 +18,7 @@ use self::definition::{Analysis, Memo};
 use self::spec::DefinitionStatus;
 use self::status::{Facts, Rollout};
 use crate::controllers::common::conditions::{Decided, format_time};
-use crate::controllers::common::keep::last_applied_children;
+use crate::controllers::common::keep::{last_applied_children, observed_status};
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
@@ -154,13 +154,7 @@ impl CompositeHooks for ApiMock {
     ) -> Result<CompositeResponse, HookError> {
         // Deliberately independent of the spec: a broken definition must never keep the
         // parent stuck in Terminating (APIrator weakness W10).
-        let mut status = request
-            .parent
-            .get("status")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        status.remove("observedGeneration");
+        let mut status = observed_status(&request.parent);
         status.insert("phase".to_owned(), json!("Terminating"));
         Ok(CompositeResponse::new(Value::Object(status), Vec::new())
             .with_finalized(request.children.is_empty()))

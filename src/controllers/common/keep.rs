@@ -31,3 +31,15 @@ pub fn last_applied_children(observed: &ObjectMap) -> Result<Vec<Value>, HookErr
     }
     Ok(kept)
 }
+
+/// The parent's observed status without `observedGeneration` (Metacontroller adds it),
+/// for finalize answers that should not disturb what status says.
+pub fn observed_status(parent: &Value) -> serde_json::Map<String, Value> {
+    let mut status = parent
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    status.remove("observedGeneration");
+    status
+}

@@ -4,3 +4,4 @@ pub mod conditions;
 pub mod hash;
 pub mod keep;
 pub mod names;
+pub mod secrets;

@@ -11,24 +11,22 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use super::monitoredservice::children::{
-    Config, FORMAT_ANNOTATION, PATHS_ANNOTATION, REVISION_ANNOTATION, format_name,
-};
+use super::monitoredservice::children::Config;
 use super::monitoredservice::spec::ConfigFormat;
 use super::monitoredservice::{read_config, to_config};
 use crate::controllers::common::names::check_dns1123_subdomain;
+use crate::controllers::common::secrets;
 use crate::controllers::{Context, DecoratorHooks};
 use crate::error::HookError;
 use crate::protocol::{
-    CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, ObjectMap,
-    RelatedResourceRule, object_name,
+    CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, RelatedResourceRule,
+    object_name,
 };
-use crate::source::{Credentials, FetchError, Location, SourceRequest};
+use crate::source::{FetchError, Location, SourceRequest};
 
 pub const GIT_URL: &str = "configsync.metahooks.io/git-url";
 pub const REF: &str = "configsync.metahooks.io/ref";
@@ -88,7 +86,9 @@ impl DecoratorHooks for ConfigSync {
             }
         };
         let credentials = match annotations.get(SECRET) {
-            Some(secret) => match credentials(&request.related, secret) {
+            Some(secret) => match secrets::credentials(&request.related, secret)
+                .map_err(|(_, message)| message)
+            {
                 Ok(credentials) => Some(credentials),
                 Err(problem) => {
                     return answer(
@@ -189,31 +189,6 @@ fn fetch_problem(error: &FetchError, running: Option<&Config>) -> String {
     }
 }
 
-fn credentials(related: &ObjectMap, secret: &str) -> Result<Credentials, String> {
-    use base64::Engine;
-    let object = related.find("Secret", "v1", None, secret).ok_or_else(|| {
-        format!("the Secret {secret:?} named by {SECRET} does not exist in this namespace")
-    })?;
-    let field = |key: &str| {
-        let encoded = object.pointer(&format!("/data/{key}"))?.as_str()?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .ok()?;
-        String::from_utf8(bytes)
-            .ok()
-            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-    };
-    let credentials = Credentials {
-        username: field("username"),
-        password: field("password"),
-        token: field("token"),
-    };
-    credentials
-        .userpass()
-        .map(|_| credentials.clone())
-        .ok_or_else(|| format!("Secret {secret:?} needs `username` and `password`, or `token`"))
-}
-
 /// The full answer: the attachment (served config, if any), the target annotations, no
 /// status (a decorator leaves the target's status alone).
 fn answer(
@@ -240,19 +215,7 @@ fn answer(
 }
 
 fn config_map(target: &str, config: &Config) -> Result<Value, HookError> {
-    let mut annotations = BTreeMap::from([
-        (REVISION_ANNOTATION.to_owned(), config.revision.clone()),
-        (
-            FORMAT_ANNOTATION.to_owned(),
-            format_name(config.format).to_owned(),
-        ),
-    ]);
-    if !config.paths.is_empty() {
-        annotations.insert(
-            PATHS_ANNOTATION.to_owned(),
-            serde_json::to_string(&config.paths).unwrap_or_default(),
-        );
-    }
+    let annotations = config.annotations();
     let object = ConfigMap {
         metadata: ObjectMeta {
             name: Some(attachment_name(target)),
@@ -270,14 +233,7 @@ fn config_map(target: &str, config: &Config) -> Result<Value, HookError> {
             ..ObjectMeta::default()
         },
         data: Some(config.data.clone()).filter(|d| !d.is_empty()),
-        binary_data: Some(
-            config
-                .binary
-                .iter()
-                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
-                .collect::<BTreeMap<_, _>>(),
-        )
-        .filter(|b| !b.is_empty()),
+        binary_data: config.binary_data(),
         ..ConfigMap::default()
     };
     serde_json::to_value(object)

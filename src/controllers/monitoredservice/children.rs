@@ -47,6 +47,36 @@ impl Config {
         crate::controllers::common::hash::sha256_hex(canonical.to_string().as_bytes())
     }
 
+    /// What a ConfigMap records about the config it holds, so it can be read back
+    /// (revision, format, and nested paths when they differ from the keys).
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::from([
+            (REVISION_ANNOTATION.to_owned(), self.revision.clone()),
+            (
+                FORMAT_ANNOTATION.to_owned(),
+                format_name(self.format).to_owned(),
+            ),
+        ]);
+        if !self.paths.is_empty() {
+            annotations.insert(
+                PATHS_ANNOTATION.to_owned(),
+                serde_json::to_string(&self.paths).unwrap_or_default(),
+            );
+        }
+        annotations
+    }
+
+    /// ConfigMap `binaryData`, absent when empty.
+    pub fn binary_data(&self) -> Option<BTreeMap<String, ByteString>> {
+        Some(
+            self.binary
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                .collect::<BTreeMap<_, _>>(),
+        )
+        .filter(|b| !b.is_empty())
+    }
+
     pub fn size(&self) -> usize {
         self.data
             .iter()
@@ -136,30 +166,11 @@ pub fn build(
 }
 
 fn config_map(name: &str, config: &Config) -> ConfigMap {
-    let mut annotations = BTreeMap::from([
-        (REVISION_ANNOTATION.to_owned(), config.revision.clone()),
-        (
-            FORMAT_ANNOTATION.to_owned(),
-            format_name(config.format).to_owned(),
-        ),
-    ]);
-    if !config.paths.is_empty() {
-        annotations.insert(
-            PATHS_ANNOTATION.to_owned(),
-            serde_json::to_string(&config.paths).unwrap_or_default(),
-        );
-    }
+    let annotations = config.annotations();
     ConfigMap {
         metadata: metadata(name, &config_map_name(name), annotations),
         data: Some(config.data.clone()).filter(|d| !d.is_empty()),
-        binary_data: Some(
-            config
-                .binary
-                .iter()
-                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
-                .collect::<BTreeMap<_, _>>(),
-        )
-        .filter(|b| !b.is_empty()),
+        binary_data: config.binary_data(),
         ..ConfigMap::default()
     }
 }

@@ -24,15 +24,16 @@ use self::children::{
 };
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use crate::controllers::common::conditions::{Decided, format_time};
-use crate::controllers::common::keep::last_applied_children;
+use crate::controllers::common::keep::{last_applied_children, observed_status};
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
+use crate::controllers::common::secrets;
 use crate::controllers::{CompositeHooks, Context};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
     RelatedResourceRule, object_name,
 };
-use crate::source::{Content, Credentials, FetchError, Location, Snapshot, SourceRequest};
+use crate::source::{Content, FetchError, Location, Snapshot, SourceRequest};
 
 /// How soon to ask again while a fetch is still running.
 const PENDING_RESYNC_SECONDS: u64 = 2;
@@ -216,13 +217,7 @@ impl CompositeHooks for MonitoredService {
         request: &CompositeRequest,
         _ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        let mut status = request
-            .parent
-            .get("status")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        status.remove("observedGeneration");
+        let status = observed_status(&request.parent);
         Ok(CompositeResponse::new(Value::Object(status), Vec::new())
             .with_finalized(request.children.is_empty()))
     }
@@ -296,7 +291,7 @@ fn source_request(
         ));
     }
     let credentials = match secret_name(spec) {
-        Some(secret) => Some(read_credentials(related, &secret)?),
+        Some(secret) => Some(secrets::credentials(related, &secret)?),
         None => None,
     };
     let location = if let Some(git) = git {
@@ -318,44 +313,6 @@ fn source_request(
         location,
         credentials,
     }))
-}
-
-fn read_credentials(related: &ObjectMap, secret: &str) -> Result<Credentials, Problem> {
-    let object = related.find("Secret", "v1", None, secret).ok_or_else(|| {
-        (
-            "SecretNotFound",
-            format!("the credentials Secret {secret:?} does not exist in this namespace"),
-        )
-    })?;
-    let field = |key: &str| -> Option<String> {
-        if let Some(text) = object
-            .pointer(&format!("/stringData/{key}"))
-            .and_then(Value::as_str)
-        {
-            return Some(text.to_owned());
-        }
-        let encoded = object
-            .pointer(&format!("/data/{key}"))
-            .and_then(Value::as_str)?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .ok()?;
-        String::from_utf8(bytes)
-            .ok()
-            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-    };
-    let credentials = Credentials {
-        username: field("username"),
-        password: field("password"),
-        token: field("token"),
-    };
-    if credentials.userpass().is_none() {
-        return Err((
-            "SecretInvalid",
-            format!("Secret {secret:?} needs `username` and `password`, or `token`"),
-        ));
-    }
-    Ok(credentials)
 }
 
 /// Snapshot → ConfigMap content in the wanted format, or why it cannot be.

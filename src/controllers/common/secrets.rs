@@ -1,0 +1,52 @@
+//! Source credentials from a Secret that the customize hook asked Metacontroller for.
+
+use base64::Engine;
+use serde_json::Value;
+
+use crate::protocol::ObjectMap;
+use crate::source::Credentials;
+
+/// Why the named Secret cannot provide credentials: a condition reason and a message.
+pub type SecretProblem = (&'static str, String);
+
+/// `username`/`password` or `token` from the related Secret `name`.
+pub fn credentials(related: &ObjectMap, name: &str) -> Result<Credentials, SecretProblem> {
+    let object = related.find("Secret", "v1", None, name).ok_or_else(|| {
+        (
+            "SecretNotFound",
+            format!("the credentials Secret {name:?} does not exist in this namespace"),
+        )
+    })?;
+    let credentials = Credentials {
+        username: field(object, "username"),
+        password: field(object, "password"),
+        token: field(object, "token"),
+    };
+    match credentials.userpass() {
+        Some(_) => Ok(credentials),
+        None => Err((
+            "SecretInvalid",
+            format!("Secret {name:?} needs `username` and `password`, or `token`"),
+        )),
+    }
+}
+
+/// A Secret value; `stringData` only appears in objects that never reached the API
+/// server (render input), `data` is base64. Trailing newlines from `echo` are dropped.
+fn field(secret: &Value, key: &str) -> Option<String> {
+    if let Some(text) = secret
+        .pointer(&format!("/stringData/{key}"))
+        .and_then(Value::as_str)
+    {
+        return Some(text.to_owned());
+    }
+    let encoded = secret
+        .pointer(&format!("/data/{key}"))
+        .and_then(Value::as_str)?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    String::from_utf8(bytes)
+        .ok()
+        .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+}
