@@ -36,6 +36,7 @@ fn emitted() -> Vec<Value> {
         binary: BTreeMap::from([("logo.bin".into(), vec![0x89, 0xff, 0x00])]),
         paths: BTreeMap::from([("nested__db.ini".into(), "nested/db.ini".into())]),
         revision: "sha256:ab".into(),
+        ..Config::default()
     };
     for config in [env, files] {
         objects.extend(build("svc", &spec, Some(&config)).unwrap());

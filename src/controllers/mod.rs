@@ -166,7 +166,10 @@ impl Registry {
     pub fn standard(settings: ControllerSettings) -> Registry {
         Registry::new()
             .composite("apimock", apimock::ApiMock::new(&settings))
-            .composite("monitoredservice", monitoredservice::MonitoredService)
+            .composite(
+                "monitoredservice",
+                monitoredservice::MonitoredService::default(),
+            )
             .decorator("configsync", configsync::ConfigSync)
     }
 

@@ -33,11 +33,17 @@ pub struct Config {
     /// ConfigMap key → file path under the mount (files format, nested paths only).
     pub paths: BTreeMap<String, String>,
     pub revision: String,
+    /// The content hash, computed once per config (it reads every byte).
+    pub hash_cache: std::sync::OnceLock<String>,
 }
 
 impl Config {
     /// Content hash over everything that reaches the pods.
     pub fn hash(&self) -> String {
+        self.hash_cache.get_or_init(|| self.compute_hash()).clone()
+    }
+
+    fn compute_hash(&self) -> String {
         let binary: BTreeMap<&String, String> = self
             .binary
             .iter()

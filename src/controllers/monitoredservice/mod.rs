@@ -38,7 +38,41 @@ use crate::source::{Content, FetchError, Location, Snapshot, SourceRequest};
 /// How soon to ask again while a fetch is still running.
 const PENDING_RESYNC_SECONDS: u64 = 2;
 
-pub struct MonitoredService;
+/// Converted configs by (request, revision, format): a warm sync reuses the conversion
+/// and the content hash instead of redoing them over up to 1 MiB on every call.
+#[derive(Default)]
+pub struct MonitoredService {
+    converted: std::sync::Mutex<std::collections::HashMap<String, Converted>>,
+}
+
+const CONVERTED_ENTRIES: usize = 512;
+
+/// A snapshot turned into ConfigMap content, or why it cannot be.
+type Converted = std::sync::Arc<Result<Config, (&'static str, String)>>;
+
+impl MonitoredService {
+    fn convert(&self, key: &str, snapshot: &Snapshot, format: Option<ConfigFormat>) -> Converted {
+        let memo_key = format!(
+            "{key}|{}|{}",
+            snapshot.revision,
+            children::format_name(format)
+        );
+        let lock = || self.converted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = lock().get(&memo_key) {
+            return hit.clone();
+        }
+        let converted = std::sync::Arc::new(to_config(snapshot, format));
+        if let Ok(config) = converted.as_ref() {
+            config.hash();
+        }
+        let mut memo = lock();
+        if memo.len() >= CONVERTED_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(memo_key, converted.clone());
+        converted
+    }
+}
 
 impl CompositeHooks for MonitoredService {
     fn sync(
@@ -136,9 +170,10 @@ impl CompositeHooks for MonitoredService {
         let fresh = state
             .snapshot
             .as_deref()
-            .map(|snapshot| to_config(snapshot, spec.format));
-        let (served, config_valid) = match fresh {
+            .map(|snapshot| self.convert(&wanted.key(), snapshot, spec.format));
+        let (served, config_valid) = match fresh.as_deref() {
             Some(Ok(config)) => {
+                let config = config.clone();
                 let valid = Decided::new(
                     "ConfigValid",
                     true,
@@ -152,6 +187,7 @@ impl CompositeHooks for MonitoredService {
                 (Some(config), valid)
             }
             Some(Err((reason, message))) => {
+                let (reason, message) = (*reason, message.clone());
                 let keeping = observed
                     .config
                     .as_ref()
@@ -454,6 +490,7 @@ pub(crate) fn read_config(config_map: &Value) -> Config {
         revision: annotation(REVISION_ANNOTATION)
             .unwrap_or("unknown")
             .to_owned(),
+        ..Config::default()
     }
 }
 
