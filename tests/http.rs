@@ -161,6 +161,12 @@ async fn status_codes_of_the_error_model() {
     assert_eq!(code, 404);
     let (code, _) = error_of(post_raw(&base, "/a/b/c", vec![]).await).await;
     assert_eq!(code, 404);
+    let get = reqwest::get(format!("{base}/probe/sync")).await.unwrap();
+    assert_eq!(
+        get.headers().get("allow").and_then(|v| v.to_str().ok()),
+        Some("POST")
+    );
+    assert_eq!(error_of(get).await.0, 405);
 
     let huge = vec![b' '; 65 * 1024];
     let (code, message) = error_of(post_raw(&base, "/probe/sync", huge).await).await;

@@ -102,7 +102,10 @@ impl HookState {
 pub fn hook_router(state: Arc<HookState>) -> Router {
     let body_limit = state.limits.body_bytes;
     Router::new()
-        .route("/{controller}/{hook}", post(hooks::handle))
+        .route(
+            "/{controller}/{hook}",
+            post(hooks::handle).fallback(method_not_allowed),
+        )
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(panic_response))
@@ -117,6 +120,20 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response:
         "the hook server hit an internal fault while computing the answer".to_owned(),
     )
     .into_response()
+}
+
+/// Hooks are POST only; anything else gets a JSON 405 that says so.
+async fn method_not_allowed(method: axum::http::Method) -> axum::response::Response {
+    let body = serde_json::json!({ "error": format!("{method} is not supported: hooks are called with POST") });
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [
+            (header::ALLOW, "POST"),
+            (header::CONTENT_TYPE, "application/json"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn not_found(uri: Uri) -> axum::response::Response {
