@@ -32,7 +32,13 @@ pub struct ApiMock {
     mock_image: String,
     docs_image: String,
     memo: Memo,
+    /// Built children by everything they depend on: most syncs repeat the last answer,
+    /// and building four objects through typed structs costs more than parsing them.
+    built: std::sync::Mutex<std::collections::HashMap<[u8; 32], std::sync::Arc<Vec<Value>>>>,
 }
+
+/// Distinct children sets remembered; cleared wholesale when full (cheap to rebuild).
+const BUILT_ENTRIES: usize = 1024;
 
 impl ApiMock {
     pub fn new(settings: &ControllerSettings) -> ApiMock {
@@ -40,6 +46,7 @@ impl ApiMock {
             mock_image: settings.mock_image.clone(),
             docs_image: settings.docs_image.clone(),
             memo: Memo::default(),
+            built: std::sync::Mutex::default(),
         }
     }
 }
@@ -129,7 +136,7 @@ impl CompositeHooks for ApiMock {
                 .unwrap_or(&self.mock_image),
             docs_image: &self.docs_image,
         };
-        let children = children::build(&plan)?;
+        let children = self.children(&plan)?;
         let url = format!(
             "http://{name}.{namespace}.svc:{}",
             children::service_port(&spec)
@@ -162,6 +169,40 @@ impl CompositeHooks for ApiMock {
 }
 
 impl ApiMock {
+    /// `children::build`, memoised on the inputs it reads: the name, the served
+    /// definition's hash and format, the images, and every spec field but the definition.
+    fn children(&self, plan: &Plan<'_>) -> Result<Vec<Value>, HookError> {
+        let spec = plan.spec;
+        let inputs = (
+            plan.name,
+            plan.sha256,
+            plan.format.file_name(),
+            plan.image,
+            plan.docs_image,
+            (
+                &spec.service,
+                &spec.ingress,
+                &spec.replicas,
+                &spec.docs,
+                &spec.resources,
+            ),
+        );
+        let encoded = serde_json::to_vec(&inputs)
+            .map_err(|e| HookError::Internal(format!("cannot key the children cache: {e}")))?;
+        let key = *blake3::hash(&encoded).as_bytes();
+        let lock = || self.built.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = lock().get(&key) {
+            return Ok(hit.as_ref().clone());
+        }
+        let built = children::build(plan)?;
+        let mut cache = lock();
+        if cache.len() >= BUILT_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, std::sync::Arc::new(built.clone()));
+        Ok(built)
+    }
+
     /// The definition held in the observed ConfigMap, if it is one we can serve.
     fn last_good_definition<'r>(
         &self,
