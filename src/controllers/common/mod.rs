@@ -5,3 +5,4 @@ pub mod hash;
 pub mod keep;
 pub mod names;
 pub mod secrets;
+pub mod spec;

@@ -149,15 +149,5 @@ impl MonitoredServiceSpec {
 
 /// Reads the spec of a parent object, naming the field that is wrong.
 pub fn parse_spec(parent: &Value) -> Result<MonitoredServiceSpec, String> {
-    let spec = parent
-        .get("spec")
-        .ok_or_else(|| "spec is missing".to_owned())?;
-    serde_path_to_error::deserialize(spec).map_err(|error| {
-        let path = error.path().to_string();
-        if path == "." {
-            format!("spec: {}", error.into_inner())
-        } else {
-            format!("spec.{path}: {}", error.into_inner())
-        }
-    })
+    crate::controllers::common::spec::parse(parent)
 }
