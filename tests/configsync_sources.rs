@@ -7,7 +7,6 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use metahooks::controllers::{ControllerSettings, Registry};
 use metahooks::server::{Clock, Server};
@@ -43,20 +42,7 @@ async fn settle(
     what: &str,
     done: impl Fn(&Emulator) -> bool,
 ) {
-    let started = Instant::now();
-    loop {
-        emulator.converge(20).await.unwrap();
-        fetcher.idle().await;
-        emulator.converge(20).await.unwrap();
-        if done(emulator) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "never settled: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::emulator::settle(emulator, fetcher, "Deployment", what, done).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

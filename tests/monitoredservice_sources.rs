@@ -8,7 +8,6 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use metahooks::controllers::{ControllerSettings, Registry};
@@ -89,25 +88,7 @@ fn hash(emulator: &Emulator, name: &str) -> Option<String> {
 
 /// Runs emulator rounds (letting background fetches land) until `done` holds.
 async fn settle(h: &mut Harness, what: &str, done: impl Fn(&Emulator) -> bool) {
-    let started = Instant::now();
-    loop {
-        h.emulator.converge(20).await.unwrap();
-        h.fetcher.idle().await;
-        h.emulator.converge(20).await.unwrap();
-        if done(&h.emulator) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "never settled: {what}\n{:#?}",
-            h.emulator
-                .objects
-                .values()
-                .filter(|o| o["kind"] == "MonitoredService")
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::emulator::settle(&mut h.emulator, &h.fetcher, "MonitoredService", what, done).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

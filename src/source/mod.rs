@@ -93,23 +93,9 @@ pub struct SourceRequest {
 impl SourceRequest {
     /// Cache key of the snapshot (includes the path and a credential fingerprint).
     pub fn key(&self) -> String {
-        let fingerprint = self
-            .credentials
-            .as_ref()
-            .map(Credentials::fingerprint)
-            .unwrap_or_default();
         match &self.location {
-            Location::Git {
-                url,
-                reference,
-                path,
-            } => {
-                format!(
-                    "git|{url}|{}|{path}|{fingerprint}",
-                    reference.as_deref().unwrap_or("")
-                )
-            }
-            Location::Http { url } => format!("http|{url}|{fingerprint}"),
+            Location::Git { path, .. } => format!("{}|{path}", self.remote_key()),
+            Location::Http { .. } => self.remote_key(),
         }
     }
 

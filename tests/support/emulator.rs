@@ -1291,3 +1291,39 @@ fn normalize(response: &Value, parent: &Value) -> Value {
     }
     response
 }
+
+/// Runs rounds, letting background source fetches land between them, until `done`
+/// holds; fails after 30 s naming `what` and showing the parents of `kind`.
+pub async fn settle(
+    emulator: &mut Emulator,
+    fetcher: &metahooks::source::fetcher::Fetcher,
+    kind: &str,
+    what: &str,
+    done: impl Fn(&Emulator) -> bool,
+) {
+    let started = std::time::Instant::now();
+    loop {
+        emulator
+            .converge(20)
+            .await
+            .unwrap_or_else(|v| panic!("{what}: {v}"));
+        fetcher.idle().await;
+        emulator
+            .converge(20)
+            .await
+            .unwrap_or_else(|v| panic!("{what}: {v}"));
+        if done(emulator) {
+            return;
+        }
+        let parents: Vec<&Value> = emulator
+            .objects
+            .values()
+            .filter(|o| o["kind"] == kind)
+            .collect();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "never settled: {what}\n{parents:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
