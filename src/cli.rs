@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the hooks (and probes/metrics on a second port).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print the response `sync` would give for a parent, without a cluster.
     Render(RenderArgs),
     /// Print the CustomResourceDefinitions generated from the Rust types.
@@ -46,6 +46,27 @@ pub struct ServeArgs {
     /// Per-call deadline in milliseconds (keep it below Metacontroller's webhook timeout).
     #[arg(long, env = "METAHOOKS_DEADLINE_MS", default_value_t = 8000)]
     pub deadline_ms: u64,
+    /// Seconds a client may take to send a request body once its headers are in; then 408.
+    #[arg(
+        long,
+        env = "METAHOOKS_BODY_READ_TIMEOUT_SECONDS",
+        default_value_t = 10
+    )]
+    pub body_read_timeout_seconds: u64,
+    /// Seconds a new connection may take to send its first request's headers; then it is closed.
+    #[arg(
+        long,
+        env = "METAHOOKS_HEADER_READ_TIMEOUT_SECONDS",
+        default_value_t = 10
+    )]
+    pub header_read_timeout_seconds: u64,
+    /// Seconds a kept-alive connection may wait for (and take to send the headers of) its
+    /// next request; above Go's 90 s client idle time so Metacontroller closes first.
+    #[arg(long, env = "METAHOOKS_IDLE_TIMEOUT_SECONDS", default_value_t = 120)]
+    pub idle_timeout_seconds: u64,
+    /// Open hook connections at most; more are closed as soon as they are accepted.
+    #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
     /// Require `Authorization: Bearer <token>`, the token read from this file.
     #[arg(long, env = "METAHOOKS_AUTH_TOKEN_FILE", conflicts_with_all = ["auth_basic_username_file", "auth_basic_password_file"])]
     pub auth_token_file: Option<PathBuf>,

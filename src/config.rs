@@ -19,6 +19,28 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
     if args.deadline_ms == 0 {
         bail!("--deadline-ms must be at least 1");
     }
+    for (flag, value) in [
+        (
+            "--body-read-timeout-seconds",
+            args.body_read_timeout_seconds,
+        ),
+        (
+            "--header-read-timeout-seconds",
+            args.header_read_timeout_seconds,
+        ),
+        ("--idle-timeout-seconds", args.idle_timeout_seconds),
+    ] {
+        if value == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    if args.max_connections < args.max_in_flight {
+        bail!(
+            "--max-connections ({}) must be at least --max-in-flight ({})",
+            args.max_connections,
+            args.max_in_flight
+        );
+    }
     let auth = match (
         &args.auth_token_file,
         &args.auth_basic_username_file,
@@ -53,6 +75,10 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
             max_in_flight: args.max_in_flight,
             deadline: Duration::from_millis(args.deadline_ms),
             retry_after_seconds: 1,
+            body_read_timeout: Duration::from_secs(args.body_read_timeout_seconds),
+            header_read_timeout: Duration::from_secs(args.header_read_timeout_seconds),
+            idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
+            max_connections: args.max_connections,
         },
         auth,
         tls,

@@ -24,6 +24,9 @@ pub enum HookError {
     Unauthorized,
     #[error("hook call did not finish within {deadline_ms} ms")]
     DeadlineExceeded { deadline_ms: u64 },
+    /// The client did not deliver its whole body in time (a stalled or trickling sender).
+    #[error("the request body did not arrive within {timeout_ms} ms")]
+    SlowBody { timeout_ms: u64 },
     /// A fault on our side; the message says what could not be built.
     #[error("{0}")]
     Internal(String),
@@ -39,6 +42,7 @@ impl HookError {
             HookError::Overloaded { .. } => "overloaded",
             HookError::Unauthorized => "unauthorized",
             HookError::DeadlineExceeded { .. } => "deadline_exceeded",
+            HookError::SlowBody { .. } => "slow_body",
             HookError::Internal(_) => "internal",
         }
     }

@@ -244,7 +244,7 @@ async fn build_cases(
     client: &reqwest::Client,
     base: &str,
 ) -> Vec<(&'static str, &'static str, Value)> {
-    let samples = support::shared_dir().join("fixtures/seed-samples/apirator-v1.0.1");
+    let samples = support::examples_dir();
     let sample = |file: &str| {
         let mut cr = support::read_yaml_documents(&samples.join(file)).remove(0);
         cr["metadata"]["namespace"] = json!("team-a");

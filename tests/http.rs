@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use metahooks::controllers::{CompositeHooks, Context, Registry};
@@ -14,10 +15,59 @@ use metahooks::protocol::{CompositeRequest, CompositeResponse};
 use metahooks::server::{Auth, Clock, Limits, Server, ServerSettings, TlsFiles};
 use serde_json::{Value, json};
 
-/// Answers with the parent's name in status; `sleep` and `fail` provoke the error paths.
+/// Answers with the parent's name in status; `gate` and `fail` provoke the error paths.
 struct Probe {
-    sleep: Duration,
+    gate: Option<Gate>,
     fail: Option<&'static str>,
+}
+
+/// Holds a controller's computation until the test opens it, and tells the test when a
+/// computation has entered: the test waits on these events, never on the clock.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<GateState>, Condvar)>);
+
+#[derive(Default)]
+struct GateState {
+    entered: usize,
+    left: usize,
+    open: bool,
+}
+
+impl Gate {
+    fn pass(&self) {
+        let (state, changed) = &*self.0;
+        let mut state = state.lock().unwrap();
+        state.entered += 1;
+        changed.notify_all();
+        while !state.open {
+            state = changed.wait(state).unwrap();
+        }
+        state.left += 1;
+        changed.notify_all();
+    }
+
+    fn open(&self) {
+        let (state, changed) = &*self.0;
+        state.lock().unwrap().open = true;
+        changed.notify_all();
+    }
+
+    /// Waits (off the async runtime) until `count` computations have entered (or left).
+    async fn wait_for(&self, count: usize, left: bool) {
+        let gate = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let (state, changed) = &*gate.0;
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let mut state = state.lock().unwrap();
+            while (if left { state.left } else { state.entered }) < count {
+                let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+                assert!(!remaining.is_zero(), "gate event never happened");
+                state = changed.wait_timeout(state, remaining).unwrap().0;
+            }
+        })
+        .await
+        .unwrap();
+    }
 }
 
 impl CompositeHooks for Probe {
@@ -26,7 +76,9 @@ impl CompositeHooks for Probe {
         request: &CompositeRequest,
         _: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        std::thread::sleep(self.sleep);
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
         match self.fail {
             Some("panic") => panic!("test controller panics"),
             Some(message) => Err(HookError::Internal(message.to_owned())),
@@ -46,33 +98,33 @@ impl CompositeHooks for Probe {
     }
 }
 
-fn registry() -> Registry {
+fn registry_with(gate: &Gate) -> Registry {
     Registry::new()
         .composite(
             "probe",
             Probe {
-                sleep: Duration::ZERO,
+                gate: None,
                 fail: None,
             },
         )
         .composite(
             "slow",
             Probe {
-                sleep: Duration::from_millis(600),
+                gate: Some(gate.clone()),
                 fail: None,
             },
         )
         .composite(
             "broken",
             Probe {
-                sleep: Duration::ZERO,
+                gate: None,
                 fail: Some("cannot build the children"),
             },
         )
         .composite(
             "panics",
             Probe {
-                sleep: Duration::ZERO,
+                gate: None,
                 fail: Some("panic"),
             },
         )
@@ -84,7 +136,11 @@ fn hook_request(name: &str) -> Value {
 }
 
 async fn start(settings: ServerSettings) -> Server {
-    Server::start(settings, registry(), Clock::System)
+    start_gated(settings, &Gate::default()).await
+}
+
+async fn start_gated(settings: ServerSettings, gate: &Gate) -> Server {
+    Server::start(settings, registry_with(gate), Clock::System)
         .await
         .expect("server starts")
 }
@@ -114,10 +170,12 @@ async fn status_codes_of_the_error_model() {
     settings.limits = Limits {
         body_bytes: 64 * 1024,
         max_in_flight: 1,
-        deadline: Duration::from_secs(5),
+        deadline: Duration::from_secs(30),
         retry_after_seconds: 2,
+        ..Limits::default()
     };
-    let server = start(settings).await;
+    let gate = Gate::default();
+    let server = start_gated(settings, &gate).await;
     let base = format!("http://{}", server.hook_addr);
     let body = |v: &Value| serde_json::to_vec(v).unwrap();
 
@@ -198,7 +256,7 @@ async fn status_codes_of_the_error_model() {
         .await
         .status()
     });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    gate.wait_for(1, false).await;
     let busy = post_raw(&base, "/probe/sync", body(&hook_request("x"))).await;
     assert_eq!(
         busy.headers()
@@ -208,28 +266,176 @@ async fn status_codes_of_the_error_model() {
     );
     let (code, _) = error_of(busy).await;
     assert_eq!(code, 429);
+    gate.open();
     assert_eq!(slow.await.unwrap(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn deadline_exceeded_is_503() {
+async fn a_timed_out_call_keeps_its_slot_until_its_work_ends() {
     let mut settings = support::local_settings();
     settings.limits.deadline = Duration::from_millis(100);
-    let server = start(settings).await;
-    // Bodies above 64 KiB are computed off the async workers, where the deadline applies.
-    let mut request = hook_request("late");
-    request["parent"]["spec"] = json!({"padding": "x".repeat(80 * 1024)});
-    let (code, message) = error_of(
+    settings.limits.max_in_flight = 1;
+    let gate = Gate::default();
+    let server = start_gated(settings, &gate).await;
+    let base = format!("http://{}", server.hook_addr);
+    // A small body: every call is computed off the async workers, under the deadline.
+    let late = serde_json::to_vec(&hook_request("late")).unwrap();
+    let (code, message) = error_of(post_raw(&base, "/slow/sync", late).await).await;
+    assert_eq!(code, 503);
+    assert!(message.contains("100 ms"), "{message}");
+    gate.wait_for(1, false).await;
+    // The work behind the 503 is still running, so it still holds the only slot.
+    let (code, _) = error_of(
         post_raw(
-            &format!("http://{}", server.hook_addr),
-            "/slow/sync",
-            serde_json::to_vec(&request).unwrap(),
+            &base,
+            "/probe/sync",
+            serde_json::to_vec(&hook_request("x")).unwrap(),
         )
         .await,
     )
     .await;
-    assert_eq!(code, 503);
-    assert!(message.contains("100 ms"), "{message}");
+    assert_eq!(
+        code, 429,
+        "a timed-out computation still counts against the limit"
+    );
+    gate.open();
+    gate.wait_for(1, true).await;
+    // Once the work has ended its slot comes back (polled: the permit is dropped just
+    // after the computation returns).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let response = post_raw(
+            &base,
+            "/probe/sync",
+            serde_json::to_vec(&hook_request("after")).unwrap(),
+        )
+        .await;
+        if response.status() == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot never came back"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_capacity_calls_are_refused_before_their_body_is_read() {
+    let mut settings = support::local_settings();
+    settings.limits.max_in_flight = 1;
+    let gate = Gate::default();
+    let server = start_gated(settings, &gate).await;
+    let base = format!("http://{}", server.hook_addr);
+    let slow = tokio::spawn({
+        let base = base.clone();
+        async move {
+            post_raw(
+                &base,
+                "/slow/sync",
+                serde_json::to_vec(&hook_request("s")).unwrap(),
+            )
+            .await
+            .status()
+        }
+    });
+    gate.wait_for(1, false).await;
+    // Headers that announce a body which is never sent: the 429 cannot depend on it.
+    let mut stream = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(b"POST /probe/sync HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 30000000\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 429");
+    gate.open();
+    assert_eq!(slow.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off() {
+    let mut settings = support::local_settings();
+    settings.limits.header_read_timeout = Duration::from_millis(300);
+    settings.limits.body_read_timeout = Duration::from_millis(300);
+    settings.limits.max_connections = 2;
+    let server = start(settings).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Headers never finished: the server closes the connection.
+    let mut stalled = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    stalled
+        .write_all(b"POST /probe/sync HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), stalled.read_to_end(&mut rest)).await;
+    assert!(
+        read.is_ok(),
+        "a connection that never finishes its headers is closed"
+    );
+    // A body that never arrives: 408 with a sentence.
+    let mut trickle = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    trickle
+        .write_all(b"POST /probe/sync HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(60), trickle.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within 300 ms"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_are_closed() {
+    let mut settings = support::local_settings();
+    settings.limits.max_connections = 2;
+    settings.limits.max_in_flight = 1;
+    let server = start(settings).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _first = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    let _second = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    // The cap is reached once both are accepted; the metric says when.
+    let metrics_url = format!("http://{}/metrics", server.probe_addr);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .contains("metahooks_hook_connections_open 2")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "connections never counted"
+        );
+        tokio::task::yield_now().await;
+    }
+    let mut third = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    let _ = third
+        .write_all(b"POST /probe/sync HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        .await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), third.read_to_end(&mut answer)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "closed without an answer: {answer:?}"
+    );
 }
 
 #[tokio::test]
@@ -486,18 +692,25 @@ async fn probes_and_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_shutdown_drains_and_flips_readiness() {
     let mut settings = support::local_settings();
-    settings.shutdown_delay = Duration::from_millis(400);
+    // Long enough that the hook call below lands inside the drain window even on a
+    // loaded machine; the test waits for readiness to flip, not for a time.
+    settings.shutdown_delay = Duration::from_secs(3);
     let server = start(settings).await;
     let (hook, probe) = (server.hook_addr, server.probe_addr);
     let shutdown = tokio::spawn(server.shutdown());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(
-        reqwest::get(format!("http://{probe}/readyz"))
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while reqwest::get(format!("http://{probe}/readyz"))
+        .await
+        .unwrap()
+        .status()
+        != 503
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "readiness never flipped"
+        );
+        tokio::task::yield_now().await;
+    }
     let during = reqwest::Client::new()
         .post(format!("http://{hook}/probe/sync"))
         .json(&hook_request("d"))

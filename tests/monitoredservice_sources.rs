@@ -206,15 +206,15 @@ async fn git_changes_roll_the_deployment_and_failures_keep_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_monitor_sample_over_http() {
     let files = Files::default();
-    let sample = std::fs::read_to_string(
-        support::shared_dir().join("fixtures/seed-samples/config-monitor/test_service.config.env"),
-    )
-    .unwrap();
-    files.set("/test_service/config", StatusCode::OK, &sample);
+    // A config in config-monitor's KEY=VALUE format, with the quoting its sample uses.
+    files.set(
+        "/test_service/config",
+        StatusCode::OK,
+        "RESPONSE_TEXT=\"Hello world!\"\n",
+    );
     let port = serve_files(files.clone()).await;
     let mut cr = support::read_yaml_documents(
-        &support::shared_dir()
-            .join("fixtures/seed-samples/config-monitor/example-monitoredservice.cr.yaml"),
+        &support::examples_dir().join("example-monitoredservice.cr.yaml"),
     )
     .remove(0);
     cr["metadata"]["namespace"] = json!("team-a");

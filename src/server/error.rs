@@ -15,6 +15,7 @@ impl HookError {
             HookError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             HookError::Unauthorized => StatusCode::UNAUTHORIZED,
             HookError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            HookError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
             HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

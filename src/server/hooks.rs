@@ -1,32 +1,36 @@
-//! The hook endpoint: authenticate, bound concurrency, read the body, dispatch to the
-//! controller under a deadline, add the ETag, log one line and count it.
+//! The hook endpoint: authenticate, take an in-flight slot, read the body, compute the
+//! answer off the async runtime under a deadline, add the ETag, log one line and count it.
+//!
+//! Order matters for what an attacker can cost us: the slot is taken *before* the body is
+//! read (so memory follows `--max-in-flight` × body limit, not the number of connections),
+//! and the slot is moved into the computation (so a call that timed out keeps counting
+//! against the limit until its work really stops). tower's concurrency layers release
+//! their permit when the response future ends, which is exactly what must not happen
+//! here, so the slot is held by hand.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::HookState;
-use crate::controllers::{CallOutcome, Context, ParentRef};
+use crate::controllers::{CallOutcome, ParentRef};
 use crate::error::HookError;
 use crate::protocol::Hook;
-
-/// Bodies above this size are parsed on the blocking pool so that one large definition
-/// does not stall the async workers serving everyone else.
-const INLINE_BODY_LIMIT: usize = 64 * 1024;
 
 pub async fn handle(
     State(state): State<Arc<HookState>>,
     Path((controller, hook)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let started = Instant::now();
-    let (parent, result) = answer(&state, &controller, &hook, &headers, body).await;
+    let (parent, result) = answer(&state, &controller, &hook, &headers, body, started).await;
     let response = match result {
         Ok(response) => response,
         Err(error) => {
@@ -64,7 +68,8 @@ async fn answer(
     controller: &str,
     hook: &str,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
+    started: Instant,
 ) -> (ParentRef, Result<Response, HookError>) {
     let no_parent = ParentRef::default();
     if let Some(auth) = &state.auth
@@ -79,7 +84,7 @@ async fn answer(
             Err(HookError::NotFound(format!("/{controller}/{hook}"))),
         );
     };
-    let Ok(_permit) = state.in_flight.clone().try_acquire_owned() else {
+    let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
         return (
             no_parent,
             Err(HookError::Overloaded {
@@ -88,69 +93,82 @@ async fn answer(
             }),
         );
     };
-    let body = match body {
+    let body = match read_body(state, headers, body).await {
         Ok(body) => body,
-        Err(rejection) => {
-            return (
-                no_parent,
-                Err(body_error(rejection, state.limits.body_bytes)),
-            );
-        }
+        Err(error) => return (no_parent, Err(error)),
     };
-    let ctx = state.registry.context(state.clock.now());
-    let outcome = match tokio::time::timeout(
-        state.limits.deadline,
-        run(state, controller, hook, body, ctx),
-    )
-    .await
-    {
+    let deadline = started + state.limits.deadline;
+    let outcome = match compute(state, controller, hook, body, permit, deadline).await {
         Ok(outcome) => outcome,
-        Err(_) => {
-            return (
-                no_parent,
-                Err(HookError::DeadlineExceeded {
-                    deadline_ms: u64::try_from(state.limits.deadline.as_millis())
-                        .unwrap_or(u64::MAX),
-                }),
-            );
-        }
+        Err(error) => return (no_parent, Err(error)),
     };
     let CallOutcome { parent, result } = outcome;
     (parent, result.map(|bytes| with_etag(bytes, headers)))
 }
 
-async fn run(
+/// Reads the whole body within the size limit and the body-read timeout. A declared
+/// length over the limit is refused without reading a byte.
+async fn read_body(state: &HookState, headers: &HeaderMap, body: Body) -> Result<Bytes, HookError> {
+    let limit = state.limits.body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(HookError::TooLarge { limit });
+    }
+    let timeout = state.limits.body_read_timeout;
+    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(HookError::TooLarge { limit })
+        }
+        Ok(Err(error)) => Err(HookError::BadRequest(format!(
+            "cannot read the request body: {error}"
+        ))),
+        Err(_) => Err(HookError::SlowBody {
+            timeout_ms: millis(timeout),
+        }),
+    }
+}
+
+/// Runs the controller on the blocking pool, never on the async workers (which must stay
+/// free for probes and other connections). The in-flight slot travels with the work: a
+/// call answered 503 at its deadline still counts until its computation ends, and work
+/// that had not started by its deadline is skipped rather than done for nobody.
+async fn compute(
     state: &Arc<HookState>,
     controller: &str,
     hook: Hook,
     body: Bytes,
-    ctx: Context,
-) -> CallOutcome {
-    if body.len() <= INLINE_BODY_LIMIT {
-        return state.registry.call(controller, hook, &body, &ctx);
-    }
+    permit: OwnedSemaphorePermit,
+    deadline: Instant,
+) -> Result<CallOutcome, HookError> {
     let registry = state.registry.clone();
     let controller_name = controller.to_owned();
-    tokio::task::spawn_blocking(move || registry.call(&controller_name, hook, &body, &ctx))
-        .await
-        .unwrap_or_else(|join_error| CallOutcome {
-            parent: ParentRef::default(),
-            result: Err(HookError::Internal(format!(
-                "hook computation aborted: {join_error}"
-            ))),
-        })
+    let ctx = state.registry.context(state.clock.now());
+    let deadline_ms = millis(state.limits.deadline);
+    let work = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        if Instant::now() >= deadline {
+            return None;
+        }
+        Some(registry.call(&controller_name, hook, &body, &ctx))
+    });
+    match tokio::time::timeout_at(deadline.into(), work).await {
+        Ok(Ok(Some(outcome))) => Ok(outcome),
+        Ok(Ok(None)) | Err(_) => Err(HookError::DeadlineExceeded { deadline_ms }),
+        Ok(Err(join_error)) if join_error.is_panic() => Err(HookError::Internal(
+            "the hook server hit an internal fault while computing the answer".to_owned(),
+        )),
+        Ok(Err(join_error)) => Err(HookError::Internal(format!(
+            "hook computation aborted: {join_error}"
+        ))),
+    }
 }
 
-fn body_error(rejection: BytesRejection, limit: usize) -> HookError {
-    match rejection {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-            HookError::TooLarge { limit }
-        }
-        other => HookError::BadRequest(format!(
-            "cannot read the request body: {}",
-            other.body_text()
-        )),
-    }
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A content hash of the response. Metacontroller keys its cache by the root object

@@ -52,7 +52,7 @@ impl Metrics {
         histogram.sum += seconds;
     }
 
-    pub fn render(&self, in_flight: usize) -> String {
+    pub fn render(&self, in_flight: usize, connections: usize) -> String {
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
         out.push_str("# HELP metahooks_hook_requests_total Hook calls answered, by status code.\n");
@@ -92,6 +92,9 @@ impl Metrics {
         out.push_str("# HELP metahooks_hook_in_flight Hook calls being answered now.\n");
         out.push_str("# TYPE metahooks_hook_in_flight gauge\n");
         let _ = writeln!(out, "metahooks_hook_in_flight {in_flight}");
+        out.push_str("# HELP metahooks_hook_connections_open Hook port connections open now.\n");
+        out.push_str("# TYPE metahooks_hook_connections_open gauge\n");
+        let _ = writeln!(out, "metahooks_hook_connections_open {connections}");
         out
     }
 }
@@ -106,7 +109,8 @@ mod tests {
         metrics.record("apimock", "sync", 200, Duration::from_micros(700));
         metrics.record("apimock", "sync", 200, Duration::from_millis(30));
         metrics.record("apimock", "sync", 400, Duration::from_millis(1));
-        let text = metrics.render(1);
+        let text = metrics.render(1, 3);
+        assert!(text.contains("metahooks_hook_connections_open 3"));
         assert!(text.contains(
             "metahooks_hook_requests_total{controller=\"apimock\",hook=\"sync\",code=\"200\"} 2"
         ));

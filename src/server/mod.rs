@@ -7,6 +7,7 @@
 //! calls finish and the process exits.
 
 mod auth;
+mod connections;
 mod error;
 mod hooks;
 mod metrics;
@@ -41,6 +42,15 @@ pub struct Limits {
     /// Below Metacontroller's default 10 s webhook timeout, so we answer before it gives up.
     pub deadline: Duration,
     pub retry_after_seconds: u64,
+    /// How long a client may take to send a request's body once its headers are in.
+    pub body_read_timeout: Duration,
+    /// How long a new connection may take to send its first request's headers.
+    pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request (and take to send
+    /// that request's headers) before it is closed.
+    pub idle_timeout: Duration,
+    /// Open hook connections beyond this are closed as soon as they are accepted.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +60,12 @@ impl Default for Limits {
             max_in_flight: 64,
             deadline: Duration::from_secs(8),
             retry_after_seconds: 1,
+            body_read_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            // Longer than Go's default idle time for kept-alive client connections (90 s),
+            // so Metacontroller closes idle connections before we do and never races us.
+            idle_timeout: Duration::from_secs(120),
+            max_connections: 1024,
         }
     }
 }
@@ -78,6 +94,7 @@ pub struct HookState {
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
+    connections: connections::ConnectionLimit,
 }
 
 impl HookState {
@@ -85,6 +102,7 @@ impl HookState {
         HookState {
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+            connections: connections::ConnectionLimit::new(limits.max_connections),
             limits,
             auth,
             clock,
@@ -165,7 +183,10 @@ async fn readyz(State(state): State<Arc<ProbeState>>) -> (StatusCode, &'static s
 async fn metrics_text(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.hooks.metrics.render(state.hooks.in_flight_now()),
+        state
+            .hooks
+            .metrics
+            .render(state.hooks.in_flight_now(), state.hooks.connections.open()),
     )
 }
 
@@ -225,16 +246,31 @@ impl Server {
         let probe_addr = probe_listener.local_addr()?;
 
         let hook_handle = axum_server::Handle::new();
-        let app = hook_router(hooks).into_make_service();
+        let app = hook_router(hooks.clone()).into_make_service();
+        let limits = &settings.limits;
+        let connections = hooks.connections.clone();
         let hook_task = match &settings.tls {
             Some(files) => {
                 let config = files.server_config()?;
-                let server = axum_server::from_tcp_rustls(hook_listener, config)?
-                    .handle(hook_handle.clone());
+                let mut server = axum_server::from_tcp_rustls(hook_listener, config)?
+                    .map(|tls| tls.acceptor(connections))
+                    .handle(hook_handle.clone())
+                    .first_request_timeout(limits.header_read_timeout);
+                server
+                    .http_builder()
+                    .http1()
+                    .header_read_timeout(limits.idle_timeout);
                 tokio::spawn(async move { server.serve(app).await })
             }
             None => {
-                let server = axum_server::from_tcp(hook_listener)?.handle(hook_handle.clone());
+                let mut server = axum_server::from_tcp(hook_listener)?
+                    .acceptor(connections)
+                    .handle(hook_handle.clone())
+                    .first_request_timeout(limits.header_read_timeout);
+                server
+                    .http_builder()
+                    .http1()
+                    .header_read_timeout(limits.idle_timeout);
                 tokio::spawn(async move { server.serve(app).await })
             }
         };

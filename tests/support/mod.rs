@@ -1,5 +1,5 @@
-//! Shared test support: paths to shared data, an in-process server, external tools, and
-//! the Metacontroller emulator.
+//! Test support: paths to the repository's fixtures, an in-process server, external
+//! tools, and the Metacontroller emulator.
 
 #![allow(dead_code)]
 
@@ -12,11 +12,14 @@ use std::path::PathBuf;
 use metahooks::controllers::{ControllerSettings, Registry};
 use metahooks::server::{Clock, Limits, Server, ServerSettings};
 
-/// `shared/` beside the repository (as CI lays it out), or `METAHOOKS_SHARED_DIR`.
-pub fn shared_dir() -> PathBuf {
-    std::env::var_os("METAHOOKS_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_dir().join("..").join("shared"))
+/// Test data kept in the repository (`tests/fixtures/`).
+pub fn fixtures_dir() -> PathBuf {
+    repo_dir().join("tests").join("fixtures")
+}
+
+/// The example CRs shipped in `manifests/examples/` (the seed systems' samples among them).
+pub fn examples_dir() -> PathBuf {
+    repo_dir().join("manifests").join("examples")
 }
 
 pub fn repo_dir() -> PathBuf {

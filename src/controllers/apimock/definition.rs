@@ -152,12 +152,19 @@ fn parse(text: &str, format: Format) -> Result<Value, Invalid> {
                 format!("the definition is not valid JSON: {e}"),
             )
         }),
-        Format::Yaml => crate::yaml::from_str::<Value>(text).map_err(|e| {
-            Invalid::new(
-                "InvalidSyntax",
-                format!("the definition is not valid YAML: {e}"),
-            )
-        }),
+        Format::Yaml => {
+            let bound = crate::yaml::Expansion::for_input(text.len());
+            crate::yaml::value_bounded(text, bound).map_err(|e| match e {
+                crate::yaml::BoundedError::Syntax(e) => Invalid::new(
+                    "InvalidSyntax",
+                    format!("the definition is not valid YAML: {e}"),
+                ),
+                too_large @ crate::yaml::BoundedError::TooLarge { .. } => Invalid::new(
+                    "DefinitionTooLarge",
+                    format!("the definition is refused: {too_large}"),
+                ),
+            })
+        }
     }
 }
 
@@ -370,7 +377,23 @@ mod tests {
             bomb.push_str(&format!("{name}: &{name} [*{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}, *{previous}]\n"));
             previous = name;
         }
-        assert_eq!(analyze(&bomb).outcome.unwrap_err().reason, "InvalidSyntax");
+        let refused = analyze(&bomb).outcome.unwrap_err();
+        assert!(
+            ["InvalidSyntax", "DefinitionTooLarge"].contains(&refused.reason),
+            "{refused:?}"
+        );
+        // An anchor of anchors that stays under the parser's alias-jump limit but names
+        // millions of nodes: refused for what it expands to.
+        let mut nested = String::from(
+            "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\nx-l0: &l0 [aaaaaaaaaaaaaaaa, aaaaaaaaaaaaaaaa, aaaaaaaaaaaaaaaa, aaaaaaaaaaaaaaaa, aaaaaaaaaaaaaaaa, aaaaaaaaaaaaaaaa, aaaaaaaaaaaaaaaa, aaaaaaaaaaaaaaaa]\n",
+        );
+        for level in 1..8 {
+            let refs = vec![format!("*l{}", level - 1); 8].join(", ");
+            nested.push_str(&format!("x-l{level}: &l{level} [{refs}]\n"));
+        }
+        let refused = analyze(&nested).outcome.unwrap_err();
+        assert_eq!(refused.reason, "DefinitionTooLarge", "{refused:?}");
+        assert!(refused.message.contains("aliases"), "{}", refused.message);
         let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(analyze(&deep).outcome.is_err());
         let deep_yaml = format!("a: {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));

@@ -85,6 +85,7 @@ pub fn validate(document: &Value, generation: Generation, size_hint: usize) -> R
             root: document,
             generation,
             operation_ids: BTreeSet::new(),
+            reaching: std::cell::RefCell::new(BTreeSet::new()),
         };
         checker
             .references(document, &mut Vec::new())
@@ -171,6 +172,8 @@ struct Checker<'a> {
     root: &'a Value,
     generation: Generation,
     operation_ids: BTreeSet<String>,
+    /// `$ref` targets already known to reach a value (each chain is walked once).
+    reaching: std::cell::RefCell<BTreeSet<&'a str>>,
 }
 
 const METHODS: [&str; 8] = [
@@ -184,7 +187,7 @@ impl<'a> Checker<'a> {
         match value {
             Value::Object(object) => {
                 if let Some(Value::String(target)) = object.get("$ref") {
-                    self.resolve(target).map_err(|problem| {
+                    self.reaches_a_value(target).map_err(|problem| {
                         format!("at {}: $ref '{target}' {problem}", render(path))
                     })?;
                 }
@@ -207,6 +210,40 @@ impl<'a> Checker<'a> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Follows a `$ref` chain to the end: every link must resolve, and the chain must end
+    /// in something that is not itself a `$ref` (`P0: {$ref: P1}`, `P1: {$ref: P0}` names
+    /// nothing). A schema that refers to itself *inside* `properties` or `items` is fine:
+    /// only the `$ref` at the top of each target is followed.
+    fn reaches_a_value(&self, first: &'a str) -> Result<(), String> {
+        let mut chain: Vec<&'a str> = Vec::new();
+        let mut target = first;
+        loop {
+            if self.reaching.borrow().contains(target) {
+                break;
+            }
+            if chain.contains(&target) {
+                return Err(format!(
+                    "is a cycle of references that never reaches a value ({} → {target})",
+                    chain.join(" → ")
+                ));
+            }
+            chain.push(target);
+            let value = self.resolve(target).map_err(|problem| {
+                if chain.len() == 1 {
+                    problem
+                } else {
+                    format!("leads to '{target}', which {problem}")
+                }
+            })?;
+            match value.get("$ref") {
+                Some(Value::String(next)) if target.starts_with('#') => target = next,
+                _ => break,
+            }
+        }
+        self.reaching.borrow_mut().extend(chain);
+        Ok(())
     }
 
     fn resolve(&self, target: &str) -> Result<&'a Value, String> {
@@ -569,6 +606,64 @@ mod tests {
             error.message.contains("paths → /a → get"),
             "{}",
             error.message
+        );
+    }
+
+    #[test]
+    fn reference_cycles_that_name_nothing_are_refused() {
+        let get = json!({"/a": {"get": {"parameters": [{"$ref": "#/components/parameters/P0"}], "responses": {"200": {"description": "x"}}}}});
+        for parameters in [
+            json!({"P0": {"$ref": "#/components/parameters/P0"}}),
+            json!({"P0": {"$ref": "#/components/parameters/P1"}, "P1": {"$ref": "#/components/parameters/P2"}, "P2": {"$ref": "#/components/parameters/P0"}}),
+        ] {
+            let error = validate(
+                &v30(get.clone(), json!({"parameters": parameters})),
+                Generation::OpenApi30,
+                0,
+            )
+            .unwrap_err();
+            assert!(
+                error.message.contains("cycle of references"),
+                "{}",
+                error.message
+            );
+            assert!(
+                error.message.contains("at components → parameters → P"),
+                "{}",
+                error.message
+            );
+        }
+        let chained = json!({"P0": {"$ref": "#/components/parameters/P1"}, "P1": {"$ref": "#/components/parameters/Gone"}});
+        let error = validate(
+            &v30(get, json!({"parameters": chained})),
+            Generation::OpenApi30,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            error
+                .message
+                .contains("leads to '#/components/parameters/Gone'"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn recursive_schemas_that_reach_content_stay_valid() {
+        let paths = json!({"/a": {"get": {"responses": {"200": {"description": "x", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Alias"}}}}}}}});
+        let schemas = json!({
+            "Alias": {"$ref": "#/components/schemas/Node"},
+            "Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"},
+                     "children": {"type": "array", "items": {"$ref": "#/components/schemas/Alias"}}}}
+        });
+        assert!(
+            validate(
+                &v30(paths, json!({"schemas": schemas})),
+                Generation::OpenApi30,
+                0
+            )
+            .is_ok()
         );
     }
 
