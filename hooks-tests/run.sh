@@ -8,6 +8,7 @@
 # that answer and carry the server's current time instead, so that one field is not compared.
 set -uo pipefail
 base="${1:-http://localhost:8080}"
+while [ "${base%/}" != "$base" ]; do base="${base%/}"; done   # http://host:8080/ works too
 here="$(cd "$(dirname "$0")" && pwd)"
 passed=0
 failed=0
@@ -18,15 +19,19 @@ for request in "$here"/*/*/request.json; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 print("customize" if "children" not in r and "attachments" not in r else "finalize" if r.get("finalizing") is True else "sync")' "$request")"
-  actual="$(curl -sS -X POST -H 'Content-Type: application/json' --data-binary @"$request" "$base/$controller/$hook")"
-  if python3 - "$case_dir/response.json" "$actual" <<'PY'
+  answer="$(mktemp)"
+  code="$(curl -sS -o "$answer" -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data-binary @"$request" "$base/$controller/$hook" 2>&1)"
+  if python3 - "$case_dir/response.json" "$answer" "$code" "$base/$controller/$hook" <<'PY'
 import json, sys
 RECORDED = "2026-01-01T00:00:00Z"
 expected = json.load(open(sys.argv[1]))
+text = open(sys.argv[2], encoding="utf-8", errors="replace").read()
+if sys.argv[3] != "200":
+    print(f"    POST {sys.argv[4]} answered {sys.argv[3]}: {text}"); sys.exit(1)
 try:
-    actual = json.loads(sys.argv[2])
+    actual = json.loads(text)
 except ValueError:
-    print("    answer is not JSON: " + sys.argv[2][:300]); sys.exit(1)
+    print("    answer is not JSON: " + text); sys.exit(1)
 def relax(exp, act):
     for e, a in zip((exp.get("status") or {}).get("conditions") or [], (act.get("status") or {}).get("conditions") or []):
         if e.get("lastTransitionTime") == RECORDED:
@@ -37,14 +42,16 @@ if expected != actual:
     e = json.dumps(expected, sort_keys=True, indent=1).splitlines()
     a = json.dumps(actual, sort_keys=True, indent=1).splitlines()
     import difflib
-    for line in list(difflib.unified_diff(e, a, "expected", "actual", lineterm=""))[:40]:
+    for line in difflib.unified_diff(e, a, "expected", "actual", lineterm=""):
         print("    " + line)
     sys.exit(1)
 PY
   then
+    rm -f "$answer"
     passed=$((passed + 1))
     echo "ok   $controller/$(basename "$case_dir") ($hook)"
   else
+    rm -f "$answer"
     failed=$((failed + 1))
     echo "FAIL $controller/$(basename "$case_dir") ($hook)"
   fi

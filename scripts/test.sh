@@ -60,6 +60,9 @@ echo "== cargo test"
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 cargo test --locked --all-targets --no-fail-fast
 
+echo "== image check: the runtime stage provides every library the binary links"
+./scripts/check-image.sh target/debug/metahooks
+
 if command -v kubectl >/dev/null 2>&1; then
   echo "== kubectl kustomize manifests/ (offline render)"
   kubectl kustomize manifests/ > /dev/null

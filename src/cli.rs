@@ -32,10 +32,10 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address of the hook port.
-    #[arg(long, env = "METAHOOKS_LISTEN", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "METAHOOKS_LISTEN", default_value = "0.0.0.0:8080", value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Address of the probe/metrics port (/healthz, /readyz, /metrics).
-    #[arg(long, env = "METAHOOKS_PROBE_LISTEN", default_value = "0.0.0.0:9090")]
+    #[arg(long, env = "METAHOOKS_PROBE_LISTEN", default_value = "0.0.0.0:9090", value_parser = listen_address)]
     pub probe_listen: SocketAddr,
     /// Largest request body accepted, in bytes; larger ones get 413.
     #[arg(long, env = "METAHOOKS_BODY_LIMIT_BYTES", default_value_t = 32 * 1024 * 1024)]
@@ -153,4 +153,36 @@ pub struct RenderArgs {
 pub enum OutputFormat {
     Yaml,
     Json,
+}
+
+/// `HOST:PORT` where HOST is an address or a name (`localhost:8080`); a name is resolved
+/// once, at start-up, to its first address.
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let mut addresses = text
+        .to_socket_addrs()
+        .map_err(|e| format!("expected HOST:PORT such as 0.0.0.0:8080 or localhost:8080 ({e})"))?;
+    addresses
+        .next()
+        .ok_or_else(|| format!("{text} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_accepts_addresses_and_host_names() {
+        assert_eq!(
+            listen_address("0.0.0.0:8080").ok(),
+            "0.0.0.0:8080".parse().ok()
+        );
+        let local = listen_address("localhost:8080").unwrap_or_else(|e| panic!("{e}"));
+        assert!(local.ip().is_loopback() && local.port() == 8080);
+        let error = listen_address("8080").unwrap_err();
+        assert!(error.contains("HOST:PORT"), "{error}");
+    }
 }

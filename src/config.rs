@@ -47,15 +47,18 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
         &args.auth_basic_password_file,
     ) {
         (Some(token), _, _) => {
-            let token = read_secret(token)?;
+            let token = read_secret("--auth-token-file", token)?;
             Some(Auth::bearer(&token))
         }
         (None, Some(user), Some(password)) => {
-            let user = read_secret(user)?;
+            let user = read_secret("--auth-basic-username-file", user)?;
             if user.contains(':') {
                 bail!("the basic-auth username may not contain ':' (RFC 7617)");
             }
-            Some(Auth::basic(&user, &read_secret(password)?))
+            Some(Auth::basic(
+                &user,
+                &read_secret("--auth-basic-password-file", password)?,
+            ))
         }
         _ => None,
     };
@@ -118,12 +121,12 @@ pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
 }
 
 /// A secret file's content without the trailing newline editors and `echo` add.
-fn read_secret(path: &Path) -> anyhow::Result<String> {
+fn read_secret(flag: &str, path: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read secret file {}", path.display()))?;
+        .with_context(|| format!("{flag}: cannot read {}", path.display()))?;
     let text = text.trim_end_matches(['\n', '\r']).to_owned();
     if text.is_empty() {
-        bail!("secret file {} is empty", path.display());
+        bail!("{flag}: {} is empty", path.display());
     }
     Ok(text)
 }

@@ -33,6 +33,7 @@ async fn render_async(args: &RenderArgs) -> anyhow::Result<String> {
         );
     }
     let parent = read_one(&args.file)?;
+    check_parent_type(&args.controller, &parent, &args.file)?;
     let observed = match &args.observed {
         Some(path) => read_many(path)?,
         None => Vec::new(),
@@ -60,6 +61,52 @@ async fn render_async(args: &RenderArgs) -> anyhow::Result<String> {
         OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&response)?),
         OutputFormat::Yaml => crate::yaml::to_string(&response)?,
     })
+}
+
+/// The parent types each controller is registered for (`manifests/controllers/`).
+const PARENT_TYPES: [(&str, &[(&str, &str)]); 3] = [
+    ("apimock", &[("apirator.io/v1alpha1", "APIMock")]),
+    (
+        "monitoredservice",
+        &[("services.example.com/v1alpha1", "MonitoredService")],
+    ),
+    (
+        "configsync",
+        &[("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")],
+    ),
+];
+
+/// Refuses a file that holds another kind of object, naming what it holds and which
+/// controller takes it, instead of rendering a confusing "missing field" status.
+fn check_parent_type(
+    controller: &str,
+    parent: &Value,
+    file: &std::path::Path,
+) -> anyhow::Result<()> {
+    let text = |field: &str| parent.get(field).and_then(Value::as_str).unwrap_or("");
+    let (api_version, kind) = (text("apiVersion"), text("kind"));
+    let Some((_, accepted)) = PARENT_TYPES.iter().find(|(name, _)| *name == controller) else {
+        return Ok(());
+    };
+    if accepted.contains(&(api_version, kind)) {
+        return Ok(());
+    }
+    let wanted: Vec<String> = accepted.iter().map(|(v, k)| format!("{v} {k}")).collect();
+    let holds = if kind.is_empty() {
+        "an object without apiVersion/kind".to_owned()
+    } else {
+        format!("a {api_version} {kind}")
+    };
+    let hint = PARENT_TYPES
+        .iter()
+        .find(|(_, types)| types.contains(&(api_version, kind)))
+        .map(|(name, _)| format!(" (use `metahooks render {name}`)"))
+        .unwrap_or_default();
+    bail!(
+        "{} holds {holds}; `render {controller}` takes {}{hint}",
+        file.display(),
+        wanted.join(" or ")
+    )
 }
 
 /// A v1 request as Metacontroller would send it: observed objects keyed by name under

@@ -31,6 +31,7 @@ fn examples() -> Vec<Value> {
         .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
     files

@@ -113,7 +113,7 @@ async fn run_sh_passes_against_a_live_server() {
     let server = support::start_standard(Clock::System).await;
     let output = std::process::Command::new("bash")
         .arg(cases_dir().join("run.sh"))
-        .arg(format!("http://{}", server.hook_addr))
+        .arg(format!("http://{}/", server.hook_addr)) // a trailing slash is fine
         .output()
         .expect("run.sh runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -50,7 +50,7 @@ async fn serve_logs_json_and_drains_on_sigterm() {
             "--probe-listen",
             &format!("127.0.0.1:{probe_port}"),
         ])
-        .args(["--shutdown-delay-seconds", "2"])
+        .args(["--shutdown-delay-seconds", "5"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -80,11 +80,21 @@ async fn serve_logs_json_and_drains_on_sigterm() {
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let ready = reqwest::get(format!("http://127.0.0.1:{probe_port}/readyz"))
+    // Readiness flips as soon as the signal is handled: wait for that event, then call a
+    // hook inside the (generous) drain window.
+    let started = Instant::now();
+    while reqwest::get(format!("http://127.0.0.1:{probe_port}/readyz"))
         .await
-        .unwrap();
-    assert_eq!(ready.status(), 503, "readiness flips at once on SIGTERM");
+        .unwrap()
+        .status()
+        != 503
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "readiness never flipped after SIGTERM"
+        );
+        tokio::task::yield_now().await;
+    }
     let during = client
         .post(format!("http://127.0.0.1:{hook_port}/apimock/sync"))
         .json(&request)

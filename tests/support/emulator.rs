@@ -1321,7 +1321,7 @@ pub async fn settle(
             .filter(|o| o["kind"] == kind)
             .collect();
         assert!(
-            started.elapsed() < std::time::Duration::from_secs(30),
+            started.elapsed() < std::time::Duration::from_secs(120),
             "never settled: {what}\n{parents:#?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -63,13 +63,11 @@ impl DecoratorHooks for ConfigSync {
             return answer(None, Some(format!("{invalid}")), observed.as_ref(), name, 0);
         }
         let Some(url) = annotations.get(GIT_URL).filter(|u| !u.is_empty()) else {
-            return answer(
-                observed.clone(),
-                Some(format!("annotation {GIT_URL} is empty")),
-                observed.as_ref(),
-                name,
-                0,
-            );
+            let problem = match annotations.get(GIT_URL) {
+                Some(_) => format!("annotation {GIT_URL} is empty"),
+                None => format!("annotation {GIT_URL} is missing"),
+            };
+            return answer(observed.clone(), Some(problem), observed.as_ref(), name, 0);
         };
         let interval = match annotations.get(INTERVAL).map(|v| v.parse::<u64>()) {
             None => DEFAULT_INTERVAL,

@@ -111,19 +111,22 @@ pub fn answer(
             "the Deployment does not have minimum availability yet",
         ),
     };
-    let ready = if !facts.config_valid.status {
+    // A config that could not be fetched is the cause when both fail (ConfigValid then
+    // only says there is nothing to validate), unless the fetch was never tried because
+    // the spec itself is wrong.
+    let ready = if !facts.fetched.status && facts.fetched.reason != "NotFetched" {
+        Decided::new(
+            "Ready",
+            false,
+            "FetchFailing",
+            "the config could not be fetched; see Fetched",
+        )
+    } else if !facts.config_valid.status {
         Decided::new(
             "Ready",
             false,
             "ConfigInvalid",
             "the spec or the fetched config is not valid; see ConfigValid",
-        )
-    } else if !facts.fetched.status {
-        Decided::new(
-            "Ready",
-            false,
-            "FetchFailing",
-            "the config source is not answering; see Fetched",
         )
     } else if available && settled && current {
         Decided::new(
