@@ -21,7 +21,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(async move {
+            let served = runtime.block_on(async move {
                 let (settings, registry) = metahooks::config::serve_settings(&args)?;
                 let server = metahooks::server::Server::start(
                     settings,
@@ -30,7 +30,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 )
                 .await?;
                 server.run_until_signal().await
-            })
+            });
+            // Every answer is back by now. A fetch job still busy on a blocking thread
+            // (a slow remote, a hostile repository) must not hold the process past the
+            // drain: give blocking work a moment, then exit regardless.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            served
         }
         Command::Render(args) => {
             let output = metahooks::render::render(&args)?;

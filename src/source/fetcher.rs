@@ -15,12 +15,25 @@ use super::{FetchError, Location, SourceRequest, SourceState, Sources, git, http
 
 #[derive(Default)]
 struct RemoteEntry {
-    requests: HashMap<String, SourceRequest>,
+    requests: HashMap<String, Asked>,
     started: Option<Instant>,
     in_flight: bool,
     /// The last commit fetched (git), so a new path can be read without the network.
     resolved: Option<git::Resolved>,
 }
+
+/// A request and when a parent last asked for it: requests nobody asks for any more
+/// (their parents were deleted or changed source) are forgotten.
+struct Asked {
+    request: SourceRequest,
+    last: Instant,
+    interval: Duration,
+}
+
+/// How many intervals a request may go unasked before it is forgotten.
+const FORGET_AFTER_INTERVALS: u32 = 3;
+/// How often `lookup` sweeps for forgotten requests.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 #[derive(Default, Clone)]
 struct SnapshotEntry {
@@ -32,6 +45,34 @@ struct SnapshotEntry {
 struct State {
     remotes: HashMap<String, RemoteEntry>,
     snapshots: HashMap<String, SnapshotEntry>,
+    last_sweep: Option<Instant>,
+}
+
+impl State {
+    /// Drops requests not asked for within `FORGET_AFTER_INTERVALS` of their interval
+    /// (or within `max_age` when given), their snapshots, and remotes left with none.
+    fn sweep(&mut self, now: Instant, max_age: Option<Duration>) {
+        let mut forgotten = Vec::new();
+        for remote in self.remotes.values_mut() {
+            remote.requests.retain(|key, asked| {
+                let age = max_age.unwrap_or(asked.interval * FORGET_AFTER_INTERVALS);
+                let keep = now.saturating_duration_since(asked.last) <= age;
+                if !keep {
+                    forgotten.push(key.clone());
+                }
+                keep
+            });
+        }
+        self.remotes
+            .retain(|_, remote| remote.in_flight || !remote.requests.is_empty());
+        for key in forgotten {
+            let still_asked = self.remotes.values().any(|r| r.requests.contains_key(&key));
+            if !still_asked {
+                self.snapshots.remove(&key);
+            }
+        }
+        self.last_sweep = Some(now);
+    }
 }
 
 struct Inner {
@@ -84,6 +125,19 @@ impl Fetcher {
         }
     }
 
+    /// Forgets every request not asked for within `max_age`, as the periodic sweep does
+    /// after a few intervals. Tests use it instead of waiting for the intervals to pass.
+    pub fn forget_unasked(&self, max_age: Duration) {
+        lock(&self.inner.state).sweep(Instant::now(), Some(max_age));
+    }
+
+    /// Requests and snapshots held in memory (for tests and metrics).
+    pub fn tracked(&self) -> (usize, usize) {
+        let state = lock(&self.inner.state);
+        let requests = state.remotes.values().map(|r| r.requests.len()).sum();
+        (requests, state.snapshots.len())
+    }
+
     /// Waits until no job is running (for `render`, which prints the settled answer).
     pub async fn idle(&self) {
         loop {
@@ -109,10 +163,24 @@ impl Sources for Fetcher {
     fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
         let key = request.key();
         let remote_key = request.remote_key();
+        let now = Instant::now();
         let mut state = lock(&self.inner.state);
+        if state
+            .last_sweep
+            .is_none_or(|last| now.saturating_duration_since(last) >= SWEEP_EVERY)
+        {
+            state.sweep(now, None);
+        }
         let known = state.snapshots.get(&key).cloned();
         let remote = state.remotes.entry(remote_key.clone()).or_default();
-        remote.requests.insert(key, request.clone());
+        remote.requests.insert(
+            key,
+            Asked {
+                request: request.clone(),
+                last: now,
+                interval,
+            },
+        );
         let stale = remote
             .started
             .is_none_or(|started| started.elapsed() >= interval);
@@ -124,12 +192,32 @@ impl Sources for Fetcher {
             if use_network {
                 remote.started = Some(Instant::now());
             }
+            let requests: Vec<SourceRequest> = remote
+                .requests
+                .values()
+                .map(|a| a.request.clone())
+                .collect();
+            let resolved = remote.resolved.clone();
+            let current = requests
+                .iter()
+                .filter_map(|r| {
+                    let entry = state.snapshots.get(&r.key())?;
+                    let snapshot = entry.snapshot.as_ref().filter(|_| entry.error.is_none())?;
+                    Some((r.key(), snapshot.revision.clone()))
+                })
+                .collect();
             let job = Job {
                 inner: self.inner.clone(),
+                guard: InFlight {
+                    inner: self.inner.clone(),
+                    remote_key: remote_key.clone(),
+                    armed: std::sync::atomic::AtomicBool::new(true),
+                },
                 remote_key,
-                requests: remote.requests.values().cloned().collect(),
+                requests,
                 use_network,
-                resolved: remote.resolved.clone(),
+                resolved,
+                current,
             };
             self.inner.runtime.spawn(job.run());
         }
@@ -148,13 +236,45 @@ impl Sources for Fetcher {
 
 struct Job {
     inner: Arc<Inner>,
+    /// Clears the remote's in-flight mark however the job ends (a panic included), so a
+    /// remote can never be stuck "in flight" with no job behind it.
+    guard: InFlight,
     remote_key: String,
     requests: Vec<SourceRequest>,
     use_network: bool,
     resolved: Option<git::Resolved>,
+    /// Revisions of the snapshots the requests already have (key → revision).
+    current: HashMap<String, String>,
 }
 
-type Results = Vec<(String, Result<super::Snapshot, FetchError>)>;
+struct InFlight {
+    inner: Arc<Inner>,
+    remote_key: String,
+    /// Cleared when the job ends normally and resets the mark itself, under the lock
+    /// (after that, a newer job may already own the mark).
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.armed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(remote) = lock(&self.inner.state).remotes.get_mut(&self.remote_key) {
+            remote.in_flight = false;
+        }
+    }
+}
+
+/// What a job learnt for one request.
+enum Fetched {
+    Fresh(super::Snapshot),
+    /// The same commit as the snapshot already held: nothing to read again.
+    Unchanged,
+    Failed(FetchError),
+}
+
+type Results = Vec<(String, Fetched)>;
 
 impl Job {
     async fn run(self) {
@@ -164,17 +284,33 @@ impl Job {
             Some(Location::Http { url }) => (self.run_http(&url).await, None),
             None => (Vec::new(), None),
         };
-        let failures = results.iter().filter(|(_, r)| r.is_err()).count();
-        tracing::info!(remote = %redact(&self.remote_key), network = self.use_network, requests = results.len(), failures, duration_ms = started.elapsed().as_millis() as u64, "source fetched");
+        let remote = redact(&self.remote_key);
+        let mut failures = 0;
+        for (_, result) in &results {
+            if let Fetched::Failed(error) = result {
+                failures += 1;
+                tracing::warn!(remote = %remote, reason = error.reason(), error = %error, "source fetch failed");
+            }
+        }
+        tracing::info!(remote = %remote, network = self.use_network, requests = results.len(), failures, duration_ms = started.elapsed().as_millis() as u64, "source fetched");
         let mut state = lock(&self.inner.state);
         for (key, result) in results {
+            // A request forgotten while the job ran stays forgotten.
+            let asked = state
+                .remotes
+                .get(&self.remote_key)
+                .is_some_and(|r| r.requests.contains_key(&key));
+            if !asked {
+                continue;
+            }
             let entry = state.snapshots.entry(key).or_default();
             match result {
-                Ok(snapshot) => {
+                Fetched::Fresh(snapshot) => {
                     entry.snapshot = Some(Arc::new(snapshot));
                     entry.error = None;
                 }
-                Err(error) => entry.error = Some(error),
+                Fetched::Unchanged => entry.error = None,
+                Fetched::Failed(error) => entry.error = Some(error),
             }
         }
         if let Some(remote) = state.remotes.get_mut(&self.remote_key) {
@@ -183,6 +319,7 @@ impl Job {
                 remote.resolved = resolved;
             }
         }
+        self.guard.armed.store(false, Ordering::SeqCst);
     }
 
     async fn run_git(
@@ -195,9 +332,14 @@ impl Job {
         let use_network = self.use_network;
         let known = self.resolved.clone();
         let credentials = requests.iter().find_map(|r| r.credentials.clone());
+        let current = self.current.clone();
         let work = move || {
+            let deadline = git::deadline(&inner.policy);
             let dir = git::repo_dir(&inner.cache_dir, &url);
-            let repo_lock = lock(&inner.repo_locks).entry(dir).or_default().clone();
+            let repo_lock = lock(&inner.repo_locks)
+                .entry(dir.clone())
+                .or_default()
+                .clone();
             let _guard = lock(&repo_lock);
             let resolved = match known.filter(|_| !use_network) {
                 Some(resolved) => Ok(resolved),
@@ -209,6 +351,7 @@ impl Job {
                         reference.as_deref(),
                         credentials.as_ref(),
                         &inner.policy,
+                        deadline,
                     )
                 }
             };
@@ -219,26 +362,43 @@ impl Job {
                         Location::Git { path, .. } => path.as_str(),
                         Location::Http { .. } => "",
                     };
-                    let snapshot = resolved
-                        .clone()
-                        .and_then(|r| git::extract(&r, path, &inner.policy));
-                    (request.key(), snapshot)
+                    let outcome = match &resolved {
+                        Err(error) => Fetched::Failed(error.clone()),
+                        Ok(r) if current.get(&request.key()) == Some(&r.revision()) => {
+                            Fetched::Unchanged
+                        }
+                        Ok(r) => match git::extract(r, path, &inner.policy, deadline) {
+                            Ok(snapshot) => Fetched::Fresh(snapshot),
+                            Err(error) => Fetched::Failed(error),
+                        },
+                    };
+                    (request.key(), outcome)
                 })
                 .collect::<Results>();
             (results, resolved.ok())
         };
-        match tokio::task::spawn_blocking(work).await {
-            Ok(done) => done,
-            Err(join_error) => {
-                let error = FetchError::Other(format!("the git fetch aborted: {join_error}"));
-                (
-                    self.requests
-                        .iter()
-                        .map(|r| (r.key(), Err(error.clone())))
-                        .collect(),
-                    None,
-                )
-            }
+        // The job ends by the fetch limit (plus a little for the answer to come back),
+        // whatever the blocking work is doing; that work watches the same deadline and
+        // stops on its own soon after.
+        let limit = Duration::from_secs(self.inner.policy.limits.timeout_seconds + 5);
+        let failed = |error: FetchError| -> (Results, Option<git::Resolved>) {
+            (
+                self.requests
+                    .iter()
+                    .map(|r| (r.key(), Fetched::Failed(error.clone())))
+                    .collect(),
+                None,
+            )
+        };
+        match tokio::time::timeout(limit, tokio::task::spawn_blocking(work)).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(join_error)) => failed(FetchError::Other(format!(
+                "the git fetch aborted: {join_error}"
+            ))),
+            Err(_) => failed(FetchError::Timeout {
+                url: super::redact_url(self.requests.first().map_or("", |r| r.location.url())),
+                seconds: self.inner.policy.limits.timeout_seconds,
+            }),
         }
     }
 
@@ -254,23 +414,31 @@ impl Job {
         .await;
         self.requests
             .iter()
-            .map(|r| (r.key(), result.clone()))
+            .map(|r| {
+                let outcome = match &result {
+                    Ok(snapshot) if self.current.get(&r.key()) == Some(&snapshot.revision) => {
+                        Fetched::Unchanged
+                    }
+                    Ok(snapshot) => Fetched::Fresh(snapshot.clone()),
+                    Err(error) => Fetched::Failed(error.clone()),
+                };
+                (r.key(), outcome)
+            })
             .collect()
     }
 }
 
-/// Remote keys hold URLs, which may embed user:password; logs get them without.
+/// Remote keys hold URLs, which may embed user:password, and a credential fingerprint;
+/// logs get the URL without user-info and no fingerprint.
 fn redact(remote_key: &str) -> String {
-    remote_key
-        .split('|')
-        .map(|part| match url::Url::parse(part) {
-            Ok(mut url) if url.password().is_some() || !url.username().is_empty() => {
-                let _ = url.set_password(None);
-                let _ = url.set_username("");
-                url.to_string()
-            }
-            _ => part.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("|")
+    let mut parts: Vec<String> = remote_key.split('|').map(super::redact_url).collect();
+    // The last field is the credential fingerprint: say whether there is one, no more.
+    if let Some(last) = parts.last_mut() {
+        *last = if last.is_empty() {
+            String::new()
+        } else {
+            "credentials".to_owned()
+        };
+    }
+    parts.join("|")
 }

@@ -34,6 +34,13 @@ pub struct Resolved {
     pub received_bytes: u64,
 }
 
+impl Resolved {
+    /// The revision shown for snapshots of this commit.
+    pub fn revision(&self) -> String {
+        format!("{}@sha1:{}", self.display_ref, self.commit)
+    }
+}
+
 /// Bounds libgit2's connect and read waits, so a silent server cannot hold a fetch job
 /// forever (the transfer callback only runs while data arrives). Done on first use, not
 /// at start-up: initialising libgit2 loads the system CA bundle (~40 ms), which would
@@ -58,25 +65,37 @@ pub fn repo_dir(cache_dir: &Path, url: &str) -> PathBuf {
     cache_dir.join("git").join(&digest[..24])
 }
 
+/// When a fetch job must be done by: the policy's time limit from now. The same instant
+/// bounds the download and the reading of the files (`extract`).
+pub fn deadline(policy: &Policy) -> Instant {
+    Instant::now() + Duration::from_secs(policy.limits.timeout_seconds)
+}
+
 /// Resolves `reference` on the remote and makes sure its commit is in the local cache.
 pub fn fetch(
     cache_dir: &Path,
-    url: &str,
+    raw_url: &str,
     reference: Option<&str>,
     credentials: Option<&Credentials>,
     policy: &Policy,
+    deadline: Instant,
 ) -> Result<Resolved, FetchError> {
-    let parsed = policy.check_url(url)?;
+    // Everything shown to people (conditions, events, logs) names the URL without the
+    // user-info someone may have written into it.
+    let shown = super::redact_url(raw_url);
+    let url = shown.as_str();
+    let parsed = policy
+        .check_url(raw_url)
+        .map_err(|e| redact_error(e, raw_url))?;
     policy.check_host(&parsed)?;
     set_network_timeouts();
-    let dir = repo_dir(cache_dir, url);
+    let dir = repo_dir(cache_dir, raw_url);
     let repo = open_or_init(&dir)?;
-    let deadline = Instant::now() + Duration::from_secs(policy.limits.timeout_seconds);
     let outcome = Outcome::default();
 
     let (commit, display_ref, remote_ref) = {
         let mut remote = repo
-            .remote_anonymous(url)
+            .remote_anonymous(raw_url)
             .map_err(|e| map_error(e, url, &outcome, policy))?;
         let connection = remote
             .connect_auth(
@@ -118,7 +137,7 @@ pub fn fetch(
     }
 
     let mut remote = repo
-        .remote_anonymous(url)
+        .remote_anonymous(raw_url)
         .map_err(|e| map_error(e, url, &outcome, policy))?;
     let mut options = FetchOptions::new();
     options.remote_callbacks(callbacks(credentials, deadline, policy, &outcome));
@@ -130,6 +149,10 @@ pub fn fetch(
     };
     if remote_ref.is_some() && shallow_local {
         options.depth(1);
+    } else if remote_ref.is_none() && repo.is_shallow() {
+        // A commit no ref advertises lies somewhere in history, and an earlier shallow
+        // fetch for a branch cut that history off: ask for all of it.
+        options.depth(i32::MAX);
     }
     remote
         .fetch(&[refspec.as_str()], Some(&mut options), None)
@@ -152,6 +175,17 @@ pub fn fetch(
         downloaded: true,
         received_bytes: outcome.received.get(),
     })
+}
+
+/// A policy refusal names the URL; shown without its user-info.
+fn redact_error(error: FetchError, raw_url: &str) -> FetchError {
+    match error {
+        FetchError::InvalidUrl { problem, .. } => FetchError::InvalidUrl {
+            url: super::redact_url(raw_url),
+            problem,
+        },
+        other => other,
+    }
 }
 
 fn open_or_init(dir: &Path) -> Result<Repository, FetchError> {
@@ -294,8 +328,13 @@ fn map_error(error: git2::Error, url: &str, outcome: &Outcome, policy: &Policy) 
     }
 }
 
-/// Reads the files at `path` in `commit`, within the policy's limits.
-pub fn extract(resolved: &Resolved, path: &str, policy: &Policy) -> Result<Snapshot, FetchError> {
+/// Reads the files at `path` in `commit`, within the policy's limits and by `deadline`.
+pub fn extract(
+    resolved: &Resolved,
+    path: &str,
+    policy: &Policy,
+    deadline: Instant,
+) -> Result<Snapshot, FetchError> {
     let path = check_repo_path(path)?;
     let repo = Repository::open_bare(&resolved.repo_dir)
         .map_err(|e| FetchError::Other(format!("cannot open the cache: {e}")))?;
@@ -303,13 +342,13 @@ pub fn extract(resolved: &Resolved, path: &str, policy: &Policy) -> Result<Snaps
     let commit = repo
         .find_commit(oid)
         .map_err(|e| FetchError::Other(format!("commit {oid} vanished from the cache: {e}")))?;
-    let revision = format!("{}@sha1:{}", resolved.display_ref, resolved.commit);
+    let revision = resolved.revision();
     let root = commit
         .tree()
         .map_err(|e| FetchError::Other(e.to_string()))?;
     let limits = &policy.limits;
     if path.is_empty() {
-        let files = read_tree(&repo, &root, "", limits.files, limits.config_bytes)?;
+        let files = read_tree(&repo, &root, "", limits, deadline)?;
         return Ok(Snapshot {
             revision,
             files,
@@ -347,7 +386,7 @@ pub fn extract(resolved: &Resolved, path: &str, policy: &Policy) -> Result<Snaps
             let tree = repo
                 .find_tree(entry.id())
                 .map_err(|e| FetchError::Other(e.to_string()))?;
-            let files = read_tree(&repo, &tree, &path, limits.files, limits.config_bytes)?;
+            let files = read_tree(&repo, &tree, &path, limits, deadline)?;
             Ok(Snapshot {
                 revision,
                 files,
@@ -362,12 +401,30 @@ fn read_tree(
     repo: &Repository,
     tree: &git2::Tree<'_>,
     prefix: &str,
-    max_files: usize,
-    max_bytes: u64,
+    limits: &super::policy::Limits,
+    deadline: Instant,
 ) -> Result<BTreeMap<String, Content>, FetchError> {
+    let (max_files, max_bytes) = (limits.files, limits.config_bytes);
     let mut found = Vec::new();
     let mut failure = None;
+    // Every entry walked counts, directories included: trees that name each other many
+    // times over (a "tree bomb") are tiny on the wire and endless to walk.
+    let mut entries: usize = 0;
     let walked = tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        entries += 1;
+        if entries > limits.tree_entries {
+            failure = Some(FetchError::TooManyEntries {
+                limit: limits.tree_entries,
+            });
+            return TreeWalkResult::Abort;
+        }
+        if entries.is_multiple_of(64) && Instant::now() > deadline {
+            failure = Some(FetchError::Timeout {
+                url: "reading the repository tree".to_owned(),
+                seconds: limits.timeout_seconds,
+            });
+            return TreeWalkResult::Abort;
+        }
         if entry.kind() != Some(ObjectType::Blob) {
             return TreeWalkResult::Ok;
         }

@@ -67,6 +67,9 @@ pub fn client(policy: Arc<Policy>) -> Result<reqwest::Client, FetchError> {
                 Err(refusal) => attempt.error(refusal),
             }
         }))
+        // Proxies from the environment would resolve and connect on our behalf, past the
+        // address policy; sources always connect directly.
+        .no_proxy()
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(policy.limits.timeout_seconds))
         .user_agent(concat!("metahooks/", env!("CARGO_PKG_VERSION")))
@@ -89,7 +92,17 @@ pub async fn fetch(
     url: &str,
     credentials: Option<&Credentials>,
 ) -> Result<Snapshot, FetchError> {
-    let parsed = policy.check_url(url)?;
+    let raw_url = url;
+    // What people see (conditions, logs) never carries user-info from the URL.
+    let shown = super::redact_url(raw_url);
+    let url = shown.as_str();
+    let parsed = policy.check_url(raw_url).map_err(|e| match e {
+        FetchError::InvalidUrl { problem, .. } => FetchError::InvalidUrl {
+            url: shown.clone(),
+            problem,
+        },
+        other => other,
+    })?;
     if parsed.scheme() == "file" || parsed.scheme() == "git" {
         return Err(FetchError::SchemeRefused {
             scheme: parsed.scheme().to_owned(),
@@ -156,6 +169,8 @@ pub async fn fetch(
 }
 
 fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchError {
+    // reqwest's message names the URL as requested, user-info included; ours is redacted.
+    let error = error.without_url();
     if error.is_timeout() {
         return FetchError::Timeout {
             url: url.to_owned(),

@@ -19,8 +19,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 /// Where configuration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Location {
@@ -59,14 +57,24 @@ impl std::fmt::Debug for Credentials {
 
 impl Credentials {
     /// Distinguishes cache entries of different credential holders, so one tenant's
-    /// access never serves another's request for the same URL.
+    /// access never serves another's request for the same URL. Keyed with a secret drawn
+    /// when the process starts: the fingerprint says nothing about the password to
+    /// anyone who sees it (it is never logged, but keys end up in memory dumps), and it
+    /// cannot be precomputed.
     pub fn fingerprint(&self) -> String {
-        let mut hasher = Sha256::new();
+        let mut hasher = blake3::Hasher::new_keyed(fingerprint_key());
         for part in [&self.username, &self.password, &self.token] {
-            hasher.update(part.as_deref().unwrap_or("\u{0}").as_bytes());
-            hasher.update([0xff]);
+            match part {
+                Some(text) => {
+                    hasher.update(&(text.len() as u64).to_le_bytes());
+                    hasher.update(text.as_bytes());
+                }
+                None => {
+                    hasher.update(&u64::MAX.to_le_bytes());
+                }
+            }
         }
-        hex::encode(&hasher.finalize()[..8])
+        hex::encode(&hasher.finalize().as_bytes()[..12])
     }
 
     /// (user, secret) for HTTP basic auth or git's userpass; a token alone goes as the
@@ -80,6 +88,42 @@ impl Credentials {
             )),
             _ => None,
         }
+    }
+}
+
+/// The per-process key of [`Credentials::fingerprint`], from the OS's random source
+/// (through std's hasher seeding, which draws from it).
+fn fingerprint_key() -> &'static [u8; 32] {
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut key = [0u8; 32];
+        for chunk in key.chunks_mut(8) {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u64(0x6d65_7461_686f_6f6b);
+            chunk.copy_from_slice(&hasher.finish().to_le_bytes());
+        }
+        key
+    })
+}
+
+/// A URL as it may be shown in status, events and logs: without the user name and
+/// password someone wrote into it (`https://user:token@host/…`).
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut parsed) if parsed.password().is_some() || !parsed.username().is_empty() => {
+            let _ = parsed.set_password(None);
+            let _ = parsed.set_username("");
+            parsed.to_string()
+        }
+        Ok(_) => raw.to_owned(),
+        // Not a URL we can parse: cut anything that looks like user-info before a host.
+        Err(_) => match (raw.find("://"), raw.rfind('@')) {
+            (Some(scheme_end), Some(at)) if at > scheme_end => {
+                format!("{}{}", &raw[..scheme_end + 3], &raw[at + 1..])
+            }
+            _ => raw.to_owned(),
+        },
     }
 }
 
@@ -179,6 +223,10 @@ pub enum FetchError {
     TooLarge { what: String, limit: u64 },
     #[error("more than {limit} files under the requested path")]
     TooManyFiles { limit: usize },
+    #[error(
+        "the repository tree under the requested path has more than {limit} entries (directories included)"
+    )]
+    TooManyEntries { limit: usize },
     #[error("{url} answered HTTP {status}")]
     HttpStatus { url: String, status: u16 },
     #[error("fetching {url} took longer than {seconds} s")]
@@ -202,6 +250,7 @@ impl FetchError {
             FetchError::SymlinkRefused { .. } => "SymlinkRefused",
             FetchError::TooLarge { .. } => "TooLarge",
             FetchError::TooManyFiles { .. } => "TooManyFiles",
+            FetchError::TooManyEntries { .. } => "TooManyEntries",
             FetchError::HttpStatus { .. } => "HTTPError",
             FetchError::Timeout { .. } => "Timeout",
             FetchError::Unreachable { .. } => "Unreachable",

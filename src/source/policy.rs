@@ -15,8 +15,10 @@ pub struct Limits {
     pub files: usize,
     /// Total bytes of the configuration (a ConfigMap holds at most 1 MiB).
     pub config_bytes: u64,
-    /// Seconds one fetch may take.
+    /// Seconds one fetch job may take, download and reading of the files together.
     pub timeout_seconds: u64,
+    /// Entries (files and directories) walked under the requested path.
+    pub tree_entries: usize,
 }
 
 impl Default for Limits {
@@ -26,6 +28,7 @@ impl Default for Limits {
             files: 256,
             config_bytes: 1024 * 1024 - 16 * 1024,
             timeout_seconds: 20,
+            tree_entries: 4096,
         }
     }
 }
@@ -113,39 +116,84 @@ impl Policy {
     }
 }
 
+/// Special-purpose IPv4 ranges no source may reach, after the IANA IPv4 Special-Purpose
+/// Address Registry (every block not globally reachable), plus multicast.
+const REFUSED_V4: &[(&str, &str)] = &[
+    ("0.0.0.0/8", "\"this network\" (0.0.0.0/8)"),
+    ("10.0.0.0/8", "a private address"),
+    ("100.64.0.0/10", "a shared (carrier-grade NAT) address"),
+    ("127.0.0.0/8", "a loopback address"),
+    (
+        "169.254.0.0/16",
+        "a link-local address (cloud metadata lives here)",
+    ),
+    ("172.16.0.0/12", "a private address"),
+    ("192.0.0.0/24", "an IETF protocol assignment"),
+    ("192.0.2.0/24", "a documentation address"),
+    ("192.88.99.0/24", "a deprecated 6to4 relay address"),
+    ("192.168.0.0/16", "a private address"),
+    ("198.18.0.0/15", "a benchmarking address"),
+    ("198.51.100.0/24", "a documentation address"),
+    ("203.0.113.0/24", "a documentation address"),
+    ("224.0.0.0/4", "a multicast address"),
+    ("240.0.0.0/4", "a reserved address"),
+    ("255.255.255.255/32", "the broadcast address"),
+];
+
+/// The same for IPv6 (IANA IPv6 Special-Purpose Address Registry). Blocks that embed an
+/// IPv4 address (mapped, NAT64, 6to4) are judged by that address or refused outright.
+const REFUSED_V6: &[(&str, &str)] = &[
+    ("::/128", "the unspecified address"),
+    ("::1/128", "a loopback address"),
+    ("::/96", "an IPv4-compatible address (deprecated)"),
+    ("64:ff9b:1::/48", "a local-use NAT64 address"),
+    ("100::/64", "a discard-only address"),
+    ("100:0:0:1::/64", "a dummy prefix"),
+    (
+        "2001::/23",
+        "an IETF protocol assignment (Teredo, ORCHID and others)",
+    ),
+    ("2001:db8::/32", "a documentation address"),
+    ("2002::/16", "a 6to4 address (it embeds an IPv4 address)"),
+    ("3fff::/20", "a documentation address"),
+    ("5f00::/16", "a segment-routing address"),
+    ("fc00::/7", "a private (unique local) address"),
+    ("fe80::/10", "a link-local address"),
+    ("fec0::/10", "a site-local address (deprecated)"),
+    ("ff00::/8", "a multicast address"),
+];
+
+fn table<N: std::str::FromStr>(rows: &[(&str, &'static str)]) -> Vec<(N, &'static str)> {
+    rows.iter()
+        .filter_map(|(net, why)| net.parse().ok().map(|n| (n, *why)))
+        .collect()
+}
+
 /// Why an address is not a public destination, if it is not.
 pub fn refusal(address: IpAddr) -> Option<&'static str> {
+    use std::sync::LazyLock;
+    static V4: LazyLock<Vec<(ipnet::Ipv4Net, &'static str)>> = LazyLock::new(|| table(REFUSED_V4));
+    static V6: LazyLock<Vec<(ipnet::Ipv6Net, &'static str)>> = LazyLock::new(|| table(REFUSED_V6));
     match address {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            if v4.is_loopback() {
-                Some("a loopback address")
-            } else if v4.is_link_local() {
-                Some("a link-local address (cloud metadata lives here)")
-            } else if v4.is_private() || (a == 100 && (64..128).contains(&b)) {
-                Some("a private address")
-            } else if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() {
-                Some("not a unicast address")
-            } else {
-                None
-            }
-        }
+        IpAddr::V4(v4) => V4
+            .iter()
+            .find(|(net, _)| net.contains(&v4))
+            .map(|(_, why)| *why),
         IpAddr::V6(v6) => {
+            // ::ffff:a.b.c.d and the NAT64 well-known prefix 64:ff9b::/96 carry an IPv4
+            // address that is what really gets reached.
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return refusal(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
-            if v6.is_loopback() {
-                Some("a loopback address")
-            } else if first & 0xffc0 == 0xfe80 {
-                Some("a link-local address")
-            } else if first & 0xfe00 == 0xfc00 {
-                Some("a private (unique local) address")
-            } else if v6.is_unspecified() || v6.is_multicast() {
-                Some("not a unicast address")
-            } else {
-                None
+            let segments = v6.segments();
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                let [a, b] = segments[6].to_be_bytes();
+                let [c, d] = segments[7].to_be_bytes();
+                return refusal(IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d)));
             }
+            V6.iter()
+                .find(|(net, _)| net.contains(&v6))
+                .map(|(_, why)| *why)
         }
     }
 }
@@ -223,17 +271,39 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
             "0.0.0.0",
+            "0.1.2.3",
+            "100.127.255.255",
+            "192.0.0.170",
+            "198.18.0.1",
+            "198.19.255.255",
+            "240.0.0.1",
+            "255.255.255.255",
+            "224.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b::7f00:1",
+            "2002:a9fe:a9fe::1",
+            "2001:db8::1",
+            "2001::1",
+            "::7f00:1",
+            "ff02::1",
+            "fec0::1",
         ] {
             assert!(
                 policy.check_address("h", address.parse().unwrap()).is_err(),
                 "{address}"
             );
         }
-        assert!(
-            policy
-                .check_address("h", "93.184.216.34".parse().unwrap())
-                .is_ok()
-        );
+        for public in [
+            "93.184.216.34",
+            "1.1.1.1",
+            "2606:4700:4700::1111",
+            "64:ff9b::5db8:d822",
+        ] {
+            assert!(
+                policy.check_address("h", public.parse().unwrap()).is_ok(),
+                "{public}"
+            );
+        }
         let url = policy
             .check_url("https://169.254.169.254/latest/meta-data")
             .unwrap();
