@@ -223,3 +223,85 @@ async fn an_unchanged_commit_is_not_read_again() {
     let third = settled(&fetcher, &request).await.snapshot.unwrap();
     assert!(!Arc::ptr_eq(&second, &third));
 }
+
+/// A server that answers every request 401 (asking for basic auth) and records the
+/// Authorization headers it was sent.
+async fn recording_server() -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::http::HeaderMap;
+    use axum::response::IntoResponse;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new().fallback(move |headers: HeaderMap| {
+        let record = record.clone();
+        async move {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("<none>")
+                .to_owned();
+            record.lock().unwrap().push(auth);
+            (
+                StatusCode::UNAUTHORIZED,
+                [("www-authenticate", "Basic realm=\"git\"")],
+                "",
+            )
+                .into_response()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, seen)
+}
+
+/// Redirects every request to the same path on another port.
+async fn redirecting_server(to_port: u16) -> u16 {
+    use axum::http::Uri;
+    use axum::response::{IntoResponse, Redirect};
+    let app = axum::Router::new().fallback(move |uri: Uri| async move {
+        let target = format!(
+            "http://127.0.0.1:{to_port}{}",
+            uri.path_and_query().map_or("/", |p| p.as_str())
+        );
+        Redirect::to(&target).into_response()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_credentials_never_follow_a_redirect_to_another_origin() {
+    let (other, seen) = recording_server().await;
+    let origin = redirecting_server(other).await;
+    let cache = tempfile::tempdir().unwrap();
+    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned()).unwrap();
+    let request = SourceRequest {
+        location: Location::Git {
+            url: format!("http://127.0.0.1:{origin}/config.git"),
+            reference: None,
+            path: String::new(),
+        },
+        credentials: Some(metahooks::source::Credentials {
+            token: Some("tenant-token".to_owned()),
+            ..Default::default()
+        }),
+    };
+    let error = settled(&fetcher, &request).await.error.expect("refused");
+    assert_eq!(
+        error.reason(),
+        "RedirectRefused",
+        "{error} (other origin saw {:?})",
+        seen.lock().unwrap()
+    );
+    assert!(
+        error.to_string().contains(&format!("127.0.0.1:{other}")),
+        "{error}"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|auth| !auth.contains("Basic")),
+        "the other origin was sent credentials: {seen:?}"
+    );
+}

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use git2::{
     AutotagOption, Cred, Direction, ErrorClass, ErrorCode, FetchOptions, ObjectType, Oid,
-    RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult,
+    ProxyOptions, RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult,
 };
 
+use super::connect_guard::ConnectGuard;
 use super::policy::{Policy, check_repo_path};
 use super::{Content, Credentials, FetchError, Snapshot};
 
@@ -92,6 +93,37 @@ pub fn fetch(
     let dir = repo_dir(cache_dir, raw_url);
     let repo = open_or_init(&dir)?;
     let outcome = Outcome::default();
+    // http(s): every connection libgit2 makes (redirects included) goes through a guard
+    // that connects only to checked addresses. git://: the address is resolved and
+    // checked once here and libgit2 is given that address.
+    let guard = match parsed.scheme() {
+        "http" | "https" => Some(ConnectGuard::start(
+            policy,
+            &parsed,
+            credentials.is_some(),
+            deadline,
+        )?),
+        _ => None,
+    };
+    let remote_url = match (&guard, parsed.scheme()) {
+        (Some(guard), _) => guard.remote_url(&parsed),
+        (None, "git") => pin_address(&parsed, policy)?,
+        (None, _) => raw_url.to_owned(),
+    };
+    let raw_url = remote_url.as_str();
+    let proxy = || {
+        let mut options = ProxyOptions::new();
+        if let Some(url) = guard.as_ref().and_then(ConnectGuard::proxy_url) {
+            options.url(&url);
+        }
+        options
+    };
+    let map_error = |e: git2::Error, url: &str, outcome: &Outcome, policy: &Policy| {
+        guard
+            .as_ref()
+            .and_then(ConnectGuard::refusal)
+            .unwrap_or_else(|| map_error(e, url, outcome, policy))
+    };
 
     let (commit, display_ref, remote_ref) = {
         let mut remote = repo
@@ -101,7 +133,7 @@ pub fn fetch(
             .connect_auth(
                 Direction::Fetch,
                 Some(callbacks(credentials, deadline, policy, &outcome)),
-                None,
+                Some(proxy()),
             )
             .map_err(|e| map_error(e, url, &outcome, policy))?;
         let heads: Vec<(String, Oid, Option<String>)> = connection
@@ -141,6 +173,7 @@ pub fn fetch(
         .map_err(|e| map_error(e, url, &outcome, policy))?;
     let mut options = FetchOptions::new();
     options.remote_callbacks(callbacks(credentials, deadline, policy, &outcome));
+    options.proxy_options(proxy());
     options.download_tags(AutotagOption::None);
     let shallow_local = !matches!(parsed.scheme(), "file");
     let refspec = match &remote_ref {
@@ -175,6 +208,37 @@ pub fn fetch(
         downloaded: true,
         received_bytes: outcome.received.get(),
     })
+}
+
+/// The git:// URL with its host replaced by the one address it was checked as, so that
+/// libgit2 cannot resolve the name to something else.
+fn pin_address(parsed: &url::Url, policy: &Policy) -> Result<String, FetchError> {
+    let host = parsed.host_str().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(parsed.to_string());
+    }
+    let port = parsed.port_or_known_default().unwrap_or(9418);
+    let shown = super::redact_url(parsed.as_str());
+    let addresses: Vec<std::net::SocketAddr> =
+        std::net::ToSocketAddrs::to_socket_addrs(&(bare, port))
+            .map_err(|e| FetchError::Unreachable {
+                url: shown.clone(),
+                detail: format!("cannot resolve {host}: {e}"),
+            })?
+            .collect();
+    for address in &addresses {
+        policy.check_address(host, address.ip())?;
+    }
+    let first = addresses.first().ok_or_else(|| FetchError::Unreachable {
+        url: shown.clone(),
+        detail: format!("{host} has no addresses"),
+    })?;
+    let mut pinned = parsed.clone();
+    pinned
+        .set_ip_host(first.ip())
+        .map_err(|()| FetchError::Other(format!("cannot pin {shown} to {first}")))?;
+    Ok(pinned.to_string())
 }
 
 /// A policy refusal names the URL; shown without its user-info.

@@ -10,6 +10,7 @@
 //!   fetch passes before it touches the network;
 //! - [`git`] and [`http`] do the blocking/async work, bounded in time and size.
 
+pub mod connect_guard;
 pub mod fetcher;
 pub mod git;
 pub mod http;
@@ -227,6 +228,10 @@ pub enum FetchError {
         "the repository tree under the requested path has more than {limit} entries (directories included)"
     )]
     TooManyEntries { limit: usize },
+    #[error(
+        "{from} redirected to {to}, another origin; the redirect was not followed (credentials never leave their origin, and a plain-http source never leaves its checked address)"
+    )]
+    RedirectRefused { from: String, to: String },
     #[error("{url} answered HTTP {status}")]
     HttpStatus { url: String, status: u16 },
     #[error("fetching {url} took longer than {seconds} s")]
@@ -251,6 +256,7 @@ impl FetchError {
             FetchError::TooLarge { .. } => "TooLarge",
             FetchError::TooManyFiles { .. } => "TooManyFiles",
             FetchError::TooManyEntries { .. } => "TooManyEntries",
+            FetchError::RedirectRefused { .. } => "RedirectRefused",
             FetchError::HttpStatus { .. } => "HTTPError",
             FetchError::Timeout { .. } => "Timeout",
             FetchError::Unreachable { .. } => "Unreachable",
