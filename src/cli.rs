@@ -124,6 +124,10 @@ pub struct ControllerArgs {
     /// Where fetched sources are cached (default: a metahooks folder in the temp dir).
     #[arg(long, env = "METAHOOKS_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Bytes the git cache may take on disk; least recently used repositories are
+    /// removed beyond it (and fetched again when asked for).
+    #[arg(long, env = "METAHOOKS_CACHE_MAX_BYTES", default_value_t = crate::source::fetcher::DEFAULT_CACHE_MAX_BYTES)]
+    pub cache_max_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

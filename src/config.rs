@@ -110,7 +110,9 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         .unwrap_or_else(|| std::env::temp_dir().join("metahooks"));
     std::fs::create_dir_all(&cache_dir)
         .with_context(|| format!("cannot create the cache directory {}", cache_dir.display()))?;
-    Fetcher::new(policy, cache_dir).map_err(|e| anyhow::anyhow!("{e}"))
+    Ok(Fetcher::new(policy, cache_dir)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_cache_max_bytes(args.cache_max_bytes))
 }
 
 pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {

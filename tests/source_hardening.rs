@@ -305,3 +305,34 @@ async fn git_credentials_never_follow_a_redirect_to_another_origin() {
         "the other origin was sent credentials: {seen:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_disk_cache_stays_under_its_cap() {
+    let (first, second) = (Repo::new(), Repo::new());
+    first.commit(&[("a.env", "A=1\n")]);
+    second.commit(&[("b.env", "B=1\n")]);
+    let (first_daemon, second_daemon) = (GitDaemon::start(&first), GitDaemon::start(&second));
+    let cache = tempfile::tempdir().unwrap();
+    // A cap below one repository: each download evicts every other repository.
+    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned())
+        .unwrap()
+        .with_cache_max_bytes(1);
+    let a = git_request(&first_daemon.url(), None, "a.env");
+    let b = git_request(&second_daemon.url(), None, "b.env");
+    assert!(settled(&fetcher, &a).await.snapshot.is_some());
+    let repos = || std::fs::read_dir(cache.path().join("git")).unwrap().count();
+    assert_eq!(repos(), 1);
+    assert!(settled(&fetcher, &b).await.snapshot.is_some());
+    assert_eq!(repos(), 1, "the older repository was evicted");
+    // The evicted one is fetched again when asked for.
+    first.commit(&[("a.env", "A=2\n")]);
+    fetcher.expire();
+    let _ = fetcher.lookup(&a, Duration::from_secs(60));
+    fetcher.idle().await;
+    let again = settled(&fetcher, &a).await;
+    assert!(again.error.is_none(), "{:?}", again.error);
+    assert_eq!(
+        again.snapshot.unwrap().files["a.env"],
+        metahooks::source::Content::Text("A=2\n".to_owned())
+    );
+}

@@ -84,7 +84,12 @@ struct Inner {
     repo_locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     network_fetches: AtomicU64,
     runtime: tokio::runtime::Handle,
+    /// Bytes the git cache may hold on disk (see `disk`).
+    cache_max_bytes: AtomicU64,
 }
+
+/// Default cap of the on-disk git cache.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 
 /// Cheap to clone; all clones share one cache.
 #[derive(Clone)]
@@ -108,8 +113,16 @@ impl Fetcher {
                 repo_locks: Mutex::new(HashMap::new()),
                 network_fetches: AtomicU64::new(0),
                 runtime,
+                cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
             }),
         })
+    }
+
+    /// Caps the on-disk git cache (default [`DEFAULT_CACHE_MAX_BYTES`]).
+    #[must_use]
+    pub fn with_cache_max_bytes(self, bytes: u64) -> Fetcher {
+        self.inner.cache_max_bytes.store(bytes, Ordering::SeqCst);
+        self
     }
 
     /// Remote fetches that went to the network so far (git ref listings and HTTP GETs).
@@ -157,6 +170,42 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Inner {
+    /// Evicts least recently used repositories beyond the cap, never `current` or one
+    /// whose lock is held, and forgets what was resolved in the evicted ones.
+    fn enforce_cache_cap(&self, current: &std::path::Path) {
+        let max = self.cache_max_bytes.load(Ordering::SeqCst);
+        let git_dir = self.cache_dir.join("git");
+        let removed = {
+            let locks = lock(&self.repo_locks);
+            // A repository is removed only while its lock is held here (or when no job
+            // ever locked it); the map lock keeps new jobs from taking one meanwhile.
+            super::disk::enforce_cap(&git_dir, max, |dir| {
+                if dir == current {
+                    return None;
+                }
+                match locks.get(dir) {
+                    None => Some(None),
+                    Some(repo) => repo.try_lock().ok().map(Some),
+                }
+            })
+        };
+        if removed.is_empty() {
+            return;
+        }
+        let mut state = lock(&self.state);
+        for remote in state.remotes.values_mut() {
+            if remote
+                .resolved
+                .as_ref()
+                .is_some_and(|r| removed.contains(&r.repo_dir))
+            {
+                remote.resolved = None;
+            }
+        }
+    }
 }
 
 impl Sources for Fetcher {
@@ -340,7 +389,7 @@ impl Job {
                 .entry(dir.clone())
                 .or_default()
                 .clone();
-            let _guard = lock(&repo_lock);
+            let guard = lock(&repo_lock);
             let resolved = match known.filter(|_| !use_network) {
                 Some(resolved) => Ok(resolved),
                 None => {
@@ -375,6 +424,13 @@ impl Job {
                     (request.key(), outcome)
                 })
                 .collect::<Results>();
+            drop(guard);
+            if let Ok(r) = &resolved {
+                super::disk::touch(&r.repo_dir);
+                if r.downloaded {
+                    inner.enforce_cache_cap(&dir);
+                }
+            }
             (results, resolved.ok())
         };
         // The job ends by the fetch limit (plus a little for the answer to come back),

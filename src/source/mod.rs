@@ -11,6 +11,7 @@
 //! - [`git`] and [`http`] do the blocking/async work, bounded in time and size.
 
 pub mod connect_guard;
+pub mod disk;
 pub mod fetcher;
 pub mod git;
 pub mod http;
