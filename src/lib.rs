@@ -13,6 +13,8 @@ pub mod config;
 pub mod controllers;
 pub mod crds;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz_surfaces;
 pub mod protocol;
 pub mod render;
 pub mod server;

@@ -284,7 +284,22 @@ pub struct Emulator {
     next_version: u64,
     /// Every hook call made: (controller, hook, parent name, HTTP status).
     pub calls: Vec<(String, &'static str, String, u16)>,
+    /// Metacontroller's customize cache: answers by (parent UID, generation), kept for
+    /// `CUSTOMIZE_CACHE_TTL` of simulated time.
+    customize_cache: BTreeMap<(String, String, i64), (Value, std::time::Duration)>,
+    /// Simulated time since the emulator started (advanced by `advance`).
+    pub clock: std::time::Duration,
+    /// Metacontroller's `--apply-strategy`: client-side (the default, which records each
+    /// child's last applied state in an annotation) or server-side apply (no annotation).
+    pub server_side_apply: bool,
 }
+
+/// Where client-side apply records what it applied (pkg/dynamic/apply).
+pub const LAST_APPLIED: &str = "metacontroller.k8s.io/last-applied-configuration";
+
+/// How long Metacontroller keeps a customize answer (pkg/controller/common/customize:
+/// a 20-minute cache keyed by parent UID and generation).
+pub const CUSTOMIZE_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(20 * 60);
 
 impl Emulator {
     pub fn new(base_url: &str, registrations: Vec<Registration>) -> Emulator {
@@ -297,7 +312,29 @@ impl Emulator {
             next_uid: 1,
             next_version: 1,
             calls: Vec::new(),
+            customize_cache: BTreeMap::new(),
+            clock: std::time::Duration::ZERO,
+            server_side_apply: false,
         }
+    }
+
+    /// Client-side apply keeps the applied object in an annotation on the live one;
+    /// server-side apply keeps nothing the hook can see.
+    fn annotate_applied(&mut self, key: &Key, applied: &Value) {
+        if self.server_side_apply {
+            return;
+        }
+        let text = serde_json::to_string(applied).expect("JSON");
+        if let Some(object) = self.objects.get_mut(key)
+            && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED] = json!(text);
+        }
+    }
+
+    /// Moves simulated time forward (customize answers expire with it).
+    pub fn advance(&mut self, by: std::time::Duration) {
+        self.clock += by;
     }
 
     /// Emulator over the repository's own registrations.
@@ -645,16 +682,43 @@ impl Emulator {
         let Some(hook) = registration.hooks.get(&HookName::Customize).cloned() else {
             return Ok(json!({}));
         };
-        let request = json!({"controller": registration.raw, "parent": parent});
-        let (_, response) = self
-            .call(
-                registration,
-                &hook,
-                HookName::Customize,
-                &request,
-                &key_of(parent).3,
-            )
-            .await?;
+        // Metacontroller asks customize once per (parent UID, generation) and reuses the
+        // answer for 20 minutes: label and annotation edits do not bump the generation.
+        let cache_key = (
+            registration.name.clone(),
+            parent
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            parent
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or_default(),
+        );
+        let cached = self
+            .customize_cache
+            .get(&cache_key)
+            .filter(|(_, at)| self.clock.saturating_sub(*at) < CUSTOMIZE_CACHE_TTL)
+            .map(|(answer, _)| answer.clone());
+        let response = match cached {
+            Some(answer) => answer,
+            None => {
+                let request = json!({"controller": registration.raw, "parent": parent});
+                let (_, response) = self
+                    .call(
+                        registration,
+                        &hook,
+                        HookName::Customize,
+                        &request,
+                        &key_of(parent).3,
+                    )
+                    .await?;
+                self.customize_cache
+                    .insert(cache_key, (response.clone(), self.clock));
+                response
+            }
+        };
         let allowed: BTreeSet<&str> = ["relatedResources"].into();
         if let Some(object) = response.as_object() {
             for field in object.keys() {
@@ -667,6 +731,7 @@ impl Emulator {
         }
         let mut groups = Map::new();
         let parent_namespace = key_of(parent).2;
+        let v1_namespaced = hook.version != "v2" && !parent_namespace.is_empty();
         for rule in response
             .get("relatedResources")
             .and_then(Value::as_array)
@@ -676,40 +741,68 @@ impl Emulator {
             let api_version = str_at(rule, "/apiVersion")?.to_owned();
             let kind = kind_of(str_at(rule, "/resource")?)?;
             let type_key = format!("{kind}.{api_version}");
-            let namespace = rule.get("namespace").and_then(Value::as_str);
-            if hook.version == "v1"
-                && namespace.is_some_and(|ns| ns != parent_namespace)
-                && !parent_namespace.is_empty()
-            {
-                return Err(format!(
-                    "customize rule asks for namespace {namespace:?}, but a v1 hook of a namespaced parent may only use its own"
-                ));
-            }
+            let namespace = rule
+                .get("namespace")
+                .and_then(Value::as_str)
+                .filter(|ns| !ns.is_empty());
             let names: Option<Vec<&str>> = rule
                 .get("names")
                 .and_then(Value::as_array)
-                .map(|n| n.iter().filter_map(Value::as_str).collect());
+                .map(|n| n.iter().filter_map(Value::as_str).collect())
+                .filter(|n: &Vec<&str>| !n.is_empty());
+            let label_selector = rule.get("labelSelector").filter(|s| !s.is_null());
+            let namespace_selector = rule.get("namespaceSelector").filter(|s| !s.is_null());
+            // Metacontroller's selection rules (customize/manager.go, v4.17):
+            if names.is_some() && (label_selector.is_some() || namespace_selector.is_some()) {
+                return Err(format!(
+                    "related rule cannot have both names and labelSelector/namespaceSelector specified: {rule}"
+                ));
+            }
+            if namespace.is_some() && namespace_selector.is_some() {
+                return Err(format!(
+                    "related rule cannot have both namespace and namespaceSelector specified: {rule}"
+                ));
+            }
+            if namespace_selector.is_some() {
+                return Err("namespaceSelector rules are not emulated".to_owned());
+            }
+            if v1_namespaced && namespace.is_some_and(|ns| ns != parent_namespace) {
+                return Err(format!(
+                    "requested related object namespace {namespace:?} differs from parent object namespace {parent_namespace}"
+                ));
+            }
+            // Which namespace is listed: a label-selector rule without a namespace lists
+            // the parent's namespace for v1 hooks and every namespace for v2; a rule with
+            // a namespace lists that one; a names rule without one lists every namespace,
+            // whatever the hook version.
+            let listed: Option<&str> =
+                match (namespace, label_selector.is_some() || names.is_none()) {
+                    (Some(ns), _) => Some(ns),
+                    (None, true) if v1_namespaced && names.is_none() => {
+                        Some(parent_namespace.as_str())
+                    }
+                    (None, _) => None,
+                };
             let group = groups.entry(type_key).or_insert_with(|| json!({}));
             for (key, object) in &self.objects {
                 if key.0 != api_version || key.1 != kind {
                     continue;
                 }
-                if hook.version == "v1" && !parent_namespace.is_empty() && key.2 != parent_namespace
-                {
-                    continue;
-                }
-                if namespace.is_some_and(|ns| ns != key.2) {
+                if listed.is_some_and(|ns| ns != key.2) {
                     continue;
                 }
                 if names.as_ref().is_some_and(|n| !n.contains(&key.3.as_str())) {
                     continue;
                 }
-                if let Some(selector) = rule.get("labelSelector")
+                if let Some(selector) = label_selector
                     && !labels_match(selector, object)
                 {
                     continue;
                 }
-                let map_key = if hook.version == "v2" || parent_namespace.is_empty() {
+                let map_key = if hook.version == "v2"
+                    || parent_namespace.is_empty()
+                    || key.2 != parent_namespace
+                {
                     format!("{}/{}", key.2, key.3)
                 } else {
                     key.3.clone()
@@ -926,6 +1019,7 @@ impl Emulator {
             match self.objects.get(&key).cloned() {
                 None => {
                     let created = self.create_child(registration, parent, child.clone());
+                    self.annotate_applied(&created, &child);
                     self.last_applied.insert(key.clone(), child);
                     report.created.push(created);
                 }
@@ -955,6 +1049,7 @@ impl Emulator {
                         _ => {
                             let updated = self.update_child(&key, &live, merged);
                             self.objects.insert(key.clone(), updated);
+                            self.annotate_applied(&key, &child);
                             self.last_applied.insert(key.clone(), child);
                             report.updated.push(key);
                         }

@@ -18,7 +18,7 @@ use self::definition::{Analysis, Memo};
 use self::spec::DefinitionStatus;
 use self::status::{Facts, Rollout};
 use crate::controllers::common::conditions::{Decided, format_time};
-use crate::controllers::common::keep::{last_applied_children, observed_status};
+use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
@@ -74,13 +74,15 @@ impl CompositeHooks for ApiMock {
                 "InvalidName",
                 format!("metadata.name cannot name the mock's Service: {invalid}"),
             );
-            return Ok(answer(validated, None, None, rollout, None, parent, &now));
+            let mut response = answer(validated, None, None, rollout, None, parent, &now);
+            response.children = Some(observed_children(&request.children));
+            return Ok(response);
         }
         let spec = match spec::parse_spec(parent) {
             Ok(spec) => spec,
             Err(problem) => {
                 let validated = Decided::new("Validated", false, "InvalidSpec", problem);
-                let kept = last_applied_children(&request.children)?;
+                let kept = observed_children(&request.children);
                 let serving = rollout.served_sha256.clone();
                 let mut response = answer(
                     validated,
@@ -121,7 +123,10 @@ impl CompositeHooks for ApiMock {
             }
         };
         let (Some(served), Some(served_text)) = (served, served_text) else {
-            return Ok(answer(validated, None, None, rollout, None, parent, &now));
+            // Nothing valid to build from: whatever exists stays as it is.
+            let mut response = answer(validated, None, None, rollout, None, parent, &now);
+            response.children = Some(observed_children(&request.children));
+            return Ok(response);
         };
         let plan = Plan {
             name,

@@ -9,14 +9,24 @@ use crate::source::Credentials;
 /// Why the named Secret cannot provide credentials: a condition reason and a message.
 pub type SecretProblem = (&'static str, String);
 
-/// `username`/`password` or `token` from the related Secret `name`.
-pub fn credentials(related: &ObjectMap, name: &str) -> Result<Credentials, SecretProblem> {
-    let object = related.find("Secret", "v1", None, name).ok_or_else(|| {
-        (
-            "SecretNotFound",
-            format!("the credentials Secret {name:?} does not exist in this namespace"),
-        )
-    })?;
+/// `username`/`password` or `token` from the related Secret `name` in `namespace` (the
+/// parent's). Metacontroller may send related objects from other namespaces; a Secret of
+/// the same name there is never used.
+pub fn credentials(
+    related: &ObjectMap,
+    namespace: &str,
+    name: &str,
+) -> Result<Credentials, SecretProblem> {
+    let object = related
+        .find("Secret", "v1", Some(namespace), name)
+        .ok_or_else(|| {
+            (
+                "SecretNotFound",
+                format!(
+                    "the credentials Secret {name:?} does not exist in namespace {namespace:?}"
+                ),
+            )
+        })?;
     let credentials = Credentials {
         username: field(object, "username"),
         password: field(object, "password"),

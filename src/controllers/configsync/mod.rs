@@ -24,7 +24,7 @@ use crate::controllers::{Context, DecoratorHooks};
 use crate::error::HookError;
 use crate::protocol::{
     CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, RelatedResourceRule,
-    object_name,
+    object_name, object_namespace,
 };
 use crate::source::{FetchError, Location, SourceRequest};
 
@@ -35,6 +35,8 @@ pub const INTERVAL: &str = "configsync.metahooks.io/interval-seconds";
 pub const SECRET: &str = "configsync.metahooks.io/secret";
 pub const REVISION: &str = "configsync.metahooks.io/revision";
 pub const ERROR: &str = "configsync.metahooks.io/error";
+/// The label a Secret needs (value `"true"`) to be usable as configsync credentials.
+pub const CREDENTIALS_LABEL: &str = "configsync.metahooks.io/credentials";
 
 const DEFAULT_INTERVAL: u64 = 60;
 const MIN_INTERVAL: u64 = 10;
@@ -84,9 +86,18 @@ impl DecoratorHooks for ConfigSync {
             }
         };
         let credentials = match annotations.get(SECRET) {
-            Some(secret) => match secrets::credentials(&request.related, secret)
-                .map_err(|(_, message)| message)
-            {
+            Some(secret) => match secrets::credentials(
+                &request.related,
+                object_namespace(target).unwrap_or("default"),
+                secret,
+            )
+            .map_err(|(reason, message)| {
+                if reason == "SecretNotFound" {
+                    format!("{message} with label {CREDENTIALS_LABEL}=true")
+                } else {
+                    message
+                }
+            }) {
                 Ok(credentials) => Some(credentials),
                 Err(problem) => {
                     return answer(
@@ -149,18 +160,24 @@ impl DecoratorHooks for ConfigSync {
         })
     }
 
+    /// Asks for the credential Secrets of the target's namespace: those labelled
+    /// [`CREDENTIALS_LABEL`]. Metacontroller caches this answer per (target, generation)
+    /// for 20 minutes and annotation edits do not bump the generation, so the rule must
+    /// not depend on the annotations: sync picks the Secret the annotation names from
+    /// what this rule brings, and an edit takes effect at the next sync.
     fn customize(&self, request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
-        let related_resources = Annotations::of(&request.parent)
-            .get(SECRET)
-            .map(|secret| RelatedResourceRule {
+        let namespace = object_namespace(&request.parent).unwrap_or("default");
+        Ok(CustomizeResponse {
+            related_resources: vec![RelatedResourceRule {
                 api_version: "v1".to_owned(),
                 resource: "secrets".to_owned(),
-                names: Some(vec![secret.to_owned()]),
+                label_selector: Some(serde_json::json!({
+                    "matchLabels": {CREDENTIALS_LABEL: "true"}
+                })),
+                namespace: Some(namespace.to_owned()),
                 ..RelatedResourceRule::default()
-            })
-            .into_iter()
-            .collect();
-        Ok(CustomizeResponse { related_resources })
+            }],
+        })
     }
 }
 

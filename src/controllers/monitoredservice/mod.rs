@@ -24,14 +24,14 @@ use self::children::{
 };
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use crate::controllers::common::conditions::{Decided, format_time};
-use crate::controllers::common::keep::{last_applied_children, observed_status};
+use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::secrets;
 use crate::controllers::{CompositeHooks, Context};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
-    RelatedResourceRule, object_name,
+    RelatedResourceRule, object_name, object_namespace,
 };
 use crate::source::{Content, FetchError, Location, Snapshot, SourceRequest};
 
@@ -84,7 +84,8 @@ impl CompositeHooks for MonitoredService {
         let now = format_time(ctx.now);
         let name = object_name(parent).unwrap_or_default();
         let observed = Observed::read(&request.children, name);
-        let pods = pod_names(&request.related);
+        let namespace = object_namespace(parent).unwrap_or("default");
+        let pods = pod_names(&request.related, namespace);
         let spec = match spec::parse_spec(parent) {
             Ok(spec) => spec,
             Err(problem) => {
@@ -95,7 +96,7 @@ impl CompositeHooks for MonitoredService {
                     pods,
                 );
                 let mut response = status::answer(facts, &observed, parent, &now);
-                response.children = Some(last_applied_children(&request.children)?);
+                response.children = Some(observed_children(&request.children));
                 return Ok(response);
             }
         };
@@ -108,11 +109,13 @@ impl CompositeHooks for MonitoredService {
                 None,
                 pods,
             );
-            return Ok(status::answer(facts, &observed, parent, &now));
+            let mut response = status::answer(facts, &observed, parent, &now);
+            response.children = Some(observed_children(&request.children));
+            return Ok(response);
         }
 
         let interval = spec.interval_seconds();
-        let wanted = match source_request(&spec, &request.related) {
+        let wanted = match source_request(&spec, &request.related, namespace) {
             Ok(wanted) => wanted,
             Err(problem) => {
                 let facts = status::Facts::invalid_spec(
@@ -121,11 +124,12 @@ impl CompositeHooks for MonitoredService {
                     observed.config.as_ref(),
                     pods,
                 );
-                let children = children::build(name, &spec, observed.config.as_ref())?;
+                // With the config still in the observed ConfigMap the children are rebuilt
+                // from it; without one (the service ran without a source), what runs stays.
                 let children = if observed.config.is_some() {
-                    children
+                    children::build(name, &spec, observed.config.as_ref())?
                 } else {
-                    Vec::new()
+                    observed_children(&request.children)
                 };
                 return Ok(with_children(
                     status::answer(facts, &observed, parent, &now),
@@ -205,11 +209,17 @@ impl CompositeHooks for MonitoredService {
                         "Valid",
                         format!("running {} until the source answers", config.revision),
                     ),
-                    None => Decided::new(
+                    None if request.children.is_empty() => Decided::new(
                         "ConfigValid",
                         false,
                         "NoConfig",
                         "no configuration has been fetched yet",
+                    ),
+                    None => Decided::new(
+                        "ConfigValid",
+                        false,
+                        "NoConfig",
+                        "no configuration has been fetched yet; the running children are kept as they are until one is",
                     ),
                 };
                 (observed.config.clone(), valid)
@@ -227,7 +237,9 @@ impl CompositeHooks for MonitoredService {
             } else {
                 interval
             };
-            return Ok(status::answer(facts, &observed, parent, &now).with_resync_after(resync));
+            let mut response = status::answer(facts, &observed, parent, &now);
+            response.children = Some(observed_children(&request.children));
+            return Ok(response.with_resync_after(resync));
         };
         let children = children::build(name, &spec, Some(&served))?;
         let facts = status::Facts {
@@ -260,10 +272,14 @@ impl CompositeHooks for MonitoredService {
 
     fn customize(&self, request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
         let name = object_name(&request.parent).unwrap_or_default();
+        // Every rule names the parent's namespace: without one, Metacontroller lists
+        // matching objects from every namespace.
+        let namespace = object_namespace(&request.parent).unwrap_or("default");
         let mut rules = vec![RelatedResourceRule {
             api_version: "v1".to_owned(),
             resource: "pods".to_owned(),
             label_selector: Some(json!({"matchLabels": children::selector_labels(name)})),
+            namespace: Some(namespace.to_owned()),
             ..RelatedResourceRule::default()
         }];
         if let Ok(spec) = spec::parse_spec(&request.parent)
@@ -273,6 +289,7 @@ impl CompositeHooks for MonitoredService {
                 api_version: "v1".to_owned(),
                 resource: "secrets".to_owned(),
                 names: Some(vec![secret]),
+                namespace: Some(namespace.to_owned()),
                 ..RelatedResourceRule::default()
             });
         }
@@ -314,6 +331,7 @@ type Problem = (&'static str, String);
 fn source_request(
     spec: &MonitoredServiceSpec,
     related: &ObjectMap,
+    namespace: &str,
 ) -> Result<Option<SourceRequest>, Problem> {
     let git = spec.source.as_ref().and_then(|s| s.git.as_ref());
     let http = spec.source.as_ref().and_then(|s| s.http.as_ref());
@@ -327,7 +345,7 @@ fn source_request(
         ));
     }
     let credentials = match secret_name(spec) {
-        Some(secret) => Some(secrets::credentials(related, &secret)?),
+        Some(secret) => Some(secrets::credentials(related, namespace, &secret)?),
         None => None,
     };
     let location = if let Some(git) = git {
@@ -494,9 +512,12 @@ pub(crate) fn read_config(config_map: &Value) -> Config {
     }
 }
 
-fn pod_names(related: &ObjectMap) -> Vec<String> {
+/// The service's pods: related Pods in the parent's namespace only (Metacontroller may
+/// list matching Pods of other namespaces too).
+fn pod_names(related: &ObjectMap, namespace: &str) -> Vec<String> {
     let mut names: Vec<String> = related
         .of_type("Pod", "v1")
+        .filter(|pod| object_namespace(pod) == Some(namespace))
         .filter_map(object_name)
         .map(str::to_owned)
         .collect();

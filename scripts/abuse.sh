@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Measures what hostile input costs a release build (peak RSS, time, leftover CPU), one
+# fresh server per attack, loopback only. Prints a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked
+python3 scripts/abuse.py target/release/metahooks

@@ -1,0 +1,272 @@
+//! Behaviours of a real cluster that the hooks must get right, driven through the
+//! emulator (which models them after Metacontroller's source): related objects listed
+//! across namespaces, the customize answer cache, children kept while no config exists,
+//! and keep-last-good under both apply strategies.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
+mod support;
+
+use std::sync::Arc;
+
+use metahooks::controllers::{ControllerSettings, Registry};
+use metahooks::server::{Clock, Server};
+use metahooks::source::fetcher::Fetcher;
+use metahooks::source::policy::Policy;
+use serde_json::{Value, json};
+use support::emulator::Emulator;
+use support::servers::{GitDaemon, Repo, free_port};
+
+struct Harness {
+    _server: Server,
+    fetcher: Fetcher,
+    emulator: Emulator,
+    _cache: tempfile::TempDir,
+}
+
+async fn harness() -> Harness {
+    let cache = tempfile::tempdir().unwrap();
+    let policy = Policy {
+        extra_schemes: ["git".to_owned(), "http".to_owned()].into(),
+        allow_private_addresses: true,
+        ..Policy::default()
+    };
+    let fetcher = Fetcher::new(policy, cache.path().to_owned()).unwrap();
+    let registry =
+        Registry::standard(ControllerSettings::default()).with_sources(Arc::new(fetcher.clone()));
+    let server = Server::start(support::local_settings(), registry, Clock::System)
+        .await
+        .unwrap();
+    let emulator = Emulator::for_repository(&format!("http://{}", server.hook_addr));
+    Harness {
+        _server: server,
+        fetcher,
+        emulator,
+        _cache: cache,
+    }
+}
+
+async fn settle(h: &mut Harness, kind: &str, what: &str, done: impl Fn(&Emulator) -> bool) {
+    support::emulator::settle(&mut h.emulator, &h.fetcher, kind, what, done).await;
+}
+
+fn condition(parent: &Value, type_: &str) -> Option<(String, String, String)> {
+    let c = parent["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?;
+    Some((
+        c["status"].as_str()?.to_owned(),
+        c["reason"].as_str()?.to_owned(),
+        c["message"].as_str()?.to_owned(),
+    ))
+}
+
+fn secret(namespace: &str, name: &str, token: &str, labels: Value) -> Value {
+    use base64::Engine;
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": namespace, "labels": labels},
+           "data": {"token": base64::engine::general_purpose::STANDARD.encode(token)}})
+}
+
+fn monitored(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+           "metadata": {"name": name, "namespace": "team-a"}, "spec": spec})
+}
+
+fn ms<'a>(e: &'a Emulator, name: &str) -> &'a Value {
+    e.get(
+        "services.example.com/v1alpha1",
+        "MonitoredService",
+        "team-a",
+        name,
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_namespaces_secret_and_pods_are_never_used() {
+    let mut h = harness().await;
+    // team-b holds a Secret with the name team-a's service asks for, and a Pod carrying
+    // the labels team-a's pods would carry.
+    h.emulator
+        .apply(secret("team-b", "git-creds", "team-b-token", json!({})));
+    h.emulator.apply(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "intruder", "namespace": "team-b",
+                     "labels": {"app.kubernetes.io/name": "web", "app.kubernetes.io/instance": "web",
+                                "app": "web", "monitored_service_cr": "web"}}}));
+    let closed = free_port();
+    h.emulator.apply(monitored(
+        "web",
+        json!({"image": "app:1", "source": {"git": {
+            "url": format!("http://127.0.0.1:{closed}/config.git"),
+            "secretRef": {"name": "git-creds"}}}}),
+    ));
+    settle(&mut h, "MonitoredService", "secret lookup", |e| {
+        condition(ms(e, "web"), "ConfigValid").is_some()
+    })
+    .await;
+    let parent = ms(&h.emulator, "web");
+    let (status, reason, message) = condition(parent, "ConfigValid").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "SecretNotFound"),
+        "{message}"
+    );
+    assert!(message.contains("team-a"), "{message}");
+    let pods = parent["status"]["pods"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        pods.is_empty(),
+        "another namespace's pod is listed: {pods:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configsync_secret_annotation_takes_effect_despite_the_customize_cache() {
+    let repo = Repo::new();
+    repo.commit(&[("app.conf", "a=1\n")]);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = harness().await;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "team-a", "generation": 1,
+                     "annotations": {"configsync.metahooks.io/git-url": daemon.url()}},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "web:1"}]}}}});
+    let key = h.emulator.apply(deployment);
+    let revision = |e: &Emulator| {
+        e.get("apps/v1", "Deployment", "team-a", "web")
+            .and_then(|d| d.pointer("/metadata/annotations/configsync.metahooks.io~1revision"))
+            .is_some()
+    };
+    settle(&mut h, "Deployment", "first sync", revision).await;
+    // The user adds credentials: a labelled Secret and the annotation naming it. An
+    // annotation edit does not bump the generation, so Metacontroller reuses its cached
+    // customize answer; the answer must already bring the Secret.
+    h.emulator.apply(secret(
+        "team-a",
+        "creds",
+        "t",
+        json!({"configsync.metahooks.io/credentials": "true"}),
+    ));
+    let mut target = h.emulator.objects[&key].clone();
+    target["metadata"]["annotations"]["configsync.metahooks.io/secret"] = json!("creds");
+    h.emulator.objects.insert(key.clone(), target);
+    h.fetcher.expire();
+    h.emulator.converge(20).await.unwrap();
+    h.fetcher.idle().await;
+    h.emulator.converge(20).await.unwrap();
+    let target = &h.emulator.objects[&key];
+    assert!(
+        target
+            .pointer("/metadata/annotations/configsync.metahooks.io~1error")
+            .is_none(),
+        "the named Secret was not seen at the next sync: {}",
+        target["metadata"]["annotations"]
+    );
+    // An unlabelled Secret is not brought, and the message says what is missing.
+    h.emulator.apply(secret("team-a", "plain", "t", json!({})));
+    let mut target = h.emulator.objects[&key].clone();
+    target["metadata"]["annotations"]["configsync.metahooks.io/secret"] = json!("plain");
+    h.emulator.objects.insert(key.clone(), target);
+    h.emulator.converge(20).await.unwrap();
+    let error = h.emulator.objects[&key]
+        .pointer("/metadata/annotations/configsync.metahooks.io~1error")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        error.contains("configsync.metahooks.io/credentials=true"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_service_is_kept_when_its_new_source_does_not_answer() {
+    let mut h = harness().await;
+    let key = h
+        .emulator
+        .apply(monitored("web", json!({"image": "app:1", "port": 8080})));
+    settle(&mut h, "MonitoredService", "plain service", |e| {
+        e.get("apps/v1", "Deployment", "team-a", "web").is_some()
+    })
+    .await;
+    let closed = free_port();
+    let mut parent = h.emulator.objects[&key].clone();
+    parent["spec"]["source"] =
+        json!({"http": {"url": format!("http://127.0.0.1:{closed}/app.env")}});
+    parent["metadata"]["generation"] = json!(2);
+    h.emulator.objects.insert(key.clone(), parent);
+    settle(&mut h, "MonitoredService", "failed first fetch", |e| {
+        condition(ms(e, "web"), "Fetched").is_some_and(|(_, reason, _)| reason == "Unreachable")
+    })
+    .await;
+    assert!(
+        h.emulator
+            .get("apps/v1", "Deployment", "team-a", "web")
+            .is_some(),
+        "the running Deployment was deleted while the first fetch failed"
+    );
+    assert!(h.emulator.get("v1", "Service", "team-a", "web").is_some());
+    let (_, _, message) = condition(ms(&h.emulator, "web"), "ConfigValid").unwrap();
+    assert!(message.contains("kept"), "{message}");
+}
+
+async fn keep_last_good_under(server_side_apply: bool) {
+    let mut h = harness().await;
+    h.emulator.server_side_apply = server_side_apply;
+    let key = h.emulator.apply(
+        json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+        "metadata": {"name": "pets", "namespace": "team-a"},
+        "spec": {"definition": "openapi: 3.0.3\ninfo: {title: P, version: '1'}\npaths: {}\n"}}),
+    );
+    h.emulator.converge(10).await.unwrap();
+    let before: Vec<(String, Value)> = ["ConfigMap", "Service"]
+        .iter()
+        .map(|kind| {
+            let object = h
+                .emulator
+                .get("v1", kind, "team-a", "pets")
+                .unwrap()
+                .clone();
+            ((*kind).to_owned(), object)
+        })
+        .collect();
+    assert!(
+        h.emulator
+            .get("apps/v1", "Deployment", "team-a", "pets")
+            .is_some()
+    );
+    // A spec that cannot be read at all (definition is not text).
+    let mut parent = h.emulator.objects[&key].clone();
+    parent["spec"]["definition"] = json!(42);
+    parent["metadata"]["generation"] = json!(2);
+    h.emulator.objects.insert(key, parent);
+    h.emulator
+        .converge(10)
+        .await
+        .unwrap_or_else(|v| panic!("server_side_apply={server_side_apply}: {v}"));
+    assert!(
+        h.emulator
+            .get("apps/v1", "Deployment", "team-a", "pets")
+            .is_some()
+    );
+    for (kind, object) in before {
+        let now = h.emulator.get("v1", &kind, "team-a", "pets").unwrap();
+        assert_eq!(now["data"], object["data"], "{kind} changed");
+        assert_eq!(now["spec"], object["spec"], "{kind} changed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_spec_keeps_the_children_under_client_side_apply() {
+    keep_last_good_under(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_spec_keeps_the_children_under_server_side_apply() {
+    keep_last_good_under(true).await;
+}
