@@ -126,7 +126,8 @@ pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
 fn read_secret(flag: &str, path: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{flag}: cannot read {}", path.display()))?;
-    let text = text.trim_end_matches(['\n', '\r']).to_owned();
+    // Metacontroller trims what it reads from its Secret; so do we.
+    let text = text.trim().to_owned();
     if text.is_empty() {
         bail!("{flag}: {} is empty", path.display());
     }

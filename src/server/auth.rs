@@ -6,10 +6,12 @@ use axum::http::{HeaderMap, header};
 use base64::Engine;
 use subtle::ConstantTimeEq;
 
-/// The exact `Authorization` value a caller must send.
+/// The `Authorization` value a caller must send: a scheme (matched without regard to
+/// case, as HTTP defines it) and credentials (compared exactly, in constant time).
 #[derive(Clone)]
 pub struct Auth {
-    expected: Vec<u8>,
+    scheme: &'static str,
+    credentials: Vec<u8>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -19,18 +21,25 @@ impl std::fmt::Debug for Auth {
 }
 
 impl Auth {
-    /// Metacontroller trims the secret before sending `Bearer <secret>`; so do we.
+    /// Metacontroller sends `Bearer ` + the Secret value with surrounding whitespace
+    /// trimmed (pkg/hooks/auth.go), so the token file is trimmed the same way.
     pub fn bearer(token: &str) -> Auth {
         Auth {
-            expected: format!("Bearer {}", token.trim()).into_bytes(),
+            scheme: "Bearer",
+            credentials: token.trim().as_bytes().to_vec(),
         }
     }
 
+    /// Metacontroller trims username and password before encoding them.
     pub fn basic(username: &str, password: &str) -> Auth {
-        let encoded =
-            base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            username.trim(),
+            password.trim()
+        ));
         Auth {
-            expected: format!("Basic {encoded}").into_bytes(),
+            scheme: "Basic",
+            credentials: encoded.into_bytes(),
         }
     }
 
@@ -38,7 +47,13 @@ impl Auth {
         let Some(sent) = headers.get(header::AUTHORIZATION) else {
             return false;
         };
-        bool::from(sent.as_bytes().ct_eq(&self.expected))
+        let sent = sent.as_bytes();
+        let Some(space) = sent.iter().position(|b| *b == b' ') else {
+            return false;
+        };
+        let (scheme, credentials) = (&sent[..space], &sent[space + 1..]);
+        scheme.eq_ignore_ascii_case(self.scheme.as_bytes())
+            && bool::from(credentials.ct_eq(&self.credentials))
     }
 }
 
@@ -58,7 +73,14 @@ mod tests {
         let auth = Auth::bearer("s3cret\n");
         assert!(auth.allows(&headers("Bearer s3cret")));
         assert!(!auth.allows(&headers("Bearer s3cre")));
-        assert!(!auth.allows(&headers("bearer s3cret")));
+        assert!(
+            auth.allows(&headers("bearer s3cret")),
+            "schemes are case-insensitive"
+        );
+        assert!(auth.allows(&headers("BEARER s3cret")));
+        assert!(!auth.allows(&headers("Basic s3cret")));
+        assert!(!auth.allows(&headers("Bearers3cret")));
+        assert!(Auth::bearer("  s3cret \t\n").allows(&headers("Bearer s3cret")));
         assert!(!auth.allows(&HeaderMap::new()));
     }
 
@@ -67,5 +89,6 @@ mod tests {
         let auth = Auth::basic("mc", "pw");
         assert!(auth.allows(&headers("Basic bWM6cHc=")));
         assert!(!auth.allows(&headers("Basic bWM6cHd4")));
+        assert!(Auth::basic(" mc\n", "pw \n").allows(&headers("basic bWM6cHc=")));
     }
 }
