@@ -270,3 +270,62 @@ async fn an_unreadable_spec_keeps_the_children_under_client_side_apply() {
 async fn an_unreadable_spec_keeps_the_children_under_server_side_apply() {
     keep_last_good_under(true).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "V=1\n")]);
+    let daemon = GitDaemon::start(&repo);
+    // Two servers, each with its own source cache, behind one Service.
+    let (a, b) = (harness().await, harness().await);
+    let mut emulator = Emulator::for_repository(&a.emulator.base_url);
+    emulator.replicas = vec![a.emulator.base_url.clone(), b.emulator.base_url.clone()];
+    emulator.apply(monitored(
+        "web",
+        json!({"image": "app:1", "source": {"git": {"url": daemon.url(), "path": "app.env"}}}),
+    ));
+    let hash = |e: &Emulator| {
+        e.get("apps/v1", "Deployment", "team-a", "web")
+            .and_then(|d| {
+                d.pointer(
+                    "/spec/template/metadata/annotations/monitoredservice.metahooks.io~1config-hash",
+                )
+            })
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let mut seen: Vec<String> = Vec::new();
+    // Runs rounds alternating over both replicas, letting both caches' jobs land, and
+    // records every distinct pod-template hash in order.
+    async fn run(
+        emulator: &mut Emulator,
+        a: &Fetcher,
+        b: &Fetcher,
+        seen: &mut Vec<String>,
+        rounds: usize,
+        hash: &(dyn Fn(&Emulator) -> Option<String> + Sync),
+    ) {
+        for _ in 0..rounds {
+            emulator.round().await.unwrap_or_else(|v| panic!("{v}"));
+            a.idle().await;
+            b.idle().await;
+            if let Some(current) = hash(emulator)
+                && seen.last() != Some(&current)
+            {
+                seen.push(current);
+            }
+        }
+    }
+    run(&mut emulator, &a.fetcher, &b.fetcher, &mut seen, 12, &hash).await;
+    assert_eq!(seen.len(), 1, "first config rolled out once: {seen:?}");
+    // A push; only replica A's interval has passed, so B still holds the old commit.
+    repo.commit(&[("app.env", "V=2\n")]);
+    a.fetcher.expire();
+    run(&mut emulator, &a.fetcher, &b.fetcher, &mut seen, 12, &hash).await;
+    assert_eq!(seen.len(), 2, "one roll per commit, never back: {seen:?}");
+    // The next push reaches B first.
+    repo.commit(&[("app.env", "V=3\n")]);
+    b.fetcher.expire();
+    run(&mut emulator, &a.fetcher, &b.fetcher, &mut seen, 12, &hash).await;
+    assert_eq!(seen.len(), 3, "one roll per commit, never back: {seen:?}");
+}

@@ -407,6 +407,7 @@ pub fn extract(
         .find_commit(oid)
         .map_err(|e| FetchError::Other(format!("commit {oid} vanished from the cache: {e}")))?;
     let revision = resolved.revision();
+    let made_at = Some(commit.committer().when().seconds());
     let root = commit
         .tree()
         .map_err(|e| FetchError::Other(e.to_string()))?;
@@ -417,6 +418,7 @@ pub fn extract(
             revision,
             files,
             single_file: false,
+            made_at,
         });
     }
     let entry = root
@@ -444,6 +446,7 @@ pub fn extract(
                 revision,
                 files: BTreeMap::from([(name, Content::from_bytes(blob.content().to_vec()))]),
                 single_file: true,
+                made_at,
             })
         }
         Some(ObjectType::Tree) => {
@@ -455,6 +458,7 @@ pub fn extract(
                 revision,
                 files,
                 single_file: false,
+                made_at,
             })
         }
         _ => Err(FetchError::PathNotFound { path, revision }),

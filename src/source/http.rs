@@ -165,6 +165,7 @@ pub async fn fetch(
         revision,
         files: [(name, Content::from_bytes(body))].into(),
         single_file: true,
+        made_at: None,
     })
 }
 

@@ -200,6 +200,10 @@ pub struct Snapshot {
     pub files: BTreeMap<String, Content>,
     /// True when the request named one file (not a directory).
     pub single_file: bool,
+    /// When the source says this content was made, in seconds since the epoch: the
+    /// commit's committer time for git; none for HTTP. The same on every replica, so
+    /// replicas can agree which of two revisions is the newer one.
+    pub made_at: Option<i64>,
 }
 
 /// Why a fetch failed; each has a CamelCase reason for status conditions.

@@ -289,6 +289,12 @@ pub struct Emulator {
     customize_cache: BTreeMap<(String, String, i64), (Value, std::time::Duration)>,
     /// Simulated time since the emulator started (advanced by `advance`).
     pub clock: std::time::Duration,
+    /// Base URLs of several server replicas, called round-robin (empty: `base_url`):
+    /// each parent's sync (customize and the calls that check the answer is stable)
+    /// goes to one replica, the next sync to the next one.
+    pub replicas: Vec<String>,
+    next_replica: usize,
+    current_replica: Option<String>,
     /// Metacontroller's `--apply-strategy`: client-side (the default, which records each
     /// child's last applied state in an annotation) or server-side apply (no annotation).
     pub server_side_apply: bool,
@@ -315,6 +321,9 @@ impl Emulator {
             customize_cache: BTreeMap::new(),
             clock: std::time::Duration::ZERO,
             server_side_apply: false,
+            replicas: Vec::new(),
+            next_replica: 0,
+            current_replica: None,
         }
     }
 
@@ -552,6 +561,11 @@ impl Emulator {
                 hook_name.key()
             ));
         };
+        if !self.replicas.is_empty() {
+            self.current_replica =
+                Some(self.replicas[self.next_replica % self.replicas.len()].clone());
+            self.next_replica += 1;
+        }
         let related = self.related(registration, &parent).await?;
         let owned = self.owned_by(registration, &parent);
         let observed = self.object_map(registration, &parent, &owned, &hook.version);
@@ -646,7 +660,11 @@ impl Emulator {
         request: &Value,
         parent: &str,
     ) -> Result<(String, Value), Violation> {
-        let url = format!("{}{}", self.base_url, hook.path);
+        let base = self
+            .current_replica
+            .clone()
+            .unwrap_or_else(|| self.base_url.clone());
+        let url = format!("{base}{}", hook.path);
         let reply = self
             .client
             .post(&url)

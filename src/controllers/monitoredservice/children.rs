@@ -22,6 +22,9 @@ pub const REVISION_ANNOTATION: &str = "config.metahooks.io/revision";
 /// Path of each ConfigMap key inside the mount, when it differs from the key.
 pub const FORMAT_ANNOTATION: &str = "config.metahooks.io/format";
 pub const PATHS_ANNOTATION: &str = "config.metahooks.io/paths";
+/// When the source made this revision (git: committer time, RFC 3339). Replicas compare
+/// it with their own copy so that none of them rolls the service back to an older one.
+pub const SOURCE_TIME_ANNOTATION: &str = "config.metahooks.io/source-time";
 pub const DEFAULT_MOUNT_PATH: &str = "/etc/config";
 
 /// The configuration as it goes into the ConfigMap.
@@ -33,6 +36,8 @@ pub struct Config {
     /// ConfigMap key → file path under the mount (files format, nested paths only).
     pub paths: BTreeMap<String, String>,
     pub revision: String,
+    /// When the source made `revision` (seconds since the epoch); not part of the hash.
+    pub source_time: Option<i64>,
     /// The content hash, computed once per config (it reads every byte).
     pub hash_cache: std::sync::OnceLock<String>,
 }
@@ -63,6 +68,12 @@ impl Config {
                 format_name(self.format).to_owned(),
             ),
         ]);
+        if let Some(at) = self
+            .source_time
+            .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
+        {
+            annotations.insert(SOURCE_TIME_ANNOTATION.to_owned(), at.to_string());
+        }
         if !self.paths.is_empty() {
             annotations.insert(
                 PATHS_ANNOTATION.to_owned(),

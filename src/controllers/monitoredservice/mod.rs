@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use self::children::{
     CONFIG_HASH_ANNOTATION, Config, FORMAT_ANNOTATION, PATHS_ANNOTATION, REVISION_ANNOTATION,
-    config_map_name,
+    SOURCE_TIME_ANNOTATION, config_map_name,
 };
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use crate::controllers::common::conditions::{Decided, format_time};
@@ -175,9 +175,11 @@ impl CompositeHooks for MonitoredService {
             .snapshot
             .as_deref()
             .map(|snapshot| self.convert(&wanted.key(), snapshot, spec.format));
+        let mut behind = false;
         let (served, config_valid) = match fresh.as_deref() {
             Some(Ok(config)) => {
-                let config = config.clone();
+                let (config, is_behind) = newest_of(config, observed.config.as_ref());
+                behind = is_behind;
                 let valid = Decided::new(
                     "ConfigValid",
                     true,
@@ -242,13 +244,29 @@ impl CompositeHooks for MonitoredService {
             return Ok(response.with_resync_after(resync));
         };
         let children = children::build(name, &spec, Some(&served))?;
+        let fetched = if behind {
+            // Another replica has seen a newer state of the source: keep what runs and
+            // refresh this replica's copy now rather than at the next interval.
+            let _ = ctx.sources.lookup(&wanted, Duration::ZERO);
+            Decided::new(
+                "Fetched",
+                true,
+                "Fetched",
+                format!(
+                    "running {}, seen more recently than this server's copy; refreshing",
+                    served.revision
+                ),
+            )
+        } else {
+            fetched
+        };
         let facts = status::Facts {
             fetched,
             config_valid,
             config: Some(&served),
             pods,
         };
-        let resync = if state.pending {
+        let resync = if state.pending || behind {
             PENDING_RESYNC_SECONDS
         } else {
             interval
@@ -296,6 +314,33 @@ impl CompositeHooks for MonitoredService {
         Ok(CustomizeResponse {
             related_resources: rules,
         })
+    }
+}
+
+/// Which config to serve when this server has a valid `fresh` one. Replicas fetch on
+/// their own, so right after a push one may hold the new commit while another still
+/// holds the old one; answers must not go backwards. The running config (read from the
+/// observed ConfigMap) records when the source made it; when it comes from the same ref
+/// and is newer than this server's copy, it is kept and this server is behind (it
+/// refreshes). The decision uses only what every replica sees alike, so replicas with
+/// the same copy give the same answer.
+fn newest_of(fresh: &Config, running: Option<&Config>) -> (Config, bool) {
+    let same_ref = |a: &Config, b: &Config| {
+        let reference = |c: &Config| c.revision.rsplit_once('@').map(|(r, _)| r.to_owned());
+        reference(a).is_some() && reference(a) == reference(b)
+    };
+    match running {
+        Some(running)
+            if running.revision != fresh.revision
+                && same_ref(running, fresh)
+                && running
+                    .source_time
+                    .zip(fresh.source_time)
+                    .is_some_and(|(theirs, ours)| theirs > ours) =>
+        {
+            (running.clone(), true)
+        }
+        _ => (fresh.clone(), false),
     }
 }
 
@@ -382,6 +427,7 @@ pub(crate) fn to_config(
     let mut config = Config {
         format: Some(format),
         revision: snapshot.revision.clone(),
+        source_time: snapshot.made_at,
         ..Config::default()
     };
     match format {
@@ -508,6 +554,9 @@ pub(crate) fn read_config(config_map: &Value) -> Config {
         revision: annotation(REVISION_ANNOTATION)
             .unwrap_or("unknown")
             .to_owned(),
+        source_time: annotation(SOURCE_TIME_ANNOTATION)
+            .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+            .map(|at| at.as_second()),
         ..Config::default()
     }
 }
@@ -523,4 +572,36 @@ fn pod_names(related: &ObjectMap, namespace: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+#[cfg(test)]
+mod replica_tests {
+    use super::*;
+
+    fn config(revision: &str, source_time: Option<i64>) -> Config {
+        Config {
+            revision: revision.to_owned(),
+            source_time,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn replicas_never_roll_back_to_an_older_copy() {
+        let mine = config("main@sha1:w", Some(100));
+        assert_eq!(newest_of(&mine, None), (mine.clone(), false));
+        // Another replica runs a newer commit of the same ref: keep it, and refresh.
+        let theirs = config("main@sha1:x", Some(200));
+        assert_eq!(newest_of(&mine, Some(&theirs)), (theirs.clone(), true));
+        // This replica's copy is the newer one: it wins.
+        let newer = config("main@sha1:y", Some(300));
+        assert_eq!(newest_of(&newer, Some(&theirs)), (newer.clone(), false));
+        // The spec moved to another ref (or pins a commit): the fresh copy wins whatever
+        // its age.
+        let pinned = config("0123abcd@sha1:v", Some(50));
+        assert_eq!(newest_of(&pinned, Some(&theirs)), (pinned.clone(), false));
+        // No time on either side (HTTP sources, ConfigMaps from before this rule).
+        let undated = config("sha256:abc", None);
+        assert_eq!(newest_of(&undated, Some(&theirs)), (undated.clone(), false));
+    }
 }
