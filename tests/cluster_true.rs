@@ -329,3 +329,99 @@ async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
     run(&mut emulator, &a.fetcher, &b.fetcher, &mut seen, 12, &hash).await;
     assert_eq!(seen.len(), 3, "one roll per commit, never back: {seen:?}");
 }
+
+#[test]
+fn client_side_apply_merges_list_maps_and_keeps_server_defaults() {
+    // What Metacontroller applied last time and wants now: one container, one port.
+    let applied = json!({"spec": {"containers": [{"name": "web", "image": "web:1",
+        "ports": [{"containerPort": 80}]}]}});
+    // What the API server stored: the same, plus its defaults inside the list items.
+    let live = json!({"spec": {"containers": [{"name": "web", "image": "web:1",
+        "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log",
+        "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}});
+    assert_eq!(
+        support::emulator::three_way(&live, &applied, &applied),
+        live,
+        "an unchanged answer changes nothing"
+    );
+    // A new image changes only the image; a container added is appended.
+    let desired = json!({"spec": {"containers": [
+        {"name": "web", "image": "web:2", "ports": [{"containerPort": 80}]},
+        {"name": "sidecar", "image": "s:1"}]}});
+    let merged = support::emulator::three_way(&live, &applied, &desired);
+    assert_eq!(merged["spec"]["containers"][0]["image"], "web:2");
+    assert_eq!(
+        merged["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(
+        merged["spec"]["containers"][0]["ports"][0]["protocol"],
+        "TCP"
+    );
+    assert_eq!(merged["spec"]["containers"][1]["name"], "sidecar");
+    // A field dropped from the answer is removed; one nobody applied stays.
+    let dropped = json!({"spec": {"containers": [{"name": "web", "image": "web:1"}]}});
+    let merged = support::emulator::three_way(&live, &applied, &dropped);
+    assert!(merged["spec"]["containers"][0].get("ports").is_none());
+    assert_eq!(
+        merged["spec"]["containers"][0]["terminationMessagePath"],
+        "/dev/termination-log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_example_reaches_a_steady_state() {
+    use axum::http::StatusCode;
+    use support::servers::{Files, serve_files};
+    let repo = Repo::new();
+    repo.commit(&[("production/app.conf", "a=1\n")]);
+    let daemon = GitDaemon::start(&repo);
+    let files = Files::default();
+    files.set("/config", StatusCode::OK, "RESPONSE_TEXT=hello\n");
+    let port = serve_files(files).await;
+    let mut h = harness().await;
+    for path in std::fs::read_dir(support::examples_dir()).unwrap() {
+        let path = path.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        for mut object in support::read_yaml_documents(&path) {
+            object["metadata"]["namespace"] = json!("team-a");
+            // Sources point at loopback servers instead of the internet.
+            if object["kind"] == "MonitoredService" {
+                object["spec"]["config_repo"] = json!(format!("http://127.0.0.1:{port}/config"));
+            }
+            if let Some(annotations) = object
+                .pointer_mut("/metadata/annotations")
+                .and_then(Value::as_object_mut)
+                && annotations.contains_key("configsync.metahooks.io/git-url")
+            {
+                annotations.insert(
+                    "configsync.metahooks.io/git-url".to_owned(),
+                    json!(daemon.url()),
+                );
+            }
+            h.emulator.apply(object);
+        }
+    }
+    settle(&mut h, "MonitoredService", "examples", |e| {
+        e.get(
+            "v1",
+            "ConfigMap",
+            "team-a",
+            "example-monitoredservice-config",
+        )
+        .is_some()
+            && e.get("v1", "ConfigMap", "team-a", "web-configsync")
+                .is_some()
+    })
+    .await;
+    h.emulator.converge(20).await.unwrap();
+    for round in 0..5 {
+        let report = h.emulator.round().await.unwrap();
+        assert!(
+            !report.changed(),
+            "round {round} after convergence still changed the cluster: {report:?}"
+        );
+    }
+}

@@ -1113,12 +1113,14 @@ impl Emulator {
             meta.entry("annotations").or_insert_with(|| json!({}))["metacontroller.k8s.io/decorator-controller"] =
                 json!(registration.name);
         }
+        apply_server_defaults(&mut child);
         let key = key_of(&child);
         self.objects.insert(key.clone(), child);
         key
     }
 
     fn update_child(&mut self, _key: &Key, live: &Value, mut merged: Value) -> Value {
+        apply_server_defaults(&mut merged);
         let version = self.bump_version();
         let generation = live
             .pointer("/metadata/generation")
@@ -1336,27 +1338,181 @@ fn expressions_match(expressions: Option<&Value>, map: &Value) -> bool {
 }
 
 /// live − (fields we applied before and no longer want) + what we want now.
-fn three_way(live: &Value, previous: &Value, desired: &Value) -> Value {
+/// Metacontroller's client-side apply (pkg/dynamic/apply): the change from `previous`
+/// (last applied) to `desired`, applied onto `live`. Objects merge key by key (fields
+/// dropped since last time are removed); arrays of objects that share a conventional
+/// key (containerPort, port, mountPath, name, uid, ip, path, in that order) merge item
+/// by item as "list maps"; other arrays and scalars take the desired value.
+pub fn three_way(live: &Value, previous: &Value, desired: &Value) -> Value {
     match (live, desired) {
         (Value::Object(live_map), Value::Object(desired_map)) => {
-            let mut out = live_map.clone();
-            if let Some(previous_map) = previous.as_object() {
-                for key in previous_map.keys() {
-                    if !desired_map.contains_key(key) {
-                        out.remove(key);
-                    }
-                }
+            Value::Object(merge_maps(live_map, previous.as_object(), desired_map))
+        }
+        (Value::Array(live_items), Value::Array(desired_items)) => {
+            let previous_items: &[Value] = previous.as_array().map_or(&[], Vec::as_slice);
+            match list_map_key(&[live_items, previous_items, desired_items]) {
+                Some(key) => merge_list_map(key, live_items, previous_items, desired_items),
+                None => desired.clone(),
             }
-            for (key, want) in desired_map {
-                let merged = match out.get(key) {
-                    Some(have) => three_way(have, previous.get(key).unwrap_or(&Value::Null), want),
-                    None => want.clone(),
-                };
-                out.insert(key.clone(), merged);
-            }
-            Value::Object(out)
         }
         _ => desired.clone(),
+    }
+}
+
+fn merge_maps(
+    live: &Map<String, Value>,
+    previous: Option<&Map<String, Value>>,
+    desired: &Map<String, Value>,
+) -> Map<String, Value> {
+    let mut out = live.clone();
+    for key in previous.into_iter().flat_map(|p| p.keys()) {
+        if !desired.contains_key(key) {
+            out.remove(key);
+        }
+    }
+    for (key, want) in desired {
+        let before = previous.and_then(|p| p.get(key)).unwrap_or(&Value::Null);
+        let merged = match out.get(key) {
+            Some(have) => three_way(have, before, want),
+            None => want.clone(),
+        };
+        out.insert(key.clone(), merged);
+    }
+    out
+}
+
+const LIST_MAP_KEYS: [&str; 7] = [
+    "containerPort",
+    "port",
+    "mountPath",
+    "name",
+    "uid",
+    "ip",
+    "path",
+];
+
+/// The conventional key every item of every list has, if all items are objects.
+fn list_map_key(lists: &[&[Value]]) -> Option<&'static str> {
+    let mut common: Option<BTreeSet<String>> = None;
+    for item in lists.iter().flat_map(|l| l.iter()) {
+        let object = item.as_object()?;
+        let keys: BTreeSet<String> = object.keys().cloned().collect();
+        common = Some(match common {
+            None => keys,
+            Some(c) => c.intersection(&keys).cloned().collect(),
+        });
+    }
+    let common = common?;
+    LIST_MAP_KEYS.into_iter().find(|k| common.contains(*k))
+}
+
+fn merge_list_map(key: &str, live: &[Value], previous: &[Value], desired: &[Value]) -> Value {
+    let id = |item: &Value| match &item[key] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let as_map = |items: &[Value]| -> Map<String, Value> {
+        items.iter().map(|i| (id(i), i.clone())).collect()
+    };
+    let merged = merge_maps(&as_map(live), Some(&as_map(previous)), &as_map(desired));
+    // Keep live order, then append what desired adds.
+    let mut out = Vec::new();
+    let mut added = BTreeSet::new();
+    for item in live.iter().chain(desired) {
+        let k = id(item);
+        if let Some(value) = merged.get(&k)
+            && added.insert(k)
+        {
+            out.push(value.clone());
+        }
+    }
+    Value::Array(out)
+}
+
+/// What the API server fills in when an object is written, for the kinds the hooks
+/// emit: a hook that fought these defaults would rewrite its children every round.
+fn apply_server_defaults(object: &mut Value) {
+    fn default(object: &mut Value, pointer: &str, value: Value) {
+        let (parent, field) = pointer.rsplit_once('/').expect("pointer with a field");
+        if let Some(Value::Object(map)) = object.pointer_mut(parent) {
+            map.entry(field.to_owned()).or_insert(value);
+        }
+    }
+    fn containers(pod_spec: &mut Value) {
+        for list in ["containers", "initContainers"] {
+            for container in pod_spec
+                .get_mut(list)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let latest = container["image"]
+                    .as_str()
+                    .is_some_and(|i| i.ends_with(":latest") || !i.contains(':'));
+                default(
+                    container,
+                    "/terminationMessagePath",
+                    json!("/dev/termination-log"),
+                );
+                default(container, "/terminationMessagePolicy", json!("File"));
+                default(
+                    container,
+                    "/imagePullPolicy",
+                    json!(if latest { "Always" } else { "IfNotPresent" }),
+                );
+                for port in container
+                    .get_mut("ports")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    default(port, "/protocol", json!("TCP"));
+                }
+            }
+        }
+        default(pod_spec, "/restartPolicy", json!("Always"));
+        default(pod_spec, "/terminationGracePeriodSeconds", json!(30));
+        default(pod_spec, "/dnsPolicy", json!("ClusterFirst"));
+        default(pod_spec, "/securityContext", json!({}));
+        default(pod_spec, "/schedulerName", json!("default-scheduler"));
+    }
+    match object["kind"].as_str() {
+        Some("Deployment") => {
+            default(object, "/spec/replicas", json!(1));
+            default(object, "/spec/revisionHistoryLimit", json!(10));
+            default(object, "/spec/progressDeadlineSeconds", json!(600));
+            default(
+                object,
+                "/spec/strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+            );
+            if let Some(pod_spec) = object.pointer_mut("/spec/template/spec") {
+                containers(pod_spec);
+            }
+        }
+        Some("Service") => {
+            default(object, "/spec/type", json!("ClusterIP"));
+            default(object, "/spec/sessionAffinity", json!("None"));
+            default(object, "/spec/clusterIP", json!("10.96.0.10"));
+            default(object, "/spec/clusterIPs", json!(["10.96.0.10"]));
+            default(object, "/spec/ipFamilies", json!(["IPv4"]));
+            default(object, "/spec/ipFamilyPolicy", json!("SingleStack"));
+            default(object, "/spec/internalTrafficPolicy", json!("Cluster"));
+            for port in object
+                .pointer_mut("/spec/ports")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                default(port, "/protocol", json!("TCP"));
+                if port.get("targetPort").is_none()
+                    && let Some(number) = port.get("port").cloned()
+                {
+                    port["targetPort"] = number;
+                }
+            }
+        }
+        _ => {}
     }
 }
 
