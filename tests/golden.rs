@@ -411,6 +411,32 @@ async fn build_cases(
                 false,
             ),
         ));
+        // Server-side apply keeps no last-applied annotation; a spec that cannot be read
+        // still keeps every observed child, taken from the objects themselves.
+        let mut applied_server_side = observed(version, &fresh_parent, &desired, true);
+        for group in applied_server_side.as_object_mut().unwrap().values_mut() {
+            for child in group.as_object_mut().unwrap().values_mut() {
+                child["metadata"]["annotations"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("metacontroller.k8s.io/last-applied-configuration");
+            }
+        }
+        cases.push((
+            "apimock",
+            "unreadable-spec-server-side-apply",
+            request(
+                version,
+                parent(
+                    "pets",
+                    json!({"definition": 42}),
+                    3,
+                    Some(settled_status.clone()),
+                ),
+                applied_server_side,
+                false,
+            ),
+        ));
         let mut deleting = parent("pets", broken, 2, Some(settled_status.clone()));
         deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         cases.push((
@@ -500,6 +526,40 @@ fn monitoredservice_cases() -> Vec<(&'static str, &'static str, Value)> {
                 json!({}),
                 false,
             ),
+        ),
+        (
+            // A service that ran without a source now has one whose Secret is in another
+            // namespace only: nothing is used from there, and what runs stays.
+            "monitoredservice",
+            "secret-elsewhere-keeps-running-children",
+            {
+                let mut request = ms_request(
+                    ms_parent(
+                        "private",
+                        json!({"image": "app:1", "port": 8080, "source": git}),
+                    ),
+                    json!({"Secret.v1": {"team-b/git-creds": {"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "git-creds", "namespace": "team-b"},
+                        "data": {"token": "dGVhbS1iLXRva2Vu"}}}}),
+                    false,
+                );
+                request["children"] = json!({
+                    "ConfigMap.v1": {},
+                    "Deployment.apps/v1": {"private": {"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": "private", "namespace": "team-a", "uid": "uid-d", "resourceVersion": "5",
+                                     "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z",
+                                     "ownerReferences": [{"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+                                                          "name": "private", "uid": "uid-private", "controller": true}],
+                                     "labels": {"app.kubernetes.io/name": "monitoredservice", "app.kubernetes.io/instance": "private"}},
+                        "spec": {"replicas": 1,
+                                 "selector": {"matchLabels": {"app.kubernetes.io/instance": "private"}},
+                                 "template": {"metadata": {"labels": {"app.kubernetes.io/instance": "private"}},
+                                              "spec": {"containers": [{"name": "private", "image": "app:1"}]}}},
+                        "status": {"replicas": 1, "readyReplicas": 1}}},
+                    "Service.v1": {}
+                });
+                request
+            },
         ),
         (
             "monitoredservice",

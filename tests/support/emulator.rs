@@ -633,7 +633,9 @@ impl Emulator {
         {
             report.resync_after.push((parent_key.clone(), seconds));
         }
-        if finalizing && response.get("finalized").and_then(Value::as_bool) == Some(true) {
+        // Metacontroller removes its finalizer whenever an answer says `finalized: true`,
+        // from the sync hook as well as from finalize (composite/controller.go).
+        if response.get("finalized").and_then(Value::as_bool) == Some(true) {
             if let Some(object) = self.objects.get_mut(parent_key) {
                 remove_finalizer(object, &finalizer);
                 report.updated.push(parent_key.clone());
