@@ -425,3 +425,31 @@ async fn every_example_reaches_a_steady_state() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emulator_caches_customize_answers_like_metacontroller() {
+    let mut h = harness().await;
+    let key = h
+        .emulator
+        .apply(monitored("web", json!({"image": "app:1", "port": 8080})));
+    let customize_calls = |e: &Emulator| e.calls.iter().filter(|c| c.1 == "customize").count();
+    h.emulator.converge(10).await.unwrap();
+    let first = customize_calls(&h.emulator);
+    assert_eq!(first, 1);
+    // More syncs, a label edit: the cached answer is reused.
+    let mut parent = h.emulator.objects[&key].clone();
+    parent["metadata"]["labels"] = json!({"team": "a"});
+    h.emulator.objects.insert(key.clone(), parent);
+    h.emulator.round().await.unwrap();
+    assert_eq!(customize_calls(&h.emulator), first);
+    // Twenty minutes later it has expired.
+    h.emulator.advance(support::emulator::CUSTOMIZE_CACHE_TTL);
+    h.emulator.round().await.unwrap();
+    assert_eq!(customize_calls(&h.emulator), first + 1);
+    // A new generation asks again at once.
+    let mut parent = h.emulator.objects[&key].clone();
+    parent["metadata"]["generation"] = json!(7);
+    h.emulator.objects.insert(key, parent);
+    h.emulator.round().await.unwrap();
+    assert_eq!(customize_calls(&h.emulator), first + 2);
+}
