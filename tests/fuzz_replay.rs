@@ -14,7 +14,8 @@ fn replay(target: &str, surface: fn(&[u8])) {
         .unwrap_or_else(|e| panic!("the {target} corpus is missing at {}: {e}", dir.display()));
     let mut count = 0;
     for entry in entries.filter_map(Result::ok) {
-        let data = std::fs::read(entry.path()).unwrap();
+        let data = std::fs::read(entry.path())
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", entry.path().display()));
         let outcome = std::panic::catch_unwind(|| surface(&data));
         assert!(
             outcome.is_ok(),
