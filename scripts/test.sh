@@ -61,7 +61,7 @@ echo "== cargo test"
 cargo test --locked --all-targets --no-fail-fast
 
 echo "== image check: the runtime stage provides every library the binary links"
-./scripts/check-image.sh target/debug/metahooks
+./scripts/check-image.sh "${CARGO_TARGET_DIR:-target}/debug/metahooks"
 
 if command -v kubectl >/dev/null 2>&1; then
   echo "== kubectl kustomize manifests/ (offline render)"
