@@ -7,43 +7,15 @@
 
 mod support;
 
-use std::sync::Arc;
-
-use metahooks::controllers::{ControllerSettings, Registry};
-use metahooks::server::{Clock, Server};
 use metahooks::source::fetcher::Fetcher;
-use metahooks::source::policy::Policy;
 use serde_json::{Value, json};
 use support::emulator::Emulator;
 use support::servers::{GitDaemon, Repo, free_port};
 
-struct Harness {
-    _server: Server,
-    fetcher: Fetcher,
-    emulator: Emulator,
-    _cache: tempfile::TempDir,
-}
+type Harness = support::SourceHarness;
 
 async fn harness() -> Harness {
-    let cache = tempfile::tempdir().unwrap();
-    let policy = Policy {
-        extra_schemes: ["git".to_owned(), "http".to_owned()].into(),
-        allow_private_addresses: true,
-        ..Policy::default()
-    };
-    let fetcher = Fetcher::new(policy, cache.path().to_owned()).unwrap();
-    let registry =
-        Registry::standard(ControllerSettings::default()).with_sources(Arc::new(fetcher.clone()));
-    let server = Server::start(support::local_settings(), registry, Clock::System)
-        .await
-        .unwrap();
-    let emulator = Emulator::for_repository(&format!("http://{}", server.hook_addr));
-    Harness {
-        _server: server,
-        fetcher,
-        emulator,
-        _cache: cache,
-    }
+    support::source_harness(support::loopback_policy(&["git", "http"])).await
 }
 
 async fn settle(h: &mut Harness, kind: &str, what: &str, done: impl Fn(&Emulator) -> bool) {

@@ -7,47 +7,20 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use axum::http::StatusCode;
-use metahooks::controllers::{ControllerSettings, Registry};
-use metahooks::server::{Clock, Server};
-use metahooks::source::fetcher::Fetcher;
 use metahooks::source::policy::Policy;
 use serde_json::{Value, json};
 use support::emulator::Emulator;
 use support::servers::{Files, GitDaemon, Repo, serve_files, serve_git_http};
 
-struct Harness {
-    _server: Server,
-    fetcher: Fetcher,
-    emulator: Emulator,
-    _cache: tempfile::TempDir,
-}
+type Harness = support::SourceHarness;
 
 async fn harness(policy: Policy) -> Harness {
-    let cache = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(policy, cache.path().to_owned()).unwrap();
-    let registry =
-        Registry::standard(ControllerSettings::default()).with_sources(Arc::new(fetcher.clone()));
-    let server = Server::start(support::local_settings(), registry, Clock::System)
-        .await
-        .unwrap();
-    let emulator = Emulator::for_repository(&format!("http://{}", server.hook_addr));
-    Harness {
-        _server: server,
-        fetcher,
-        emulator,
-        _cache: cache,
-    }
+    support::source_harness(policy).await
 }
 
 fn loopback_policy(schemes: &[&str]) -> Policy {
-    Policy {
-        extra_schemes: schemes.iter().map(|s| (*s).to_owned()).collect(),
-        allow_private_addresses: true,
-        ..Policy::default()
-    }
+    support::loopback_policy(schemes)
 }
 
 fn service(name: &str, spec: Value) -> Value {

@@ -252,25 +252,14 @@ impl Server {
         let hook_task = match &settings.tls {
             Some(files) => {
                 let config = files.server_config()?;
-                let mut server = axum_server::from_tcp_rustls(hook_listener, config)?
-                    .map(|tls| tls.acceptor(connections))
-                    .handle(hook_handle.clone())
-                    .first_request_timeout(limits.header_read_timeout);
-                server
-                    .http_builder()
-                    .http1()
-                    .header_read_timeout(limits.idle_timeout);
+                let server = axum_server::from_tcp_rustls(hook_listener, config)?
+                    .map(|tls| tls.acceptor(connections));
+                let server = with_connection_limits(server, &hook_handle, limits);
                 tokio::spawn(async move { server.serve(app).await })
             }
             None => {
-                let mut server = axum_server::from_tcp(hook_listener)?
-                    .acceptor(connections)
-                    .handle(hook_handle.clone())
-                    .first_request_timeout(limits.header_read_timeout);
-                server
-                    .http_builder()
-                    .http1()
-                    .header_read_timeout(limits.idle_timeout);
+                let server = axum_server::from_tcp(hook_listener)?.acceptor(connections);
+                let server = with_connection_limits(server, &hook_handle, limits);
                 tokio::spawn(async move { server.serve(app).await })
             }
         };
@@ -322,6 +311,24 @@ impl Server {
         tracing::info!("shutdown complete");
         Ok(())
     }
+}
+
+/// The per-connection bounds, the same with and without TLS: a new connection's first
+/// request within the header-read timeout, later ones within the idle timeout (hyper
+/// starts that timer as soon as a connection waits for its next request's head).
+fn with_connection_limits<A>(
+    server: axum_server::Server<SocketAddr, A>,
+    handle: &axum_server::Handle<SocketAddr>,
+    limits: &Limits,
+) -> axum_server::Server<SocketAddr, A> {
+    let mut server = server
+        .handle(handle.clone())
+        .first_request_timeout(limits.header_read_timeout);
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(limits.idle_timeout);
+    server
 }
 
 async fn wait_for_signal() {

@@ -71,3 +71,39 @@ pub fn read_yaml_documents(path: &std::path::Path) -> Vec<serde_json::Value> {
         .filter(|d| !d.is_null())
         .collect()
 }
+
+/// A server with the shipped controllers, a source engine of its own (cache in a temp
+/// dir) and an emulator over the repository's registrations, for source-backed tests.
+pub struct SourceHarness {
+    pub server: Server,
+    pub fetcher: metahooks::source::fetcher::Fetcher,
+    pub emulator: emulator::Emulator,
+    _cache: tempfile::TempDir,
+}
+
+/// Sources on loopback: the given extra schemes and private addresses allowed.
+pub fn loopback_policy(schemes: &[&str]) -> metahooks::source::policy::Policy {
+    metahooks::source::policy::Policy {
+        extra_schemes: schemes.iter().map(|s| (*s).to_owned()).collect(),
+        allow_private_addresses: true,
+        ..metahooks::source::policy::Policy::default()
+    }
+}
+
+pub async fn source_harness(policy: metahooks::source::policy::Policy) -> SourceHarness {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let fetcher =
+        metahooks::source::fetcher::Fetcher::new(policy, cache.path().to_owned()).expect("fetcher");
+    let registry = Registry::standard(ControllerSettings::default())
+        .with_sources(std::sync::Arc::new(fetcher.clone()));
+    let server = Server::start(local_settings(), registry, Clock::System)
+        .await
+        .expect("server starts");
+    let emulator = emulator::Emulator::for_repository(&format!("http://{}", server.hook_addr));
+    SourceHarness {
+        server,
+        fetcher,
+        emulator,
+        _cache: cache,
+    }
+}
