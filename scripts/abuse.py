@@ -127,8 +127,8 @@ def report(attack, server, started, outcome):
     ROWS.append((attack, f"{server.peak_mib():.0f}", f"{elapsed:.2f}", outcome, f"{leftover:.2f}", str(server.threads())))
 
 
-def nested_alias_bomb(levels, fan_out):
-    head = "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n"
+def nested_alias_bomb(levels, fan_out, pad=0):
+    head = "openapi: 3.0.0\ninfo: {title: t, version: '1', description: '" + "d" * pad + "'}\npaths: {}\n"
     text = head + "x-l0: &l0 [" + ", ".join(["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"] * fan_out) + "]\n"
     for level in range(1, levels):
         text += f"x-l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * fan_out) + "]\n"
@@ -154,7 +154,7 @@ def attack_saturation():
     """Changed 900 KB definitions from 8 clients while probes are timed."""
     server = Server("--max-in-flight", "4")
     big = "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths:\n" + "".join(
-        f"  /p{i}:\n    get:\n      responses:\n        '200': {{description: ok}}\n" for i in range(15000))
+        f"  /p{i}:\n    get:\n      responses:\n        '200': {{description: ok}}\n" for i in range(11000))
     stop = time.time() + 15
     codes = {}
     lock = threading.Lock()
@@ -184,9 +184,32 @@ def attack_saturation():
         t.join()
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
-    report("saturation: 8 clients x changed 900 KB definitions, --max-in-flight 4",
+    report(f"saturation: 8 clients x changed {len(big) // 1024} KiB definitions, --max-in-flight 4",
            server, started, f"answers {codes}; /healthz p99 {p99:.1f} ms over {len(latencies)} probes")
     server.stop()
+
+
+def upload(port, body, timeout=60):
+    """POSTs `body`, watching for an answer while sending: a server that refuses the call
+    before reading the body answers (and closes) mid-upload. Returns (status, sent bytes)."""
+    import select
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(f"POST /apimock/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+    sent = 0
+    try:
+        while sent < len(body):
+            readable, _, _ = select.select([s], [], [], 0)
+            if readable:
+                break
+            sent += s.send(body[sent:sent + 1024 * 1024])
+    except OSError:
+        pass
+    try:
+        status = s.recv(64).split(b" ")[1].decode()
+    except (OSError, IndexError):
+        status = "closed"
+    s.close()
+    return status, sent
 
 
 def attack_uploads():
@@ -194,23 +217,24 @@ def attack_uploads():
     server = Server("--max-in-flight", "4")
     body = b'{"parent": {"metadata": {"name": "x"}}, "pad": "' + b"x" * (30 * 1024 * 1024) + b'"}'
     codes = {}
+    unread = []
     lock = threading.Lock()
 
-    def upload():
-        try:
-            code, _ = post(server.hook, "/apimock/sync", body, timeout=60)
-        except OSError as e:
-            code = type(e).__name__
+    def one():
+        code, sent = upload(server.hook, body)
         with lock:
             codes[code] = codes.get(code, 0) + 1
+            if code == "429":
+                unread.append(len(body) - sent)
 
     started = time.time()
-    threads = [threading.Thread(target=upload) for _ in range(50)]
+    threads = [threading.Thread(target=one) for _ in range(50)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    report("50 concurrent 30 MB uploads, --max-in-flight 4", server, started, f"answers {codes}")
+    left = f"; the 429s came with on average {sum(unread) // max(1, len(unread)) // (1024 * 1024)} MiB of their body unsent" if unread else ""
+    report("50 concurrent 30 MB uploads, --max-in-flight 4", server, started, f"answers {codes}{left}")
     server.stop()
 
 
@@ -230,7 +254,7 @@ def attack_slow_clients():
         s.sendall(b"POST /apimock/sync HTTP/1.1\r\nHost: x\r\ncontent-length: 1000\r\n\r\n{")
         tricklers.append(s)
     closed = 0
-    deadline = time.time() + 20
+    deadline = time.time() + 60
     for s in sockets + tricklers:
         s.settimeout(max(0.1, deadline - time.time()))
         try:
@@ -273,7 +297,7 @@ def attack_tree_bomb():
         "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
         "parent": {"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
                    "metadata": {"name": "svc", "namespace": "team-a", "uid": "u", "generation": 1},
-                   "spec": {"image": "app:1", "source": {"git": {"url": f"git://127.0.0.1:{port}/bomb.git", "path": "/"}}}},
+                   "spec": {"image": "app:1", "source": {"git": {"url": f"git://127.0.0.1:{port}/bomb.git"}}}},
         "children": {}, "related": {}, "finalizing": False}).encode()
     started = time.time()
     outcome = "no answer"
@@ -291,9 +315,12 @@ def attack_tree_bomb():
 
 
 def main():
-    attack_definition("YAML nested alias bomb", nested_alias_bomb(9, 9))
+    attack_definition("YAML nested alias bomb (anchors of anchors, 100^6 nodes)", nested_alias_bomb(6, 100, pad=32 * 1024))
     attack_definition("YAML flat alias bomb", flat_alias_bomb(200 * 1024))
     attack_definition("$ref cycle", "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths:\n  /a:\n    get:\n      parameters: [{$ref: '#/components/parameters/P0'}]\n      responses: {'200': {description: ok}}\ncomponents:\n  parameters:\n    P0: {$ref: '#/components/parameters/P0'}\n")
+    big = "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths:\n" + "".join(
+        f"  /p{i}:\n    get:\n      responses:\n        '200': {{description: ok}}\n" for i in range(11000))
+    attack_definition("one valid definition near the size limit", big)
     attack_saturation()
     attack_uploads()
     attack_slow_clients()

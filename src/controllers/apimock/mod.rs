@@ -34,11 +34,23 @@ pub struct ApiMock {
     memo: Memo,
     /// Built children by everything they depend on: most syncs repeat the last answer,
     /// and building four objects through typed structs costs more than parsing them.
-    built: std::sync::Mutex<std::collections::HashMap<[u8; 32], std::sync::Arc<Vec<Value>>>>,
+    built: std::sync::Mutex<BuiltMemo>,
 }
 
 /// Distinct children sets remembered; cleared wholesale when full (cheap to rebuild).
 const BUILT_ENTRIES: usize = 1024;
+/// Bytes of definitions held in the children memo at most (each entry carries its
+/// definition in the ConfigMap): entries alone would let 1024 near-1-MiB definitions
+/// pin a gigabyte.
+const BUILT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Built children by the hash of everything they depend on, with the bytes of
+/// definition text they hold.
+#[derive(Default)]
+struct BuiltMemo {
+    entries: std::collections::HashMap<[u8; 32], std::sync::Arc<Vec<Value>>>,
+    bytes: usize,
+}
 
 impl ApiMock {
     pub fn new(settings: &ControllerSettings) -> ApiMock {
@@ -196,15 +208,20 @@ impl ApiMock {
             .map_err(|e| HookError::Internal(format!("cannot key the children cache: {e}")))?;
         let key = *blake3::hash(&encoded).as_bytes();
         let lock = || self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = lock().get(&key) {
+        if let Some(hit) = lock().entries.get(&key) {
             return Ok(hit.as_ref().clone());
         }
+        let size = plan.definition.len() + 4096;
         let built = children::build(plan)?;
         let mut cache = lock();
-        if cache.len() >= BUILT_ENTRIES {
-            cache.clear();
+        if cache.entries.len() >= BUILT_ENTRIES || cache.bytes + size > BUILT_BYTES {
+            cache.entries.clear();
+            cache.bytes = 0;
         }
-        cache.insert(key, std::sync::Arc::new(built.clone()));
+        cache.bytes += size;
+        cache
+            .entries
+            .insert(key, std::sync::Arc::new(built.clone()));
         Ok(built)
     }
 
