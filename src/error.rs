@@ -24,6 +24,9 @@ pub enum HookError {
     Unauthorized,
     #[error("hook call did not finish within {deadline_ms} ms")]
     DeadlineExceeded { deadline_ms: u64 },
+    /// Every slot for heavy work stayed busy until the call's deadline.
+    #[error("{0}")]
+    Saturated(String),
     /// The client did not deliver its whole body in time (a stalled or trickling sender).
     #[error("the request body did not arrive within {timeout_ms} ms")]
     SlowBody { timeout_ms: u64 },
@@ -43,6 +46,7 @@ impl HookError {
             HookError::Unauthorized => "unauthorized",
             HookError::DeadlineExceeded { .. } => "deadline_exceeded",
             HookError::SlowBody { .. } => "slow_body",
+            HookError::Saturated(_) => "saturated",
             HookError::Internal(_) => "internal",
         }
     }

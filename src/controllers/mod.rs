@@ -47,6 +47,9 @@ pub struct Context {
     pub now: jiff::Timestamp,
     /// The config-source cache (read side; never blocks).
     pub sources: Arc<dyn Sources>,
+    /// When the server stops waiting for this answer; work that would only start after
+    /// it is not started (None: no deadline, as for `render`).
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Context {
@@ -55,6 +58,7 @@ impl Context {
         Context {
             now,
             sources: Arc::new(NoSources),
+            deadline: None,
         }
     }
 }
@@ -184,6 +188,7 @@ impl Registry {
         Context {
             now,
             sources: self.sources.clone(),
+            deadline: None,
         }
     }
 

@@ -16,6 +16,7 @@ impl HookError {
             HookError::Unauthorized => StatusCode::UNAUTHORIZED,
             HookError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             HookError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
+            HookError::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
             HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

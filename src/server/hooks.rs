@@ -146,7 +146,8 @@ async fn compute(
 ) -> Result<CallOutcome, HookError> {
     let registry = state.registry.clone();
     let controller_name = controller.to_owned();
-    let ctx = state.registry.context(state.clock.now());
+    let mut ctx = state.registry.context(state.clock.now());
+    ctx.deadline = Some(deadline);
     let deadline_ms = millis(state.limits.deadline);
     let work = tokio::task::spawn_blocking(move || {
         let _permit = permit;

@@ -284,12 +284,84 @@ struct MemoInner {
     order: VecDeque<MemoKey>,
 }
 
+/// Definitions above this size are validated in one of a few "heavy" slots: validating a
+/// near-limit document takes ~170 MiB for a moment, so peak memory follows the number of
+/// cores, not the number of calls in flight.
+const HEAVY_BYTES: usize = 64 * 1024;
+
+/// A counting gate over the heavy slots (as many as the machine has cores).
+struct HeavySlots {
+    used: Mutex<usize>,
+    freed: std::sync::Condvar,
+    capacity: usize,
+}
+
+static HEAVY: std::sync::LazyLock<HeavySlots> = std::sync::LazyLock::new(|| HeavySlots {
+    used: Mutex::new(0),
+    freed: std::sync::Condvar::new(),
+    capacity: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
+});
+
+/// A heavy slot, given back when dropped.
+struct HeavySlot;
+
+impl HeavySlots {
+    /// Waits for a slot until `deadline` (forever without one); None when it passed.
+    fn take(&'static self, deadline: Option<std::time::Instant>) -> Option<HeavySlot> {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        while *used >= self.capacity {
+            used = match deadline {
+                None => self.freed.wait(used).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.freed
+                        .wait_timeout(used, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+        *used += 1;
+        Some(HeavySlot)
+    }
+}
+
+impl Drop for HeavySlot {
+    fn drop(&mut self) {
+        let mut used = HEAVY.used.lock().unwrap_or_else(|e| e.into_inner());
+        *used = used.saturating_sub(1);
+        HEAVY.freed.notify_one();
+    }
+}
+
 impl Memo {
     pub fn analyze(&self, text: &str) -> Arc<Analysis> {
+        // Without a deadline the slot is always had (waiting as long as it takes).
+        match self.analyze_by(text, None) {
+            Some(analysis) => analysis,
+            None => Arc::new(analyze(text)),
+        }
+    }
+
+    /// Like [`Memo::analyze`], but a large document that cannot get a heavy slot before
+    /// `deadline` is not validated at all (None).
+    pub fn analyze_by(
+        &self,
+        text: &str,
+        deadline: Option<std::time::Instant>,
+    ) -> Option<Arc<Analysis>> {
         let key: MemoKey = *blake3::hash(text.as_bytes()).as_bytes();
         if let Some(hit) = self.lock().entries.get(&key) {
-            return hit.clone();
+            return Some(hit.clone());
         }
+        let _slot = if text.len() > HEAVY_BYTES {
+            Some(HEAVY.take(deadline)?)
+        } else {
+            None
+        };
         let sha256 = sha256_hex(text.as_bytes());
         // Computed outside the lock: a slow document must not block other parents.
         let format = sniff_format(text);
@@ -308,7 +380,7 @@ impl Memo {
             inner.order.push_back(key);
             inner.entries.insert(key, analysis.clone());
         }
-        analysis
+        Some(analysis)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoInner> {
@@ -398,6 +470,32 @@ mod tests {
         assert!(analyze(&deep).outcome.is_err());
         let deep_yaml = format!("a: {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));
         assert!(analyze(&deep_yaml).outcome.is_err());
+    }
+
+    #[test]
+    fn large_definitions_wait_for_a_heavy_slot_until_the_deadline() {
+        let held: Vec<HeavySlot> = (0..HEAVY.capacity)
+            .map(|_| {
+                HEAVY
+                    .take(None)
+                    .unwrap_or_else(|| panic!("a slot without deadline"))
+            })
+            .collect();
+        let now = std::time::Instant::now();
+        assert!(
+            HEAVY.take(Some(now)).is_none(),
+            "all slots busy: no work after the deadline"
+        );
+        let big = format!(
+            "openapi: 3.0.0\ninfo: {{title: t, version: '1'}}\npaths: {{}}\nx-pad: '{}'\n",
+            "a".repeat(HEAVY_BYTES)
+        );
+        assert!(Memo::default().analyze_by(&big, Some(now)).is_none());
+        drop(held);
+        let analysis = Memo::default()
+            .analyze_by(&big, Some(now + std::time::Duration::from_secs(60)))
+            .unwrap_or_else(|| panic!("a slot came free"));
+        assert!(analysis.outcome.is_ok(), "{:?}", analysis.outcome);
     }
 
     #[test]

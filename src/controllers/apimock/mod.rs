@@ -110,7 +110,10 @@ impl CompositeHooks for ApiMock {
             }
         };
 
-        let wanted = self.memo.analyze(&spec.definition);
+        let wanted = self
+            .memo
+            .analyze_by(&spec.definition, ctx.deadline)
+            .ok_or_else(saturated)?;
         let (served, served_text, validated) = match &wanted.outcome {
             Ok(summary) => {
                 let plural = if summary.operations == 1 { "" } else { "s" };
@@ -125,7 +128,7 @@ impl CompositeHooks for ApiMock {
                 )
             }
             Err(invalid) => {
-                let last_good = self.last_good_definition(request, name);
+                let last_good = self.last_good_definition(request, name, ctx.deadline)?;
                 let validated =
                     Decided::new("Validated", false, invalid.reason, invalid.message.clone());
                 match last_good {
@@ -230,15 +233,33 @@ impl ApiMock {
         &self,
         request: &'r CompositeRequest,
         name: &str,
-    ) -> Option<(std::sync::Arc<Analysis>, &'r str)> {
-        let config_map = request.children.find("ConfigMap", "v1", None, name)?;
-        let data = config_map.get("data")?;
-        let text = [definition::Format::Yaml, definition::Format::Json]
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Option<(std::sync::Arc<Analysis>, &'r str)>, HookError> {
+        let Some(data) = request
+            .children
+            .find("ConfigMap", "v1", None, name)
+            .and_then(|config_map| config_map.get("data"))
+        else {
+            return Ok(None);
+        };
+        let Some(text) = [definition::Format::Yaml, definition::Format::Json]
             .iter()
-            .find_map(|format| data.get(format.file_name()).and_then(Value::as_str))?;
-        let analysis = self.memo.analyze(text);
-        analysis.outcome.is_ok().then_some((analysis, text))
+            .find_map(|format| data.get(format.file_name()).and_then(Value::as_str))
+        else {
+            return Ok(None);
+        };
+        let analysis = self.memo.analyze_by(text, deadline).ok_or_else(saturated)?;
+        Ok(analysis.outcome.is_ok().then_some((analysis, text)))
     }
+}
+
+/// No heavy-validation slot came free before the call's deadline (the server has answered
+/// 503 by then; this only stops work nobody waits for).
+fn saturated() -> HookError {
+    HookError::Saturated(
+        "every slot for validating large definitions stayed busy until the deadline; retry later"
+            .to_owned(),
+    )
 }
 
 fn answer(
