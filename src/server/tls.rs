@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use axum_server::tls_rustls::RustlsConfig;
 use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
@@ -55,7 +56,7 @@ impl TlsFiles {
 
 fn read_certs(path: &PathBuf) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let certs = rustls_pemfile::certs(&mut pem.as_slice())
+    let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("{} is not a PEM certificate file", path.display()))?;
     if certs.is_empty() {
@@ -66,7 +67,37 @@ fn read_certs(path: &PathBuf) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 
 fn read_key(path: &PathBuf) -> anyhow::Result<PrivateKeyDer<'static>> {
     let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    rustls_pemfile::private_key(&mut pem.as_slice())
-        .with_context(|| format!("{} is not a PEM private key file", path.display()))?
-        .with_context(|| format!("{} contains no PEM private key", path.display()))
+    match PrivateKeyDer::from_pem_slice(&pem) {
+        Ok(key) => Ok(key),
+        Err(rustls::pki_types::pem::Error::NoItemsFound) => {
+            anyhow::bail!("{} contains no PEM private key", path.display())
+        }
+        Err(error) => {
+            Err(error).with_context(|| format!("{} is not a PEM private key file", path.display()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_files_are_read_with_clear_errors() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let cert = dir.path().join("cert.pem");
+        let key = dir.path().join("key.pem");
+        std::fs::write(&cert, generated.cert.pem()).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&key, generated.signing_key.serialize_pem())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_certs(&cert).map(|c| c.len()).ok(), Some(1));
+        assert!(read_key(&key).is_ok());
+        let no_key = read_key(&cert).map(|_| ()).unwrap_err().to_string();
+        assert!(no_key.contains("contains no PEM private key"), "{no_key}");
+        std::fs::write(&cert, "not pem").unwrap_or_else(|e| panic!("{e}"));
+        let no_cert = read_certs(&cert).map(|_| ()).unwrap_err().to_string();
+        assert!(no_cert.contains("no PEM certificate"), "{no_cert}");
+    }
 }
