@@ -30,6 +30,11 @@ pub enum HookError {
     /// The client did not deliver its whole body in time (a stalled or trickling sender).
     #[error("the request body did not arrive within {timeout_ms} ms")]
     SlowBody { timeout_ms: u64 },
+    /// The call ran with [`crate::controllers::Context::cheap_only`] and needs work that
+    /// may be slow (a definition not validated yet): the server runs it again on the
+    /// blocking pool. Never sent to a client.
+    #[error("this call needs work that may be slow and was asked to do only cheap work")]
+    NeedsBlockingPool,
     /// A fault on our side; the message says what could not be built.
     #[error("{0}")]
     Internal(String),
@@ -47,6 +52,7 @@ impl HookError {
             HookError::DeadlineExceeded { .. } => "deadline_exceeded",
             HookError::SlowBody { .. } => "slow_body",
             HookError::Saturated(_) => "saturated",
+            HookError::NeedsBlockingPool => "needs_blocking_pool",
             HookError::Internal(_) => "internal",
         }
     }

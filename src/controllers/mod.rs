@@ -50,6 +50,11 @@ pub struct Context {
     /// When the server stops waiting for this answer; work that would only start after
     /// it is not started (None: no deadline, as for `render`).
     pub deadline: Option<std::time::Instant>,
+    /// The call runs on an async worker, which must never wait long: a controller that
+    /// would have to do slow work (validate a definition it has not seen) answers
+    /// [`HookError::NeedsBlockingPool`] instead, and the server runs the call again where
+    /// slow work is allowed. False everywhere but that first attempt.
+    pub cheap_only: bool,
 }
 
 impl Context {
@@ -59,6 +64,7 @@ impl Context {
             now,
             sources: Arc::new(NoSources),
             deadline: None,
+            cheap_only: false,
         }
     }
 }
@@ -88,6 +94,12 @@ pub trait CompositeHooks: Send + Sync + 'static {
     /// No related objects unless the controller asks for some.
     fn customize(&self, _request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
         Ok(CustomizeResponse::default())
+    }
+
+    /// Whether every hook honours [`Context::cheap_only`], so that a small call may be
+    /// tried on an async worker first. Off unless a controller has checked its slow paths.
+    fn honours_cheap_only(&self) -> bool {
+        false
     }
 }
 
@@ -189,6 +201,7 @@ impl Registry {
             now,
             sources: self.sources.clone(),
             deadline: None,
+            cheap_only: false,
         }
     }
 
@@ -210,6 +223,34 @@ impl Registry {
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
+    }
+
+    /// [`Registry::call`] restricted to cheap work, for a controller that honours
+    /// [`Context::cheap_only`]: None when the controller does not, or when this call
+    /// needs slow work (then make it with [`Registry::call`] where blocking is fine).
+    pub fn call_cheap(
+        &self,
+        controller: &str,
+        hook: Hook,
+        body: &[u8],
+        ctx: &Context,
+    ) -> Option<CallOutcome> {
+        let honours = match self.entries.get(controller)? {
+            Entry::Composite(c) => c.honours_cheap_only(),
+            Entry::Decorator(_) => false,
+        };
+        if !honours {
+            return None;
+        }
+        let ctx = Context {
+            cheap_only: true,
+            ..ctx.clone()
+        };
+        let outcome = self.call(controller, hook, body, &ctx);
+        match outcome.result {
+            Err(HookError::NeedsBlockingPool) => None,
+            _ => Some(outcome),
+        }
     }
 
     /// Parses `body` as the request type of that controller and hook, runs the hook and

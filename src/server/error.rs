@@ -17,7 +17,9 @@ impl HookError {
             HookError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             HookError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
             HookError::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
-            HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            HookError::NeedsBlockingPool | HookError::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 }

@@ -11,6 +11,8 @@ pub mod spec;
 mod status;
 mod validate;
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use self::children::Plan;
@@ -19,6 +21,7 @@ use self::spec::DefinitionStatus;
 use self::status::{Facts, Rollout};
 use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
+use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
@@ -32,24 +35,29 @@ pub struct ApiMock {
     mock_image: String,
     docs_image: String,
     memo: Memo,
-    /// Built children by everything they depend on: most syncs repeat the last answer,
-    /// and building four objects through typed structs costs more than parsing them.
-    built: std::sync::Mutex<BuiltMemo>,
+    /// Built children by the hash of everything they depend on: most syncs repeat the
+    /// last answer, and building four objects through typed structs costs more than
+    /// parsing them.
+    built: BoundedMemo<[u8; 32], Arc<Vec<Value>>>,
 }
 
-/// Distinct children sets remembered; cleared wholesale when full (cheap to rebuild).
-const BUILT_ENTRIES: usize = 1024;
+/// Children sets the memo is sized for.
+const BUILT_ENTRIES: u64 = 1024;
 /// Bytes of definitions held in the children memo at most (each entry carries its
-/// definition in the ConfigMap): entries alone would let 1024 near-1-MiB definitions
+/// definition in the ConfigMap): a count alone would let 1024 near-1-MiB definitions
 /// pin a gigabyte.
-const BUILT_BYTES: usize = 64 * 1024 * 1024;
+const BUILT_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Built children by the hash of everything they depend on, with the bytes of
-/// definition text they hold.
-#[derive(Default)]
-struct BuiltMemo {
-    entries: std::collections::HashMap<[u8; 32], std::sync::Arc<Vec<Value>>>,
-    bytes: usize,
+/// An entry's weight: the definition its ConfigMap holds plus the other objects.
+fn built_weight(_key: &[u8; 32], children: &Arc<Vec<Value>>) -> u64 {
+    let definition: usize = children
+        .iter()
+        .filter_map(|child| child.get("data").and_then(Value::as_object))
+        .flat_map(|data| data.values())
+        .filter_map(Value::as_str)
+        .map(str::len)
+        .sum();
+    (definition + 4096) as u64
 }
 
 impl ApiMock {
@@ -58,7 +66,7 @@ impl ApiMock {
             mock_image: settings.mock_image.clone(),
             docs_image: settings.docs_image.clone(),
             memo: Memo::default(),
-            built: std::sync::Mutex::default(),
+            built: BoundedMemo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
         }
     }
 }
@@ -110,10 +118,7 @@ impl CompositeHooks for ApiMock {
             }
         };
 
-        let wanted = self
-            .memo
-            .analyze_by(&spec.definition, ctx.deadline)
-            .ok_or_else(saturated)?;
+        let wanted = self.analysis(&spec.definition, ctx)?;
         let (served, served_text, validated) = match &wanted.outcome {
             Ok(summary) => {
                 let plural = if summary.operations == 1 { "" } else { "s" };
@@ -128,7 +133,7 @@ impl CompositeHooks for ApiMock {
                 )
             }
             Err(invalid) => {
-                let last_good = self.last_good_definition(request, name, ctx.deadline)?;
+                let last_good = self.last_good_definition(request, name, ctx)?;
                 let validated =
                     Decided::new("Validated", false, invalid.reason, invalid.message.clone());
                 match last_good {
@@ -186,6 +191,10 @@ impl CompositeHooks for ApiMock {
         Ok(CompositeResponse::new(Value::Object(status), Vec::new())
             .with_finalized(request.children.is_empty()))
     }
+
+    fn honours_cheap_only(&self) -> bool {
+        true
+    }
 }
 
 impl ApiMock {
@@ -210,21 +219,11 @@ impl ApiMock {
         let encoded = serde_json::to_vec(&inputs)
             .map_err(|e| HookError::Internal(format!("cannot key the children cache: {e}")))?;
         let key = *blake3::hash(&encoded).as_bytes();
-        let lock = || self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = lock().entries.get(&key) {
+        if let Some(hit) = self.built.get(&key) {
             return Ok(hit.as_ref().clone());
         }
-        let size = plan.definition.len() + 4096;
         let built = children::build(plan)?;
-        let mut cache = lock();
-        if cache.entries.len() >= BUILT_ENTRIES || cache.bytes + size > BUILT_BYTES {
-            cache.entries.clear();
-            cache.bytes = 0;
-        }
-        cache.bytes += size;
-        cache
-            .entries
-            .insert(key, std::sync::Arc::new(built.clone()));
+        self.built.insert(key, Arc::new(built.clone()));
         Ok(built)
     }
 
@@ -233,8 +232,8 @@ impl ApiMock {
         &self,
         request: &'r CompositeRequest,
         name: &str,
-        deadline: Option<std::time::Instant>,
-    ) -> Result<Option<(std::sync::Arc<Analysis>, &'r str)>, HookError> {
+        ctx: &Context,
+    ) -> Result<Option<(Arc<Analysis>, &'r str)>, HookError> {
         let Some(data) = request
             .children
             .find("ConfigMap", "v1", None, name)
@@ -248,8 +247,19 @@ impl ApiMock {
         else {
             return Ok(None);
         };
-        let analysis = self.memo.analyze_by(text, deadline).ok_or_else(saturated)?;
+        let analysis = self.analysis(text, ctx)?;
         Ok(analysis.outcome.is_ok().then_some((analysis, text)))
+    }
+
+    /// The memoised analysis of a definition. Validating one not seen before is the only
+    /// slow step of an APIMock hook, so that is where a cheap-only call stops.
+    fn analysis(&self, text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
+        if ctx.cheap_only {
+            return self.memo.lookup(text).ok_or(HookError::NeedsBlockingPool);
+        }
+        self.memo
+            .analyze_by(text, ctx.deadline)
+            .ok_or_else(saturated)
     }
 }
 
@@ -295,4 +305,60 @@ fn answer(
         now,
     );
     CompositeResponse::new(status, Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::controllers::{Context, ControllerSettings, Registry};
+    use crate::protocol::Hook;
+
+    fn request(definition: &str) -> Vec<u8> {
+        serde_json::json!({
+            "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
+            "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+                       "metadata": {"name": "pets", "namespace": "team", "generation": 1, "uid": "u"},
+                       "spec": {"definition": definition}},
+            "children": {}, "related": {}
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_cheap_call_defers_an_unseen_definition_and_answers_a_seen_one_identically() {
+        let registry = Registry::standard(ControllerSettings::default());
+        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
+        let body = request("openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths: {}\n");
+        assert!(
+            registry.call_cheap("apimock", Hook::Sync, &body, &ctx).is_none(),
+            "validating a new definition is slow work and must be deferred"
+        );
+        let full = registry.call("apimock", Hook::Sync, &body, &ctx);
+        let cheap = registry
+            .call_cheap("apimock", Hook::Sync, &body, &ctx)
+            .map(|outcome| outcome.result);
+        let (Ok(full), Some(Ok(cheap))) = (full.result, cheap) else {
+            panic!("both calls should answer once the definition is memoised");
+        };
+        assert_eq!(full, cheap);
+    }
+
+    #[test]
+    fn only_controllers_that_honour_cheap_only_are_tried_cheaply() {
+        let registry = Registry::standard(ControllerSettings::default());
+        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
+        for controller in ["monitoredservice", "configsync", "nonexistent"] {
+            assert!(
+                registry
+                    .call_cheap(controller, Hook::Customize, b"{}", &ctx)
+                    .is_none(),
+                "{controller}"
+            );
+        }
+        assert!(
+            registry
+                .call_cheap("apimock", Hook::Customize, b"{\"parent\": {}}", &ctx)
+                .is_some()
+        );
+    }
 }

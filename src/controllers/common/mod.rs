@@ -3,6 +3,7 @@
 pub mod conditions;
 pub mod hash;
 pub mod keep;
+pub mod memo;
 pub mod names;
 pub mod secrets;
 pub mod spec;

@@ -48,6 +48,13 @@ impl Config {
         self.hash_cache.get_or_init(|| self.compute_hash()).clone()
     }
 
+    /// Bytes of content held (for sizing memos).
+    pub fn content_bytes(&self) -> usize {
+        let text: usize = self.data.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let binary: usize = self.binary.iter().map(|(k, v)| k.len() + v.len()).sum();
+        text + binary
+    }
+
     fn compute_hash(&self) -> String {
         let binary: BTreeMap<&String, String> = self
             .binary

@@ -25,6 +25,7 @@ use self::children::{
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
+use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::secrets;
 use crate::controllers::{CompositeHooks, Context};
@@ -40,12 +41,27 @@ const PENDING_RESYNC_SECONDS: u64 = 2;
 
 /// Converted configs by (request, revision, format): a warm sync reuses the conversion
 /// and the content hash instead of redoing them over up to 1 MiB on every call.
-#[derive(Default)]
 pub struct MonitoredService {
-    converted: std::sync::Mutex<std::collections::HashMap<String, Converted>>,
+    converted: Memo<String, Converted>,
 }
 
-const CONVERTED_ENTRIES: usize = 512;
+impl Default for MonitoredService {
+    fn default() -> MonitoredService {
+        MonitoredService {
+            converted: Memo::weighted(CONVERTED_ENTRIES, CONVERTED_BYTES, converted_weight),
+        }
+    }
+}
+
+/// Conversions the memo is sized for, and the bytes of config content it may hold.
+const CONVERTED_ENTRIES: u64 = 512;
+const CONVERTED_BYTES: u64 = 64 * 1024 * 1024;
+
+#[allow(clippy::ptr_arg)] // the memo's weigh signature takes &K, and K is String
+fn converted_weight(key: &String, converted: &Converted) -> u64 {
+    let content = converted.as_ref().as_ref().map_or(0, Config::content_bytes);
+    (key.len() + content + 256) as u64
+}
 
 /// A snapshot turned into ConfigMap content, or why it cannot be.
 type Converted = std::sync::Arc<Result<Config, (&'static str, String)>>;
@@ -57,20 +73,13 @@ impl MonitoredService {
             snapshot.revision,
             children::format_name(format)
         );
-        let lock = || self.converted.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = lock().get(&memo_key) {
-            return hit.clone();
-        }
-        let converted = std::sync::Arc::new(to_config(snapshot, format));
-        if let Ok(config) = converted.as_ref() {
-            config.hash();
-        }
-        let mut memo = lock();
-        if memo.len() >= CONVERTED_ENTRIES {
-            memo.clear();
-        }
-        memo.insert(memo_key, converted.clone());
-        converted
+        self.converted.get_or_make(&memo_key, || {
+            let converted = std::sync::Arc::new(to_config(snapshot, format));
+            if let Ok(config) = converted.as_ref() {
+                config.hash();
+            }
+            converted
+        })
     }
 }
 

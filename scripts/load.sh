@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Throughput and tail of `metahooks serve` next to the "limit" server
+# (examples/limit_server.rs) on the same request bytes, with wrk on loopback.
+#
+#   scripts/load.sh [ROUNDS] [SECONDS] [SIZES_KIB]      defaults: 3 5 "12 31 2000"
+#
+# For each request size: "steady" posts the same APIMock again and again (the definition
+# is unchanged, as in a resync), against the JSON-only limit; "edited" changes the
+# definition on every call, against the limit that also parses the YAML once. The two
+# servers run alternately, ROUNDS times each, and the table shows medians and ratios.
+# While metahooks is loaded, /readyz is polled and its p99 reported (it must stay fast).
+# The largest default size, 2000 KiB, carries a definition just under what one ConfigMap
+# can hold (requests carry it twice: in the APIMock and in the observed ConfigMap).
+# Installs wrk from Debian if it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-3}"
+seconds="${2:-5}"
+sizes="${3:-12 31 2000}"
+connections="${LOAD_CONNECTIONS:-4}"
+
+if ! command -v wrk >/dev/null; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get install -y wrk >/dev/null
+fi
+
+cargo build --release --quiet --bin metahooks --example limit_server
+target="${CARGO_TARGET_DIR:-target}/release"
+work=$(mktemp -d)
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { # URL — poll until it answers at all (any status), 30 s at most
+  for _ in $(seq 300); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
+  echo "load.sh: $1 never answered" >&2; exit 1
+}
+
+ours=$(port); probe=$(port); limit_json=$(port); limit_yaml=$(port)
+"$target/metahooks" serve --listen "127.0.0.1:$ours" --probe-listen "127.0.0.1:$probe" \
+  --shutdown-delay-seconds 0 >/dev/null 2>&1 & pids+=($!)
+"$target/examples/limit_server" serve --listen "127.0.0.1:$limit_json" 2>/dev/null & pids+=($!)
+"$target/examples/limit_server" serve --listen "127.0.0.1:$limit_yaml" --yaml 2>/dev/null & pids+=($!)
+wait_http "http://127.0.0.1:$probe/readyz"
+wait_http "http://127.0.0.1:$limit_json/"
+wait_http "http://127.0.0.1:$limit_yaml/"
+
+run=0
+load() { # PORT REQUEST_FILE MODE SECONDS -> "rps p50 p99"
+  run=$((run + 1))
+  wrk -t1 -c"$connections" -d"$4"s --timeout 30s -s scripts/load/edit.lua \
+    "http://127.0.0.1:$1/apimock/sync" -- "$2" "$3" "$run" |
+    awk '/^RESULT/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                     if (v["errors"] > 0) { print "load.sh: " v["errors"] " errors" > "/dev/stderr" }
+                     print v["rps"], v["p50_ms"], v["p99_ms"] }'
+}
+probe_while() { # runs "$@" while polling /readyz; appends probe latencies (ms) to $work/probes
+  # Twenty probes a second, as a kubelet with several probes would at most; a tighter loop
+  # would take a core from the server it measures.
+  ( while :; do curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$probe/readyz"; sleep 0.05; done ) \
+    >>"$work/probes.s" & local poller=$!
+  "$@"
+  kill "$poller"; wait "$poller" 2>/dev/null || true
+}
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+printf '%-6s %-7s %12s %10s %12s %10s %7s %9s\n' size mode "ours req/s" "ours p99" "limit req/s" "limit p99" ratio "p99 ratio"
+for kib in $sizes; do
+  file="$work/request-$kib.json"
+  "$target/examples/limit_server" request --kib "$kib" >"$file"
+  for mode in steady edited; do
+    if [ "$mode" = steady ]; then limit=$limit_json; else limit=$limit_yaml; fi
+    load "$ours" "$file" "$mode" 1 >/dev/null; load "$limit" "$file" "$mode" 1 >/dev/null
+    : >"$work/ours"; : >"$work/limit"
+    for _ in $(seq "$rounds"); do
+      probe_while load "$ours" "$file" "$mode" "$seconds" >>"$work/ours"
+      load "$limit" "$file" "$mode" "$seconds" >>"$work/limit"
+    done
+    o_rps=$(cut -d' ' -f1 "$work/ours" | median); o_p99=$(cut -d' ' -f3 "$work/ours" | median)
+    l_rps=$(cut -d' ' -f1 "$work/limit" | median); l_p99=$(cut -d' ' -f3 "$work/limit" | median)
+    printf '%-6s %-7s %12.0f %8.2fms %12.0f %8.2fms %7.2f %9.1f\n' "${kib}K" "$mode" \
+      "$o_rps" "$o_p99" "$l_rps" "$l_p99" \
+      "$(awk -v a="$o_rps" -v b="$l_rps" 'BEGIN { print a / b }')" \
+      "$(awk -v a="$o_p99" -v b="$l_p99" 'BEGIN { print a / b }')"
+  done
+done
+probes=$(wc -l <"$work/probes.s")
+probe_p99=$(sort -g "$work/probes.s" | awk -v n="$probes" 'NR == int(n * 0.99 + 0.5) { printf "%.1f", $1 * 1000 }')
+echo "readyz while metahooks was loaded: $probes probes, p99 ${probe_p99} ms"
+echo "metahooks RSS after the run: $(awk '/VmRSS/ {print $2}' "/proc/${pids[0]}/status") KiB"
