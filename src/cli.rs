@@ -1,4 +1,4 @@
-//! Command line: `serve`, `render`, `crds`, `version`. Every flag is also an environment
+//! Command line: `serve`, `render`, `emulate`, `crds`, `version`. Every flag is also an environment
 //! variable. Parsing does no I/O; [`crate::config`] turns the flags into checked settings.
 
 use std::net::SocketAddr;
@@ -23,6 +23,9 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Print the response `sync` would give for a parent, without a cluster.
     Render(RenderArgs),
+    /// Run Metacontroller's loop on objects from files, without a cluster, against our
+    /// controllers in-process or any hook server, and report what a hook does wrong.
+    Emulate(Box<EmulateArgs>),
     /// Print the CustomResourceDefinitions generated from the Rust types.
     Crds,
     /// Print the version.
@@ -151,6 +154,63 @@ pub struct RenderArgs {
     pub output: OutputFormat,
     #[command(flatten)]
     pub controllers: ControllerArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EmulateArgs {
+    /// YAML or JSON files or directories (all *.yaml, *.yml, *.json in them): controller
+    /// registrations, CRDs, parents, targets and related objects. Multi-document files
+    /// and `List`s are read whole. Without any registration, metahooks' own are used.
+    #[arg(short = 'f', long = "file", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Call a running hook server at this base URL (`http://127.0.0.1:8080`) instead of
+    /// metahooks' controllers in-process; the path of each registered hook URL is kept.
+    /// Repeat it to spread calls over several replicas, round-robin.
+    #[arg(long = "hooks-url")]
+    pub hooks_url: Vec<String>,
+    /// In-process replicas (each with its own caches), called round-robin.
+    #[arg(long, default_value_t = 1, conflicts_with = "hooks_url", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub replicas: u16,
+    /// Rounds without a steady state after which the hooks count as looping.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub max_rounds: u16,
+    /// Simulated seconds to run after converging (resyncAfterSeconds and
+    /// resyncPeriodSeconds are honoured on a simulated clock).
+    #[arg(long = "for-seconds", default_value_t = 0)]
+    pub for_seconds: u64,
+    /// Delete every parent at the end and check that finalize lets it go.
+    #[arg(long)]
+    pub delete: bool,
+    /// Deployments and StatefulSets never become ready (a stuck rollout).
+    #[arg(long)]
+    pub hold_unready: bool,
+    /// Metacontroller's apply strategy for children.
+    #[arg(long, value_enum, default_value_t = ApplyStrategy::ClientSide)]
+    pub apply_strategy: ApplyStrategy,
+    /// Report unknown fields in answers even from v1 hooks, whose answers Metacontroller
+    /// decodes loosely (dropping such fields without a word).
+    #[arg(long)]
+    pub strict: bool,
+    /// Leave answer times out of the text report (for golden files and diffs).
+    #[arg(long)]
+    pub no_timing: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = EmulateOutput::Text)]
+    pub output: EmulateOutput,
+    #[command(flatten)]
+    pub controllers: ControllerArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApplyStrategy {
+    ClientSide,
+    ServerSide,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EmulateOutput {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -12,6 +12,8 @@ pub mod cli;
 pub mod config;
 pub mod controllers;
 pub mod crds;
+pub mod emulate;
+pub mod emulate_cmd;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz_surfaces;

@@ -47,6 +47,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{output}");
             Ok(())
         }
+        Command::Emulate(args) => {
+            let (report, clean) = metahooks::emulate_cmd::emulate(&args)?;
+            print!("{report}");
+            if !clean {
+                return Err(anyhow::anyhow!(
+                    "the emulation found problems (see findings above)"
+                ));
+            }
+            Ok(())
+        }
         Command::Crds => {
             print!("{}", metahooks::crds::all_yaml()?);
             Ok(())

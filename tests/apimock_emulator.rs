@@ -53,7 +53,7 @@ fn condition(parent: &Value, type_: &str) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apimock_lifecycle_converges_without_hot_loops() {
     let server = support::start_standard(Clock::System).await;
-    let mut emulator = Emulator::for_repository(&format!("http://{}", server.hook_addr));
+    let mut emulator = support::emulator::for_repository(&format!("http://{}", server.hook_addr));
 
     let key = emulator.apply(mock(V1));
     emulator.converge(10).await.expect("create converges");
@@ -137,14 +137,14 @@ async fn apimock_lifecycle_converges_without_hot_loops() {
             .get("apps/v1", "Deployment", "team-a", "pets")
             .is_none()
     );
-    assert!(emulator.calls.iter().any(|c| c.1 == "finalize"));
-    assert!(emulator.calls.iter().all(|c| c.3 == 200));
+    assert!(emulator.calls.iter().any(|c| c.hook == "finalize"));
+    assert!(emulator.calls.iter().all(|c| c.status == 200));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_from_the_start_creates_nothing_and_settles() {
     let server = support::start_standard(Clock::System).await;
-    let mut emulator = Emulator::for_repository(&format!("http://{}", server.hook_addr));
+    let mut emulator = support::emulator::for_repository(&format!("http://{}", server.hook_addr));
     emulator.apply(mock("swagger: '1.2'\n"));
     emulator.converge(10).await.expect("converges");
     let status = &parent(&emulator)["status"];

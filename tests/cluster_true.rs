@@ -250,8 +250,8 @@ async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
     let daemon = GitDaemon::start(&repo);
     // Two servers, each with its own source cache, behind one Service.
     let (a, b) = (harness().await, harness().await);
-    let mut emulator = Emulator::for_repository(&a.emulator.base_url);
-    emulator.replicas = vec![a.emulator.base_url.clone(), b.emulator.base_url.clone()];
+    let mut emulator =
+        support::emulator::over_replicas(vec![a.base_url.clone(), b.base_url.clone()]);
     emulator.apply(monitored(
         "web",
         json!({"image": "app:1", "source": {"git": {"url": daemon.url(), "path": "app.env"}}}),
@@ -404,7 +404,7 @@ async fn the_emulator_caches_customize_answers_like_metacontroller() {
     let key = h
         .emulator
         .apply(monitored("web", json!({"image": "app:1", "port": 8080})));
-    let customize_calls = |e: &Emulator| e.calls.iter().filter(|c| c.1 == "customize").count();
+    let customize_calls = |e: &Emulator| e.calls.iter().filter(|c| c.hook == "customize").count();
     h.emulator.converge(10).await.unwrap();
     let first = customize_calls(&h.emulator);
     assert_eq!(first, 1);

@@ -62,7 +62,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
     let server = Server::start(support::local_settings(), registry, Clock::System)
         .await
         .unwrap();
-    let mut emulator = Emulator::for_repository(&format!("http://{}", server.hook_addr));
+    let mut emulator = support::emulator::for_repository(&format!("http://{}", server.hook_addr));
 
     for kind in ["Deployment", "StatefulSet"] {
         let annotations = json!({"configsync.metahooks.io/git-url": daemon.url(), "configsync.metahooks.io/path": "production", "unrelated": "kept"});
@@ -181,7 +181,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
             emulator
                 .calls
                 .iter()
-                .any(|c| c.0 == "configsync" && c.1 == "finalize")
+                .any(|c| c.controller == "configsync" && c.hook == "finalize")
         );
     }
 }

@@ -78,6 +78,8 @@ pub struct SourceHarness {
     pub server: Server,
     pub fetcher: metahooks::source::fetcher::Fetcher,
     pub emulator: emulator::Emulator,
+    /// The hook server's base URL.
+    pub base_url: String,
     _cache: tempfile::TempDir,
 }
 
@@ -99,11 +101,13 @@ pub async fn source_harness(policy: metahooks::source::policy::Policy) -> Source
     let server = Server::start(local_settings(), registry, Clock::System)
         .await
         .expect("server starts");
-    let emulator = emulator::Emulator::for_repository(&format!("http://{}", server.hook_addr));
+    let base_url = format!("http://{}", server.hook_addr);
+    let emulator = emulator::for_repository(&base_url);
     SourceHarness {
         server,
         fetcher,
         emulator,
+        base_url,
         _cache: cache,
     }
 }

@@ -330,7 +330,9 @@ mod tests {
         let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
         let body = request("openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths: {}\n");
         assert!(
-            registry.call_cheap("apimock", Hook::Sync, &body, &ctx).is_none(),
+            registry
+                .call_cheap("apimock", Hook::Sync, &body, &ctx)
+                .is_none(),
             "validating a new definition is slow work and must be deferred"
         );
         let full = registry.call("apimock", Hook::Sync, &body, &ctx);

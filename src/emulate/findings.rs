@@ -1,0 +1,94 @@
+//! What the emulator reports about a hook: each finding names the rule it breaks, the
+//! object it is about, and what happened, in words a hook author can act on.
+
+use serde::Serialize;
+
+/// The rules a hook can break, as Metacontroller enforces or suffers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Rule {
+    /// Anything but 200 (or no answer): Metacontroller logs it and retries with backoff;
+    /// nothing is applied for that parent.
+    NonOkAnswer,
+    /// An answer that is not a JSON object of the right shape (status not an object,
+    /// label values not strings, no status from a composite hook).
+    InvalidAnswer,
+    /// A field the response type does not have, under strict decoding (v2 hooks, or
+    /// `responseUnMarshallMode: strict`): Metacontroller rejects the whole answer.
+    StrictDecoding,
+    /// A child Metacontroller would refuse: no `kind` or name, a type the registration
+    /// does not list, `ownerReferences`, `status` or server-set metadata, another
+    /// namespace, labels outside the parent's selector.
+    InvalidChild,
+    /// A desired child that exists and is owned by another parent.
+    OwnershipConflict,
+    /// Two identical requests got different answers (nondeterminism, or state that
+    /// differs between replicas).
+    UnstableAnswer,
+    /// A child deleted because an answer left it out while its parent had not changed
+    /// since the child was last asked for: the usual cause of "my Deployment keeps
+    /// disappearing".
+    ChildDropped,
+    /// Children still created, updated or deleted after the round limit: the answers
+    /// fight what the API server or the last round made of them.
+    HotLoop,
+    /// The parent's status still changed in every round at the round limit.
+    StatusNeverSettles,
+    /// A parent being deleted still carries the controller's finalizer at the end.
+    FinalizeNeverCompletes,
+    /// An answer asks to be called again in under a second, in a steady state.
+    ResyncStorm,
+    /// A customize answer Metacontroller would reject (names together with selectors,
+    /// a namespace outside the parent's for v1).
+    InvalidCustomize,
+    /// Something the emulator cannot simulate faithfully (it says what).
+    NotEmulated,
+}
+
+impl Rule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::NonOkAnswer => "NonOkAnswer",
+            Rule::InvalidAnswer => "InvalidAnswer",
+            Rule::StrictDecoding => "StrictDecoding",
+            Rule::InvalidChild => "InvalidChild",
+            Rule::OwnershipConflict => "OwnershipConflict",
+            Rule::UnstableAnswer => "UnstableAnswer",
+            Rule::ChildDropped => "ChildDropped",
+            Rule::HotLoop => "HotLoop",
+            Rule::StatusNeverSettles => "StatusNeverSettles",
+            Rule::FinalizeNeverCompletes => "FinalizeNeverCompletes",
+            Rule::ResyncStorm => "ResyncStorm",
+            Rule::InvalidCustomize => "InvalidCustomize",
+            Rule::NotEmulated => "NotEmulated",
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rule and what broke it, before the emulator knows which parent it was about.
+pub type Problem = (Rule, String);
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub rule: Rule,
+    /// The controller and object concerned, e.g. `apimock APIMock default/users`.
+    pub subject: String,
+    pub message: String,
+    /// The round it was seen in (1-based).
+    pub round: usize,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "[{}] {} (round {}): {}",
+            self.rule, self.subject, self.round, self.message
+        )
+    }
+}

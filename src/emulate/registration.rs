@@ -1,0 +1,295 @@
+//! CompositeController and DecoratorController registrations, read the way
+//! Metacontroller reads them: parent and child resources, hook paths and versions, and
+//! the response decoding mode (strict for v2 hooks unless `responseUnMarshallMode` says
+//! otherwise, pkg/hooks/webhook.go).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// Plural resource names and their kinds. Metacontroller asks the API server's discovery;
+/// the emulator knows the built-in kinds it is likely to meet and learns the others from
+/// the CustomResourceDefinitions and objects it is given.
+#[derive(Debug, Clone)]
+pub struct Kinds {
+    by_resource: BTreeMap<String, String>,
+}
+
+impl Default for Kinds {
+    fn default() -> Kinds {
+        let builtin = [
+            ("configmaps", "ConfigMap"),
+            ("secrets", "Secret"),
+            ("services", "Service"),
+            ("serviceaccounts", "ServiceAccount"),
+            ("pods", "Pod"),
+            ("deployments", "Deployment"),
+            ("statefulsets", "StatefulSet"),
+            ("daemonsets", "DaemonSet"),
+            ("replicasets", "ReplicaSet"),
+            ("jobs", "Job"),
+            ("cronjobs", "CronJob"),
+            ("ingresses", "Ingress"),
+            ("namespaces", "Namespace"),
+            ("persistentvolumeclaims", "PersistentVolumeClaim"),
+            ("roles", "Role"),
+            ("rolebindings", "RoleBinding"),
+            ("networkpolicies", "NetworkPolicy"),
+            ("poddisruptionbudgets", "PodDisruptionBudget"),
+            ("horizontalpodautoscalers", "HorizontalPodAutoscaler"),
+            ("apimocks", "APIMock"),
+            ("monitoredservices", "MonitoredService"),
+        ];
+        Kinds {
+            by_resource: builtin
+                .iter()
+                .map(|(resource, kind)| ((*resource).to_owned(), (*kind).to_owned()))
+                .collect(),
+        }
+    }
+}
+
+impl Kinds {
+    /// Learns the kinds a CRD declares, or guesses an object kind's plural (lower case
+    /// plus "s", "es" after s/x/ch/sh, "ies" after a consonant and y).
+    pub fn learn(&mut self, object: &Value) {
+        if object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
+            if let (Some(plural), Some(kind)) = (
+                object.pointer("/spec/names/plural").and_then(Value::as_str),
+                object.pointer("/spec/names/kind").and_then(Value::as_str),
+            ) {
+                self.by_resource.insert(plural.to_owned(), kind.to_owned());
+            }
+            return;
+        }
+        if let Some(kind) = object.get("kind").and_then(Value::as_str) {
+            self.by_resource
+                .entry(plural_of(kind))
+                .or_insert_with(|| kind.to_owned());
+        }
+    }
+
+    pub fn kind_of(&self, resource: &str) -> Result<&str, String> {
+        self.by_resource
+            .get(resource)
+            .map(String::as_str)
+            .ok_or_else(|| {
+                format!(
+                    "unknown resource {resource:?}: give the emulator its CustomResourceDefinition or an object of that kind"
+                )
+            })
+    }
+}
+
+fn plural_of(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    let consonant_y = lower.ends_with('y')
+        && !lower
+            .chars()
+            .rev()
+            .nth(1)
+            .is_some_and(|c| "aeiou".contains(c));
+    if consonant_y {
+        format!("{}ies", &lower[..lower.len() - 1])
+    } else if ["s", "x", "ch", "sh"]
+        .iter()
+        .any(|end| lower.ends_with(end))
+    {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HookName {
+    Sync,
+    Finalize,
+    Customize,
+}
+
+impl HookName {
+    pub fn key(self) -> &'static str {
+        match self {
+            HookName::Sync => "sync",
+            HookName::Finalize => "finalize",
+            HookName::Customize => "customize",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Hook {
+    pub path: String,
+    pub version: String,
+    pub strict: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChildRule {
+    pub api_version: String,
+    pub kind: String,
+    pub strategy: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControllerType {
+    Composite,
+    Decorator,
+}
+
+/// One CompositeController or DecoratorController.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub name: String,
+    pub type_: ControllerType,
+    pub raw: Value,
+    /// Composite: the parent; decorator: the target types.
+    pub parents: Vec<(String, String, Value)>,
+    pub children: Vec<ChildRule>,
+    pub hooks: BTreeMap<HookName, Hook>,
+    pub generate_selector: bool,
+    /// `spec.resyncPeriodSeconds`: how often every parent is synced with nothing changed.
+    pub resync_period_seconds: Option<f64>,
+}
+
+impl Registration {
+    /// Reads one registration; `kinds` turns its plural resource names into kinds.
+    ///
+    /// # Errors
+    /// A sentence naming the missing or unknown field.
+    pub fn parse(raw: Value, kinds: &Kinds) -> Result<Registration, String> {
+        let kind = raw.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let type_ = match kind {
+            "CompositeController" => ControllerType::Composite,
+            "DecoratorController" => ControllerType::Decorator,
+            other => return Err(format!("not a controller registration: kind {other:?}")),
+        };
+        let name = str_at(&raw, "/metadata/name")?.to_owned();
+        let spec = raw.get("spec").ok_or("registration has no spec")?;
+        let rule = |value: &Value| -> Result<(String, String, Value), String> {
+            let api_version = str_at(value, "/apiVersion")?.to_owned();
+            let kind = kinds.kind_of(str_at(value, "/resource")?)?.to_owned();
+            Ok((api_version, kind, value.clone()))
+        };
+        let parents = match type_ {
+            ControllerType::Composite => vec![rule(
+                spec.get("parentResource").ok_or("no parentResource")?,
+            )?],
+            ControllerType::Decorator => spec
+                .get("resources")
+                .and_then(Value::as_array)
+                .ok_or("decorator without resources")?
+                .iter()
+                .map(rule)
+                .collect::<Result<_, _>>()?,
+        };
+        let child_key = if type_ == ControllerType::Composite {
+            "childResources"
+        } else {
+            "attachments"
+        };
+        let children = spec
+            .get(child_key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let (api_version, kind, raw) = rule(c)?;
+                let strategy = raw
+                    .pointer("/updateStrategy/method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("OnDelete")
+                    .to_owned();
+                Ok(ChildRule {
+                    api_version,
+                    kind,
+                    strategy,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        let mut hooks = BTreeMap::new();
+        for hook in [HookName::Sync, HookName::Finalize, HookName::Customize] {
+            let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) else {
+                continue;
+            };
+            let version = config
+                .get("version")
+                .and_then(Value::as_str)
+                .unwrap_or("v1")
+                .to_owned();
+            let webhook = config.get("webhook").ok_or("hook without webhook")?;
+            let path = match webhook.get("url").and_then(Value::as_str) {
+                Some(url) => url_path(url)?,
+                None => webhook
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .ok_or("webhook needs url, or service and path")?
+                    .to_owned(),
+            };
+            let mode = webhook
+                .get("responseUnMarshallMode")
+                .and_then(Value::as_str);
+            let strict = match mode {
+                Some("strict") => true,
+                Some("loose") => false,
+                _ => version == "v2",
+            };
+            hooks.insert(
+                hook,
+                Hook {
+                    path,
+                    version,
+                    strict,
+                },
+            );
+        }
+        Ok(Registration {
+            name,
+            type_,
+            resync_period_seconds: spec.get("resyncPeriodSeconds").and_then(Value::as_f64),
+            generate_selector: spec
+                .get("generateSelector")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            raw,
+            parents,
+            children,
+            hooks,
+        })
+    }
+
+    pub(crate) fn child_rule(&self, api_version: &str, kind: &str) -> Option<&ChildRule> {
+        self.children
+            .iter()
+            .find(|c| c.api_version == api_version && c.kind == kind)
+    }
+
+    pub(crate) fn finalizer(&self) -> String {
+        match self.type_ {
+            ControllerType::Composite => {
+                format!("metacontroller.io/compositecontroller-{}", self.name)
+            }
+            ControllerType::Decorator => {
+                format!("metacontroller.io/decoratorcontroller-{}", self.name)
+            }
+        }
+    }
+}
+
+fn url_path(url: &str) -> Result<String, String> {
+    let rest = url
+        .split_once("://")
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("bad hook url {url}"))?;
+    Ok(rest
+        .find('/')
+        .map_or_else(|| "/".to_owned(), |i| rest[i..].to_owned()))
+}
+
+pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> Result<&'a str, String> {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("missing {pointer}"))
+}

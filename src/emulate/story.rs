@@ -1,0 +1,282 @@
+//! One emulation from start to end, as `metahooks emulate` runs it: create the objects,
+//! converge, let simulated time pass, delete the parents, and collect the findings.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::cluster::{Emulator, describe};
+use super::findings::Rule;
+use super::registration::{Kinds, Registration};
+use super::{Key, key_of};
+
+/// The registrations metahooks ships (manifests/controllers), used when the input has none.
+pub const BUILT_IN_REGISTRATIONS: [&str; 3] = [
+    include_str!("../../manifests/controllers/apimock.yaml"),
+    include_str!("../../manifests/controllers/monitoredservice.yaml"),
+    include_str!("../../manifests/controllers/configsync.yaml"),
+];
+
+/// Input documents sorted into registrations and objects.
+#[derive(Debug, Default)]
+pub struct Input {
+    pub registrations: Vec<Registration>,
+    pub objects: Vec<Value>,
+    pub kinds: Kinds,
+}
+
+/// Sorts documents (each with where it came from, for messages) into registrations and
+/// cluster objects. `List` documents contribute their items; CustomResourceDefinitions
+/// teach the emulator their kinds and are kept too.
+///
+/// # Errors
+/// The first document that is not a Kubernetes object, or a registration that does not
+/// parse, named by its source.
+pub fn sort_documents(documents: Vec<(String, Value)>) -> Result<Input, String> {
+    let mut flat = Vec::new();
+    for (source, document) in documents {
+        if document.is_null() {
+            continue;
+        }
+        if document.get("kind").and_then(Value::as_str) == Some("List") {
+            let items = document
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            flat.extend(items.into_iter().map(|item| (source.clone(), item)));
+        } else {
+            flat.push((source, document));
+        }
+    }
+    let mut input = Input::default();
+    for (source, document) in &flat {
+        check_object(document).map_err(|problem| format!("{source}: {problem}"))?;
+        input.kinds.learn(document);
+    }
+    for (source, document) in flat {
+        match document.get("kind").and_then(Value::as_str) {
+            Some("CompositeController" | "DecoratorController") => {
+                let registration = Registration::parse(document, &input.kinds)
+                    .map_err(|problem| format!("{source}: {problem}"))?;
+                input.registrations.push(registration);
+            }
+            _ => input.objects.push(document),
+        }
+    }
+    Ok(input)
+}
+
+/// The shipped registrations, read with `kinds`.
+///
+/// # Errors
+/// Only if a shipped manifest is broken (a build defect).
+pub fn built_in_registrations(kinds: &Kinds) -> Result<Vec<Registration>, String> {
+    let mut found = Vec::new();
+    for text in BUILT_IN_REGISTRATIONS {
+        let documents: Vec<Value> =
+            crate::yaml::documents(text).map_err(|e| format!("built-in registration: {e}"))?;
+        for document in documents.into_iter().filter(|d| !d.is_null()) {
+            found.push(Registration::parse(document, kinds)?);
+        }
+    }
+    Ok(found)
+}
+
+fn check_object(document: &Value) -> Result<(), String> {
+    let Some(object) = document.as_object() else {
+        return Err("a document is not a mapping (a Kubernetes object)".to_owned());
+    };
+    for field in ["apiVersion", "kind"] {
+        let text = object.get(field).and_then(Value::as_str);
+        if text.is_none_or(str::is_empty) {
+            return Err(format!("an object has no {field}"));
+        }
+    }
+    let name = document.pointer("/metadata/name").and_then(Value::as_str);
+    if name.is_none_or(str::is_empty) {
+        return Err(format!(
+            "a {} has no metadata.name",
+            object
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        ));
+    }
+    for field in ["labels", "annotations"] {
+        if let Some(map) = document.pointer(&format!("/metadata/{field}"))
+            && !map
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string))
+        {
+            return Err(format!(
+                "{} {:?}: metadata.{field} must map strings to strings",
+                object
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                name.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What to do besides converging once.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub max_rounds: usize,
+    /// Simulated time to let pass after converging, honouring resyncAfterSeconds and
+    /// resyncPeriodSeconds.
+    pub run_for: Duration,
+    /// Delete every parent at the end and check that finalize lets it go.
+    pub delete_parents: bool,
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan {
+            max_rounds: 20,
+            run_for: Duration::ZERO,
+            delete_parents: false,
+        }
+    }
+}
+
+/// What happened, beyond what the emulator holds.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Summary {
+    /// Rounds the first convergence took.
+    pub rounds_to_converge: usize,
+    /// Rounds run in all.
+    pub rounds: usize,
+    /// Simulated seconds that passed.
+    pub simulated_seconds: u64,
+}
+
+/// Plays the story: objects in, converge, time, deletion.
+///
+/// # Errors
+/// Only with `stop_at_first` set on the emulator: the first problem.
+pub async fn play(
+    emulator: &mut Emulator,
+    objects: Vec<Value>,
+    plan: &Plan,
+) -> Result<Summary, String> {
+    for object in objects {
+        emulator.apply(object);
+    }
+    let rounds_to_converge = emulator.converge(plan.max_rounds).await?;
+    let started = emulator.clock;
+    if !plan.run_for.is_zero() {
+        pass_time(emulator, plan).await?;
+    }
+    check_resync_storms(emulator)?;
+    if plan.delete_parents {
+        delete_parents(emulator, plan).await?;
+    }
+    Ok(Summary {
+        rounds_to_converge,
+        rounds: emulator.rounds,
+        simulated_seconds: emulator.clock.saturating_sub(started).as_secs(),
+    })
+}
+
+/// Moves the clock from one due resync to the next until `plan.run_for` has passed,
+/// converging at each. A resync period applies to every parent of its registration; a
+/// resyncAfterSeconds to its parent (a round syncs every parent, as the period would,
+/// so the count of calls is an upper bound).
+async fn pass_time(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> {
+    let end = emulator.clock + plan.run_for;
+    loop {
+        let mut steps: Vec<f64> = emulator.resync_requests.values().copied().collect();
+        steps.extend(
+            emulator
+                .registrations
+                .iter()
+                .filter_map(|r| r.resync_period_seconds),
+        );
+        let Some(step) = steps
+            .into_iter()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .reduce(f64::min)
+        else {
+            emulator.advance(end.saturating_sub(emulator.clock));
+            return Ok(());
+        };
+        // At least a second per step: a storm of tiny resyncs is reported, not replayed.
+        let step = Duration::from_secs_f64(step.max(1.0));
+        if emulator.clock + step > end {
+            emulator.advance(end.saturating_sub(emulator.clock));
+            return Ok(());
+        }
+        emulator.advance(step);
+        emulator.converge(plan.max_rounds).await?;
+    }
+}
+
+fn check_resync_storms(emulator: &mut Emulator) -> Result<(), String> {
+    let storms: Vec<((String, Key), f64)> = emulator
+        .resync_requests
+        .iter()
+        .filter(|(_, seconds)| **seconds < 1.0)
+        .map(|(key, seconds)| (key.clone(), *seconds))
+        .collect();
+    for ((controller, parent), seconds) in storms {
+        emulator.record(
+            Rule::ResyncStorm,
+            format!("{controller} {}", describe(&parent)),
+            format!(
+                "in a steady state the answer still asks to be synced again after {seconds} s: Metacontroller will call this hook several times a second, forever"
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+async fn delete_parents(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> {
+    let mut parents: Vec<(String, Key, String)> = Vec::new();
+    for (key, object) in &emulator.objects {
+        for registration in &emulator.registrations {
+            if emulator.selects(registration, object) {
+                parents.push((
+                    registration.name.clone(),
+                    key.clone(),
+                    registration.finalizer(),
+                ));
+            }
+        }
+    }
+    for (_, key, _) in &parents {
+        emulator.delete(key);
+    }
+    emulator.converge(plan.max_rounds).await?;
+    for (controller, key, finalizer) in parents {
+        let stuck = emulator.objects.get(&key).is_some_and(|object| {
+            object
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(finalizer.as_str())))
+        });
+        if stuck {
+            emulator.record(
+                Rule::FinalizeNeverCompletes,
+                format!("{controller} {}", describe(&key)),
+                format!(
+                    "deleted, but after {} rounds the finalize hook had not answered finalized: true; the object stays in Terminating",
+                    plan.max_rounds
+                ),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The key of an object as the emulator stores it (namespace defaulted).
+pub fn stored_key(object: &Value) -> Key {
+    let mut key = key_of(object);
+    if key.2.is_empty() && key.1 != "Namespace" {
+        key.2 = "default".to_owned();
+    }
+    key
+}

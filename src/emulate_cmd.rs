@@ -1,0 +1,155 @@
+//! `metahooks emulate`: reads the files, builds the hooks' transport (our controllers
+//! in-process, or a server over HTTP), plays the story and renders the report. The
+//! emulation itself is in [`crate::emulate`]; this is its I/O edge.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+use crate::cli::{ApplyStrategy, EmulateArgs, EmulateOutput};
+use crate::config::{controller_settings, source_fetcher};
+use crate::controllers::Registry;
+use crate::emulate::output::{TextOptions, json_report, text_report};
+use crate::emulate::story::{Plan, built_in_registrations, play, sort_documents};
+use crate::emulate::{Emulator, LocalReplica, Transport};
+
+/// Files read at most, and bytes per file: an emulation is for a handful of objects.
+const MAX_FILES: usize = 10_000;
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Runs the emulation; returns the report and whether it found nothing.
+///
+/// # Errors
+/// Unreadable or malformed input files, or a transport that cannot be built.
+pub fn emulate(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(emulate_async(args))
+}
+
+async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
+    let documents = read_inputs(&args.files)?;
+    let mut input = sort_documents(documents).map_err(|e| anyhow::anyhow!(e))?;
+    if input.registrations.is_empty() {
+        input.registrations =
+            built_in_registrations(&input.kinds).map_err(|e| anyhow::anyhow!(e))?;
+    }
+    let transport = transport(args)?;
+    let mut emulator = Emulator::with_transport(transport, input.registrations);
+    emulator.kinds = input.kinds;
+    emulator.stop_at_first = false;
+    emulator.hold_unready = args.hold_unready;
+    emulator.server_side_apply = args.apply_strategy == ApplyStrategy::ServerSide;
+    emulator.strict_everywhere = args.strict;
+    let plan = Plan {
+        max_rounds: usize::from(args.max_rounds),
+        run_for: std::time::Duration::from_secs(args.for_seconds),
+        delete_parents: args.delete,
+    };
+    let summary = play(&mut emulator, input.objects, &plan)
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let clean = emulator.findings.is_empty();
+    let report = match args.output {
+        EmulateOutput::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json_report(&emulator, &summary))?
+        ),
+        EmulateOutput::Text => text_report(
+            &emulator,
+            &summary,
+            TextOptions {
+                no_timing: args.no_timing,
+            },
+        ),
+    };
+    Ok((report, clean))
+}
+
+fn transport(args: &EmulateArgs) -> anyhow::Result<Transport> {
+    if !args.hooks_url.is_empty() {
+        for url in &args.hooks_url {
+            let parsed = url::Url::parse(url).with_context(|| format!("--hooks-url {url}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                bail!("--hooks-url {url}: only http and https URLs can be called");
+            }
+        }
+        return Ok(Transport::http(args.hooks_url.clone()));
+    }
+    let mut replicas = Vec::new();
+    for index in 0..args.replicas {
+        let mut controllers = args.controllers.clone();
+        // Each replica keeps its own source cache, as separate pods would.
+        let base = controllers
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("metahooks-emulate"));
+        controllers.cache_dir = Some(base.join(format!("replica-{index}")));
+        let fetcher = source_fetcher(&controllers)?;
+        let registry = Registry::standard(controller_settings(&controllers))
+            .with_sources(std::sync::Arc::new(fetcher.clone()));
+        replicas.push(LocalReplica {
+            registry,
+            fetcher: Some(fetcher),
+        });
+    }
+    Ok(Transport::Local(replicas))
+}
+
+/// Every document of every file, with the file it came from.
+fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, Value)>> {
+    let mut files = Vec::new();
+    for path in paths {
+        collect_files(path, &mut files)?;
+    }
+    let mut documents = Vec::new();
+    for file in files {
+        let size = std::fs::metadata(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?
+            .len();
+        if size > MAX_FILE_BYTES {
+            bail!(
+                "{} is {size} bytes; emulate reads files of at most {MAX_FILE_BYTES} bytes",
+                file.display()
+            );
+        }
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let parsed: Vec<Value> = crate::yaml::documents(&text)
+            .with_context(|| format!("{} is not YAML or JSON", file.display()))?;
+        let source = file.display().to_string();
+        documents.extend(parsed.into_iter().map(|d| (source.clone(), d)));
+    }
+    Ok(documents)
+}
+
+fn collect_files(path: &Path, into: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !metadata.is_dir() {
+        into.push(path.to_owned());
+        return check_count(into);
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("cannot list {}", path.display()))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+        })
+        .collect();
+    entries.sort();
+    into.extend(entries);
+    check_count(into)
+}
+
+fn check_count(files: &[PathBuf]) -> anyhow::Result<()> {
+    if files.len() > MAX_FILES {
+        bail!("more than {MAX_FILES} input files");
+    }
+    Ok(())
+}
