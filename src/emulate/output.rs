@@ -167,7 +167,12 @@ fn write_timeline(out: &mut String, emulator: &Emulator, options: TextOptions) {
             entry.0 += 1;
             entry.1 = entry.1.max(call.millis);
         }
-        let _ = writeln!(out, "  round {round}:");
+        let quiet = !report.changed() && report.finalizers_removed.is_empty();
+        let _ = writeln!(
+            out,
+            "  round {round}:{}",
+            if quiet { " nothing changed" } else { "" }
+        );
         for ((controller, hook, parent, status), (count, slowest)) in calls {
             let times = if count > 1 {
                 format!(" ×{count}")

@@ -1,0 +1,301 @@
+//! `metahooks emulate` as a user runs it: the real binary on files. Our examples
+//! converge with no findings; a deliberately broken hook server gets the right finding
+//! for each fault and a failing exit code; and calling our own server over HTTP gives
+//! the same final objects as running the controllers in-process.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use metahooks::server::Clock;
+use serde_json::{Value, json};
+
+fn emulate(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_metahooks"))
+        .arg("emulate")
+        .args(args)
+        .output()
+        .expect("the metahooks binary runs")
+}
+
+async fn emulate_async(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        emulate(&args)
+    })
+    .await
+    .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn report(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not a JSON report ({e}):\n{}\n{}",
+            stdout(output),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn rules(report: &Value) -> Vec<String> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn every_example_converges_without_findings() {
+    let examples = support::repo_dir().join("manifests/examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        seen += 1;
+        let output = emulate(&["-f", path.to_str().unwrap(), "-o", "json"]);
+        let report = report(&output);
+        assert!(
+            output.status.success() && rules(&report).is_empty(),
+            "{}: {:#}",
+            path.display(),
+            report["findings"]
+        );
+        assert!(
+            report["summary"]["rounds_to_converge"].as_u64().unwrap() < 20,
+            "{}",
+            path.display()
+        );
+    }
+    assert!(seen >= 4, "examples found: {seen}");
+}
+
+#[test]
+fn users_example_report_matches_the_golden_text() {
+    let example = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let output = emulate(&["-f", example.to_str().unwrap(), "--no-timing"]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    let golden = support::repo_dir().join("hooks-tests/emulate/users.api-mock.txt");
+    if std::env::var("METAHOOKS_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+        std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+        std::fs::write(&golden, stdout(&output)).unwrap();
+    }
+    let expected = std::fs::read_to_string(&golden).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (METAHOOKS_UPDATE_GOLDEN=1 writes it)",
+            golden.display()
+        )
+    });
+    assert_eq!(stdout(&output), expected);
+}
+
+#[test]
+fn bad_input_files_are_named_and_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("list.yaml", "- a\n- b\n", "not a mapping"),
+        (
+            "nokind.yaml",
+            "apiVersion: v1\nmetadata: {name: x}\n",
+            "no kind",
+        ),
+        (
+            "noname.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n",
+            "no metadata.name",
+        ),
+        ("broken.yaml", "kind: [\n", "not YAML"),
+        (
+            "labels.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, labels: {a: 1}}\n",
+            "metadata.labels must map strings to strings",
+        ),
+    ];
+    for (file, text, expected) in cases {
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        let output = emulate(&["-f", path.to_str().unwrap()]);
+        let error = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && error.contains(expected) && error.contains(file),
+            "{file}: {error}"
+        );
+    }
+}
+
+/// Faults a hook author could ship, one per hook path.
+#[derive(Clone, Copy)]
+enum Fault {
+    UnknownField,
+    DropsChildOnSecondCall,
+    FlipsStatus,
+    NeverFinalizes,
+}
+
+struct Broken {
+    fault: Fault,
+    calls: AtomicU64,
+}
+
+async fn broken_sync(State(hook): State<Arc<Broken>>, Json(request): Json<Value>) -> Json<Value> {
+    let call = hook.calls.fetch_add(1, Ordering::SeqCst);
+    let name = request["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or("x");
+    let child = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": format!("{name}-cm")}, "data": {"a": "b"}});
+    let mut answer = json!({"status": {"ok": true}, "children": [child]});
+    match hook.fault {
+        Fault::UnknownField => answer["childs"] = json!([]),
+        // Metacontroller calls twice per sync here; from the third call on, the child is gone.
+        Fault::DropsChildOnSecondCall if call >= 2 => answer["children"] = json!([]),
+        Fault::DropsChildOnSecondCall => {}
+        Fault::FlipsStatus => {
+            let was = request["parent"]["status"]["flip"]
+                .as_bool()
+                .unwrap_or(false);
+            answer["status"]["flip"] = json!(!was);
+        }
+        Fault::NeverFinalizes => {
+            if request["finalizing"] == json!(true) {
+                answer = json!({"status": {}, "children": [], "finalized": false});
+            }
+        }
+    }
+    Json(answer)
+}
+
+async fn broken_server(fault: Fault) -> String {
+    let hook = Arc::new(Broken {
+        fault,
+        calls: AtomicU64::new(0),
+    });
+    let app = Router::new()
+        .route("/things/sync", post(broken_sync))
+        .with_state(hook);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+fn write_things(dir: &Path) {
+    std::fs::write(
+        dir.join("things.yaml"),
+        r#"apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: things}
+spec:
+  generateSelector: true
+  parentResource: {apiVersion: example.com/v1, resource: things}
+  childResources:
+    - {apiVersion: v1, resource: configmaps, updateStrategy: {method: InPlace}}
+  hooks:
+    sync: {version: v2, webhook: {url: "http://hooks.example.svc/things/sync"}}
+    finalize: {version: v2, webhook: {url: "http://hooks.example.svc/things/sync"}}
+---
+apiVersion: example.com/v1
+kind: Thing
+metadata: {name: one, namespace: team}
+spec: {}
+"#,
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_fault_of_a_broken_hook_server_is_its_own_finding() {
+    let cases = [
+        (Fault::UnknownField, "StrictDecoding"),
+        (Fault::DropsChildOnSecondCall, "ChildDropped"),
+        (Fault::FlipsStatus, "StatusNeverSettles"),
+        (Fault::NeverFinalizes, "FinalizeNeverCompletes"),
+    ];
+    for (fault, rule) in cases {
+        let base = broken_server(fault).await;
+        let dir = tempfile::tempdir().unwrap();
+        write_things(dir.path());
+        let output = emulate_async(vec![
+            "-f".into(),
+            dir.path().to_str().unwrap().into(),
+            "--hooks-url".into(),
+            base,
+            "--delete".into(),
+            "--max-rounds".into(),
+            "6".into(),
+            "-o".into(),
+            "json".into(),
+        ])
+        .await;
+        let report = report(&output);
+        assert!(!output.status.success(), "{rule}: exit code 0");
+        assert!(
+            rules(&report).contains(&rule.to_owned()),
+            "{rule}: {:#}",
+            report["findings"]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_server_over_http_ends_in_the_same_objects_as_in_process() {
+    // The emulator's clock starts at 2026-01-01T00:00:00Z; the server's is fixed there.
+    let server = support::start_standard(Clock::Fixed(support::golden_now())).await;
+    let examples = support::repo_dir().join("manifests/examples");
+    for example in ["users.api-mock.cr.yaml", "bets.api-mock.cr.yaml"] {
+        let file = examples.join(example).to_str().unwrap().to_owned();
+        let local =
+            emulate_async(vec!["-f".into(), file.clone(), "-o".into(), "json".into()]).await;
+        let remote = emulate_async(vec![
+            "-f".into(),
+            file,
+            "--hooks-url".into(),
+            format!("http://{}", server.hook_addr),
+            "-o".into(),
+            "json".into(),
+        ])
+        .await;
+        let (local, remote) = (report(&local), report(&remote));
+        assert!(local["objects"].as_array().unwrap().len() >= 4, "{example}");
+        assert_eq!(local["objects"], remote["objects"], "{example}");
+        assert_eq!(local["findings"], json!([]), "{example}");
+    }
+}
+
+#[test]
+fn replicas_answer_alike() {
+    let example = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let one = report(&emulate(&["-f", example.to_str().unwrap(), "-o", "json"]));
+    let three = report(&emulate(&[
+        "-f",
+        example.to_str().unwrap(),
+        "--replicas",
+        "3",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(one["objects"], three["objects"]);
+    let replicas: std::collections::BTreeSet<u64> = three["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|round| round["calls"].as_array().unwrap())
+        .map(|call| call["replica"].as_u64().unwrap())
+        .collect();
+    assert_eq!(replicas.len(), 3, "calls went to replicas {replicas:?}");
+}
