@@ -262,10 +262,7 @@ async fn delete_parents(emulator: &mut Emulator, plan: &Plan) -> Result<(), Stri
             emulator.record(
                 Rule::FinalizeNeverCompletes,
                 format!("{controller} {}", describe(&key)),
-                format!(
-                    "deleted, but after {} rounds the finalize hook had not answered finalized: true; the object stays in Terminating",
-                    plan.max_rounds
-                ),
+                "deleted, but the finalize hook had still not answered finalized: true when the cluster stopped changing; the object stays in Terminating".to_owned(),
             )?;
         }
     }
