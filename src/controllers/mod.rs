@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use self::common::memo::Memo;
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
@@ -101,6 +102,14 @@ pub trait CompositeHooks: Send + Sync + 'static {
     fn honours_cheap_only(&self) -> bool {
         false
     }
+
+    /// Whether an answer depends on the request bytes alone (not on sources, not on
+    /// the clock beyond stamping transition times), so that the same request may get
+    /// the same answer again from a memo. A repeated request then carries the
+    /// transition time of its first answer, which is when the condition did change.
+    fn answers_only_from_request(&self) -> bool {
+        false
+    }
 }
 
 /// Hooks of a DecoratorController (target → attachments).
@@ -162,6 +171,21 @@ pub struct CallOutcome {
 pub struct Registry {
     entries: BTreeMap<String, Entry>,
     sources: Arc<dyn Sources>,
+    /// Whole answers of controllers whose answer is a function of the request alone,
+    /// by a hash of (controller, hook, body): Metacontroller's resyncs repeat the same
+    /// request byte for byte, and hashing it costs far less than parsing it.
+    answers: Arc<Memo<[u8; 32], RememberedAnswer>>,
+}
+
+/// An answer kept by [`Registry`]: whom it was about, and its bytes.
+type RememberedAnswer = Arc<(ParentRef, Vec<u8>)>;
+
+/// Bytes of answers remembered at most, and the number of answers that is sized for.
+const ANSWER_BYTES: u64 = 64 * 1024 * 1024;
+const ANSWER_ENTRIES: u64 = 4096;
+
+fn answer_weight(_key: &[u8; 32], answer: &RememberedAnswer) -> u64 {
+    (answer.1.len() + answer.0.name.len() + answer.0.namespace.len() + 64) as u64
 }
 
 impl Default for Registry {
@@ -169,6 +193,7 @@ impl Default for Registry {
         Registry {
             entries: BTreeMap::new(),
             sources: Arc::new(NoSources),
+            answers: Arc::new(Memo::weighted(ANSWER_ENTRIES, ANSWER_BYTES, answer_weight)),
         }
     }
 }
@@ -262,6 +287,35 @@ impl Registry {
                 result: Err(HookError::NotFound(format!("/{controller}/{hook}"))),
             };
         };
+        let memo_key = match entry {
+            Entry::Composite(c) if c.answers_only_from_request() => {
+                let mut hasher = blake3::Hasher::new();
+                hasher.update(controller.as_bytes());
+                hasher.update(&[0]);
+                hasher.update(hook.as_str().as_bytes());
+                hasher.update(&[0]);
+                hasher.update(body);
+                Some(*hasher.finalize().as_bytes())
+            }
+            _ => None,
+        };
+        if let Some(key) = &memo_key
+            && let Some(answer) = self.answers.get(key)
+        {
+            return CallOutcome {
+                parent: answer.0.clone(),
+                result: Ok(answer.1.clone()),
+            };
+        }
+        let outcome = self.dispatch_to(entry, hook, body, ctx);
+        if let (Some(key), Ok(bytes)) = (memo_key, &outcome.result) {
+            self.answers
+                .insert(key, Arc::new((outcome.parent.clone(), bytes.clone())));
+        }
+        outcome
+    }
+
+    fn dispatch_to(&self, entry: &Entry, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
         match (entry, hook) {
             (_, Hook::Customize) => dispatch(
                 body,
@@ -354,4 +408,79 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
         }
     };
     Err(HookError::BadRequest(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Counts its syncs; its answer is the parent's name.
+    struct Counting {
+        pure: bool,
+        syncs: Arc<AtomicUsize>,
+    }
+
+    impl CompositeHooks for Counting {
+        fn sync(
+            &self,
+            request: &CompositeRequest,
+            _: &Context,
+        ) -> Result<CompositeResponse, HookError> {
+            self.syncs.fetch_add(1, Ordering::SeqCst);
+            Ok(CompositeResponse::new(
+                serde_json::json!({"name": request.parent["metadata"]["name"]}),
+                Vec::new(),
+            ))
+        }
+
+        fn finalize(
+            &self,
+            request: &CompositeRequest,
+            ctx: &Context,
+        ) -> Result<CompositeResponse, HookError> {
+            self.sync(request, ctx)
+        }
+
+        fn answers_only_from_request(&self) -> bool {
+            self.pure
+        }
+    }
+
+    fn body(name: &str) -> Vec<u8> {
+        serde_json::json!({"parent": {"metadata": {"name": name}}})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn a_repeated_request_to_a_pure_controller_is_answered_from_the_memo() {
+        for pure in [true, false] {
+            let syncs = Arc::new(AtomicUsize::new(0));
+            let registry = Registry::new().composite(
+                "c",
+                Counting {
+                    pure,
+                    syncs: syncs.clone(),
+                },
+            );
+            let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
+            let first = registry.call("c", Hook::Sync, &body("a"), &ctx).result.ok();
+            let again = registry.call("c", Hook::Sync, &body("a"), &ctx).result.ok();
+            let other = registry.call("c", Hook::Sync, &body("b"), &ctx).result.ok();
+            let finalize = registry
+                .call("c", Hook::Finalize, &body("a"), &ctx)
+                .result
+                .ok();
+            assert_eq!(first, again);
+            assert_ne!(first, other);
+            assert_eq!(first, finalize, "same answer, but computed by its own hook");
+            assert_eq!(
+                syncs.load(Ordering::SeqCst),
+                if pure { 3 } else { 4 },
+                "pure: {pure}"
+            );
+        }
+    }
 }

@@ -195,6 +195,10 @@ impl CompositeHooks for ApiMock {
     fn honours_cheap_only(&self) -> bool {
         true
     }
+
+    fn answers_only_from_request(&self) -> bool {
+        true
+    }
 }
 
 impl ApiMock {
