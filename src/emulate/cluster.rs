@@ -59,6 +59,10 @@ pub struct Emulator {
     pub objects: BTreeMap<Key, Value>,
     /// What each child was last applied as, for the 3-way merge.
     last_applied: BTreeMap<Key, Value>,
+    /// Objects by the UID of their controlling owner, kept by `put` and `take`: finding a
+    /// parent's children must not scan the whole cluster (tens of thousands of objects
+    /// in the scale-out benchmark).
+    by_owner: BTreeMap<String, BTreeSet<Key>>,
     /// For each child, its parent as it was when an answer last asked for the child
     /// (without status and server fields): a child left out while its parent is still
     /// the same is a [`Rule::ChildDropped`].
@@ -119,6 +123,7 @@ impl Emulator {
             kinds: Kinds::default(),
             objects: BTreeMap::new(),
             last_applied: BTreeMap::new(),
+            by_owner: BTreeMap::new(),
             desired_under: BTreeMap::new(),
             next_uid: 1,
             next_version: 1,
@@ -241,7 +246,7 @@ impl Emulator {
                 meta.insert("creationTimestamp".to_owned(), json!(now));
             }
         }
-        self.objects.insert(key.clone(), object);
+        self.put(key.clone(), object);
         key
     }
 
@@ -278,8 +283,31 @@ impl Emulator {
         }
     }
 
+    /// Stores an object (replacing any with its key), keeping the owner index.
+    fn put(&mut self, key: Key, object: Value) {
+        self.take(&key);
+        if let Some(owner) = owner_uid(&object) {
+            self.by_owner.entry(owner).or_default().insert(key.clone());
+        }
+        self.objects.insert(key, object);
+    }
+
+    /// Removes an object, keeping the owner index.
+    fn take(&mut self, key: &Key) -> Option<Value> {
+        let object = self.objects.remove(key)?;
+        if let Some(owner) = owner_uid(&object)
+            && let Some(owned) = self.by_owner.get_mut(&owner)
+        {
+            owned.remove(key);
+            if owned.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+        Some(object)
+    }
+
     fn remove_with_dependents(&mut self, key: &Key) {
-        let Some(object) = self.objects.remove(key) else {
+        let Some(object) = self.take(key) else {
             return;
         };
         self.last_applied.remove(key);
@@ -289,11 +317,10 @@ impl Emulator {
             .unwrap_or_default()
             .to_owned();
         let dependents: Vec<Key> = self
-            .objects
-            .iter()
-            .filter(|(_, o)| owner_uid(o).as_deref() == Some(uid.as_str()))
-            .map(|(k, _)| k.clone())
-            .collect();
+            .by_owner
+            .get(&uid)
+            .map(|owned| owned.iter().cloned().collect())
+            .unwrap_or_default();
         for dependent in dependents {
             self.remove_with_dependents(&dependent);
         }
@@ -453,7 +480,7 @@ impl Emulator {
         let has_finalize = registration.hooks.contains_key(&HookName::Finalize);
         if has_finalize && !deleting && !opted_out && !has_finalizer(&parent, &finalizer) {
             add_finalizer(&mut parent, &finalizer);
-            self.objects.insert(parent_key.clone(), parent.clone());
+            self.put(parent_key.clone(), parent.clone());
         }
         let finalizing = has_finalize && (deleting || opted_out);
         let hook_name = if finalizing {
@@ -785,11 +812,13 @@ impl Emulator {
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        self.objects
-            .iter()
+        self.by_owner
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.objects.get(key).map(|object| (key, object)))
             .filter(|(key, object)| {
-                owner_uid(object).as_deref() == Some(uid)
-                    && registration.child_rule(&key.0, &key.1).is_some()
+                registration.child_rule(&key.0, &key.1).is_some()
                     && (registration.type_ == ControllerType::Composite
                         || object
                             .pointer(
@@ -903,7 +932,7 @@ impl Emulator {
                         }
                         _ => {
                             let updated = self.update_child(&key, &live, merged);
-                            self.objects.insert(key.clone(), updated);
+                            self.put(key.clone(), updated);
                             self.annotate_applied(&key, &child);
                             self.last_applied.insert(key.clone(), child);
                             report.updated.push(key);
@@ -964,7 +993,7 @@ impl Emulator {
             );
         }
         apply_server_defaults(&mut child);
-        self.objects.insert(key.clone(), child);
+        self.put(key.clone(), child);
         key
     }
 

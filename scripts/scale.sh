@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Scale-out benchmark: APIMOCKS APIMocks and MONITORED MonitoredServices over REPOS git
+# repositories (a loopback `git daemon --verbose`, which logs every fetch), emulated by
+# `metahooks emulate` against 1 and then 3 `metahooks serve` replicas called round-robin.
+#
+#   scripts/scale.sh [APIMOCKS] [MONITORED] [REPOS] [SECONDS] [REPLICA_COUNTS]
+#   defaults:          10000       2000       20      120       "1 3"
+#
+# For each replica count it prints rounds and wall time to convergence, hook calls per
+# parent, warm answer times, git fetches per repository per poll interval (10 s), each
+# replica's peak RSS, and whether the final objects equal those of the first run (they
+# must: which replica answered may not matter). SECONDS of simulated time are run after
+# converging. Needs git, python3, curl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+apimocks="${1:-10000}"; monitored="${2:-2000}"; repos="${3:-20}"; seconds="${4:-120}"
+replica_counts="${5:-1 3}"
+interval=10
+
+cargo build --release --quiet --bin metahooks
+bin="${CARGO_TARGET_DIR:-target}/release/metahooks"
+work=$(mktemp -d)
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+mkdir -p "$work/repos" "$work/in"
+for i in $(seq 0 $((repos - 1))); do
+  repo="$work/repos/repo-$i"
+  git init -q "$repo"
+  printf 'REPO=%s\nLEVEL=info\n' "$i" >"$repo/app.env"
+  git -C "$repo" add app.env
+  git -C "$repo" -c user.name=bench -c user.email=bench@example.invalid commit -qm config
+done
+git_port=$(port)
+git daemon --verbose --export-all --reuseaddr --listen=127.0.0.1 --port="$git_port" \
+  --base-path="$work/repos" "$work/repos" 2>"$work/git.log" & pids+=($!)
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$git_port") 2>/dev/null && break; sleep 0.1; done
+python3 scripts/scale/generate.py "$work/in" "$apimocks" "$monitored" "$repos" "git://127.0.0.1:$git_port"
+
+first=""
+for replicas in $replica_counts; do
+  urls=(); servers=()
+  for r in $(seq "$replicas"); do
+    hook=$(port); probe=$(port)
+    "$bin" serve --listen "127.0.0.1:$hook" --probe-listen "127.0.0.1:$probe" \
+      --shutdown-delay-seconds 0 --allow-scheme git --allow-private-addresses \
+      --cache-dir "$work/cache-$replicas-$r" >/dev/null 2>&1 & pids+=($!); servers+=($!)
+    until curl -fs "http://127.0.0.1:$probe/readyz" >/dev/null 2>&1; do sleep 0.05; done
+    urls+=(--hooks-url "http://127.0.0.1:$hook")
+  done
+  log_start=$(wc -l <"$work/git.log")
+  start=$(date +%s%N)
+  "$bin" emulate -f "$work/in" "${urls[@]}" --for-seconds "$seconds" --max-rounds 40 -o json \
+    >"$work/report-$replicas.json" || true
+  wall=$(( ($(date +%s%N) - start) / 1000000 ))
+  echo "== $replicas replica(s): $apimocks APIMocks, $monitored MonitoredServices, $repos repositories; wall time ${wall} ms"
+  python3 scripts/scale/summarise.py "$work/report-$replicas.json" "$work/digest-$replicas"
+  fetches=$(tail -n +"$((log_start + 1))" "$work/git.log" | grep -c "Request upload-pack" || true)
+  echo "  git fetches: $fetches in ${wall} ms: $(awk -v f="$fetches" -v r="$repos" -v w="$wall" -v i="$interval" \
+    'BEGIN { printf "%.2f per repository per %d s interval", f / r / (w / 1000 / i), i }')"
+  for pid in "${servers[@]}"; do
+    echo "  replica pid $pid: peak RSS $(awk '/VmHWM/ {print $2}' "/proc/$pid/status") KiB, now $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") KiB"
+    kill "$pid"
+  done
+  if [ -z "$first" ]; then
+    first=$replicas
+  elif cmp -s "$work/digest-$first" "$work/digest-$replicas"; then
+    echo "  final objects: identical to the $first-replica run"
+  else
+    echo "  final objects: $(diff "$work/digest-$first" "$work/digest-$replicas" | grep -c '^>') differ from the $first-replica run"
+  fi
+done
