@@ -7,7 +7,8 @@
 #   defaults:          10000       2000       20      120       "1 3"
 #
 # For each replica count it prints rounds and wall time to convergence, hook calls per
-# parent, warm answer times, git fetches per repository per poll interval (10 s), each
+# parent, warm answer times, git requests per repository per poll interval (10 s of real
+# time: the source engine polls on the real clock, the emulator's clock is simulated), each
 # replica's peak RSS, and whether the final objects equal those of the first run (they
 # must: which replica answered may not matter). SECONDS of simulated time are run after
 # converging. Needs git, python3, curl.
@@ -57,9 +58,11 @@ for replicas in $replica_counts; do
   wall=$(( ($(date +%s%N) - start) / 1000000 ))
   echo "== $replicas replica(s): $apimocks APIMocks, $monitored MonitoredServices, $repos repositories; wall time ${wall} ms"
   python3 scripts/scale/summarise.py "$work/report-$replicas.json" "$work/digest-$replicas"
+  # A poll is one upload-pack request (the ref listing); a changed ref adds a second.
   fetches=$(tail -n +"$((log_start + 1))" "$work/git.log" | grep -c "Request upload-pack" || true)
-  echo "  git fetches: $fetches in ${wall} ms: $(awk -v f="$fetches" -v r="$repos" -v w="$wall" -v i="$interval" \
-    'BEGIN { printf "%.2f per repository per %d s interval", f / r / (w / 1000 / i), i }')"
+  echo "  git upload-pack requests: $fetches in ${wall} ms of real time: $(awk -v f="$fetches" -v r="$repos" \
+    -v n="$replicas" -v w="$wall" -v i="$interval" 'BEGIN { k = w / 1000 / i; if (k < 1) k = 1;
+    printf "%.2f per repository per replica per %d s poll interval (%.1f intervals)", f / r / n / k, i, k }')"
   for pid in "${servers[@]}"; do
     echo "  replica pid $pid: peak RSS $(awk '/VmHWM/ {print $2}' "/proc/$pid/status") KiB, now $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") KiB"
     kill "$pid"
