@@ -24,9 +24,9 @@ impl Drop for Mock {
     }
 }
 
-fn children_for(definition: &str) -> Vec<Value> {
+fn children_for(spec: Value) -> Vec<Value> {
     let parent = json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
-        "metadata": {"name": "e2e", "namespace": "default", "generation": 1}, "spec": {"definition": definition}});
+        "metadata": {"name": "e2e", "namespace": "default", "generation": 1}, "spec": spec});
     let request = json!({"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": false});
     let outcome = Registry::standard(Default::default()).call(
         "apimock",
@@ -44,7 +44,18 @@ fn children_for(definition: &str) -> Vec<Value> {
 }
 
 async fn serve_and_get(prism: &std::path::Path, definition: &str, path: &str) -> (u16, Value) {
-    let children = children_for(definition);
+    let (status, _, body) = serve_and_fetch(prism, json!({"definition": definition}), path).await;
+    (status, body)
+}
+
+/// Runs Prism with our Deployment's arguments for an APIMock with `spec` and GETs `path`
+/// (with an `Origin` header), returning status, headers and body.
+async fn serve_and_fetch(
+    prism: &std::path::Path,
+    spec: Value,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let children = children_for(spec);
     let config_map = children.iter().find(|c| c["kind"] == "ConfigMap").unwrap();
     let deployment = children.iter().find(|c| c["kind"] == "Deployment").unwrap();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -79,10 +90,17 @@ async fn serve_and_get(prism: &std::path::Path, definition: &str, path: &str) ->
     );
     let url = format!("http://127.0.0.1:{port}{path}");
     let started = Instant::now();
+    let client = reqwest::Client::new();
     loop {
-        if let Ok(reply) = reqwest::get(&url).await {
+        if let Ok(reply) = client
+            .get(&url)
+            .header("origin", "http://example.test")
+            .send()
+            .await
+        {
             let status = reply.status().as_u16();
-            return (status, reply.json().await.unwrap_or(Value::Null));
+            let headers = reply.headers().clone();
+            return (status, headers, reply.json().await.unwrap_or(Value::Null));
         }
         assert!(
             started.elapsed() < Duration::from_secs(60),
@@ -116,4 +134,39 @@ async fn prism_serves_examples_from_our_deployment() {
         serve_and_get(&prism, openapi31, "/items/7").await,
         (200, json!({"id": 7, "name": "seven"}))
     );
+}
+
+/// An operation whose example breaks its own schema (`name` is required, `id` an integer).
+const SLOPPY: &str = "openapi: 3.0.3\ninfo: {title: Items, version: '1'}\npaths:\n  /items/{id}:\n    get:\n      parameters:\n        - {name: id, in: path, required: true, schema: {type: integer}}\n      responses:\n        '200':\n          description: ok\n          content:\n            application/json:\n              schema:\n                type: object\n                required: [id, name]\n                properties:\n                  id: {type: integer}\n                  name: {type: string}\n              example: {id: seven}\n";
+
+#[tokio::test]
+async fn prism_honours_the_mock_settings_of_the_spec() {
+    let Some(prism) = support::oracles::tool("METAHOOKS_PRISM") else {
+        return;
+    };
+    // Defaults: the example as written (flagged, not refused), with CORS headers.
+    let (status, headers, body) =
+        serve_and_fetch(&prism, json!({"definition": SLOPPY}), "/items/7").await;
+    assert_eq!((status, body), (200, json!({"id": "seven"})));
+    assert!(headers.contains_key("sl-violations"));
+    assert!(headers.contains_key("access-control-allow-origin"));
+
+    // errorOnViolations: the broken example becomes an error; cors: false drops the headers.
+    let (status, headers, _) = serve_and_fetch(
+        &prism,
+        json!({"definition": SLOPPY, "mock": {"errorOnViolations": true, "cors": false}}),
+        "/items/7",
+    )
+    .await;
+    assert_eq!(status, 500);
+    assert!(!headers.contains_key("access-control-allow-origin"));
+
+    // dynamic with a seed: generated from the schema, not the example, and the same on
+    // every start.
+    let dynamic = json!({"definition": SLOPPY, "mock": {"dynamic": true, "seed": "s1"}});
+    let (status, _, first) = serve_and_fetch(&prism, dynamic.clone(), "/items/7").await;
+    let (_, _, again) = serve_and_fetch(&prism, dynamic, "/items/7").await;
+    assert_eq!(status, 200);
+    assert!(first["id"].is_i64() && first["name"].is_string(), "{first}");
+    assert_eq!(first, again);
 }

@@ -145,6 +145,7 @@ enum Fault {
     DropsChildOnSecondCall,
     FlipsStatus,
     NeverFinalizes,
+    ResyncStorm,
 }
 
 struct Broken {
@@ -176,6 +177,7 @@ async fn broken_sync(State(hook): State<Arc<Broken>>, Json(request): Json<Value>
                 answer = json!({"status": {}, "children": [], "finalized": false});
             }
         }
+        Fault::ResyncStorm => answer["resyncAfterSeconds"] = json!(0.1),
     }
     Json(answer)
 }
@@ -225,6 +227,7 @@ async fn each_fault_of_a_broken_hook_server_is_its_own_finding() {
         (Fault::DropsChildOnSecondCall, "ChildDropped"),
         (Fault::FlipsStatus, "StatusNeverSettles"),
         (Fault::NeverFinalizes, "FinalizeNeverCompletes"),
+        (Fault::ResyncStorm, "ResyncStorm"),
     ];
     for (fault, rule) in cases {
         let base = broken_server(fault).await;

@@ -778,13 +778,22 @@ impl Emulator {
                     (None, _) => None,
                 };
             let group = groups.entry(type_key).or_insert_with(|| json!({}));
-            for (key, object) in &self.objects {
-                if key.0 != api_version || key.1 != kind {
-                    continue;
-                }
-                if listed.is_some_and(|ns| ns != key.2) {
-                    continue;
-                }
+            // Keys sort by (apiVersion, kind, namespace, name): list only the range of
+            // this type (and namespace), not the whole cluster.
+            let start: Key = (
+                api_version.clone(),
+                kind.clone(),
+                listed.unwrap_or_default().to_owned(),
+                String::new(),
+            );
+            let in_range = |key: &Key| {
+                key.0 == api_version && key.1 == kind && listed.is_none_or(|ns| ns == key.2)
+            };
+            for (key, object) in self
+                .objects
+                .range(start..)
+                .take_while(|(key, _)| in_range(key))
+            {
                 if names.as_ref().is_some_and(|n| !n.contains(&key.3.as_str())) {
                     continue;
                 }

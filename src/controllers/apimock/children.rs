@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::definition::Format;
-use super::spec::{ApiMockSpec, ExternalTrafficPolicy, ServiceType};
+use super::spec::{ApiMockSpec, ExternalTrafficPolicy, MockSpec, ServiceType};
 use crate::error::HookError;
 
 /// Pod-template annotation holding the definition's SHA-256: an edit changes the
@@ -154,24 +154,20 @@ pub fn deployment(plan: &Plan<'_>) -> Deployment {
 
 /// Prism is started with the image's own entrypoint (`prism`), so the arguments are
 /// exactly what `prism` takes on the command line; the local end-to-end test runs them.
-pub fn mock_args(spec_file: &str) -> Vec<String> {
-    [
-        "mock",
-        "-h",
-        "0.0.0.0",
-        "-p",
-        &MOCK_PORT.to_string(),
-        spec_file,
-    ]
-    .map(str::to_owned)
-    .to_vec()
+pub fn mock_args(spec_file: &str, mock: Option<&MockSpec>) -> Vec<String> {
+    let mut args: Vec<String> = ["mock", "-h", "0.0.0.0", "-p", &MOCK_PORT.to_string()]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(mock.map(MockSpec::prism_flags).unwrap_or_default());
+    args.push(spec_file.to_owned());
+    args
 }
 
 fn mock_container(plan: &Plan<'_>, spec_file: &str) -> Container {
     Container {
         name: "mock".to_owned(),
         image: Some(plan.image.to_owned()),
-        args: Some(mock_args(spec_file)),
+        args: Some(mock_args(spec_file, plan.spec.mock.as_ref())),
         ports: Some(vec![ContainerPort {
             name: Some("http".to_owned()),
             container_port: MOCK_PORT,

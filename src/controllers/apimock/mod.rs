@@ -162,16 +162,13 @@ impl CompositeHooks for ApiMock {
             docs_image: &self.docs_image,
         };
         let children = self.children(&plan)?;
-        let url = format!(
-            "http://{name}.{namespace}.svc:{}",
-            children::service_port(&spec)
-        );
+        let urls = Urls::of(name, namespace, &spec);
         let mut response = answer(
             validated,
             Some(&served),
             Some(&served.sha256),
             rollout,
-            Some(url),
+            Some(urls),
             parent,
             &now,
         );
@@ -218,6 +215,7 @@ impl ApiMock {
                 &spec.replicas,
                 &spec.docs,
                 &spec.resources,
+                &spec.mock,
             ),
         );
         let encoded = serde_json::to_vec(&inputs)
@@ -276,12 +274,38 @@ fn saturated() -> HookError {
     )
 }
 
+/// Where the mock answers: in the cluster, and through the Ingress when there is one.
+struct Urls {
+    cluster: String,
+    external: Option<String>,
+}
+
+impl Urls {
+    fn of(name: &str, namespace: &str, spec: &spec::ApiMockSpec) -> Urls {
+        let external = spec.ingress.as_ref().map(|ingress| {
+            let scheme = if ingress.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{}{}", ingress.hostname, ingress.path)
+        });
+        Urls {
+            cluster: format!(
+                "http://{name}.{namespace}.svc:{}",
+                children::service_port(spec)
+            ),
+            external,
+        }
+    }
+}
+
 fn answer(
     validated: Decided,
     served: Option<&Analysis>,
     serving: Option<&str>,
     rollout: Rollout,
-    url: Option<String>,
+    urls: Option<Urls>,
     parent: &Value,
     now: &str,
 ) -> CompositeResponse {
@@ -303,7 +327,8 @@ fn answer(
             serving,
             definition,
             rollout,
-            url,
+            external_url: urls.as_ref().and_then(|u| u.external.clone()),
+            url: urls.map(|u| u.cluster),
         },
         parent,
         now,

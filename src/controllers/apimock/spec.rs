@@ -24,6 +24,8 @@ use serde_json::Value;
     status = "ApiMockStatus",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"URL","type":"string","jsonPath":".status.url"}"#,
+    printcolumn = r#"{"name":"External","type":"string","priority":1,"jsonPath":".status.externalUrl"}"#,
+    printcolumn = r#"{"name":"Operations","type":"integer","jsonPath":".status.definition.operations"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -54,6 +56,77 @@ pub struct ApiMockSpec {
     /// Resources of the mock container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// How the mock answers (Prism's options); unset fields keep Prism's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mock: Option<MockSpec>,
+}
+
+/// Mock behaviour, mapped onto `prism mock` flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MockSpec {
+    /// Generate responses from the schemas instead of returning examples (`--dynamic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<bool>,
+    /// Seed for generated responses, so they are the same on every call (`--seed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub seed: Option<String>,
+    /// A request or response that breaks the definition (an example that does not match
+    /// its own schema, too) gets an error response instead of a best-effort answer
+    /// carrying an `sl-violations` header (`--errors`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_on_violations: Option<bool>,
+    /// CORS headers on every response (Prism's default: on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<bool>,
+    /// Answer as if the definition had no examples (`--ignoreExamples`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_examples: Option<bool>,
+}
+
+impl MockSpec {
+    /// The `prism mock` flags this asks for; none for Prism's defaults, so existing CRs
+    /// render exactly as before.
+    pub fn prism_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if self.dynamic == Some(true) {
+            flags.push("--dynamic".to_owned());
+        }
+        if let Some(seed) = &self.seed {
+            flags.push(format!("--seed={seed}"));
+        }
+        if self.error_on_violations == Some(true) {
+            flags.push("--errors".to_owned());
+        }
+        if self.cors == Some(false) {
+            flags.push("--cors=false".to_owned());
+        }
+        if self.ignore_examples == Some(true) {
+            flags.push("--ignoreExamples".to_owned());
+        }
+        flags
+    }
+
+    /// A seed must be a short printable word: it becomes a command-line argument.
+    ///
+    /// # Errors
+    /// A sentence naming `spec.mock.seed` and what is wrong with it.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(seed) = &self.seed {
+            let printable = seed
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            let starts_well = seed.starts_with(|c: char| c.is_ascii_alphanumeric());
+            if seed.len() > 64 || !printable || !starts_well {
+                return Err(
+                    "spec.mock.seed: use 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+                        .to_owned(),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 fn default_watch() -> Option<bool> {
@@ -181,6 +254,9 @@ pub struct ApiMockStatus {
     /// In-cluster URL of the mock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// URL through the Ingress, when one is requested (https when it has TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_url: Option<String>,
     /// What the served definition is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition: Option<DefinitionStatus>,
@@ -205,5 +281,49 @@ pub struct DefinitionStatus {
 
 /// Reads the spec of a parent object, naming the field that is wrong.
 pub fn parse_spec(parent: &Value) -> Result<ApiMockSpec, String> {
-    crate::controllers::common::spec::parse(parent)
+    let spec: ApiMockSpec = crate::controllers::common::spec::parse(parent)?;
+    if let Some(mock) = &spec.mock {
+        mock.check()?;
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod mock_tests {
+    use super::*;
+
+    #[test]
+    fn unset_mock_settings_add_no_prism_flag() {
+        assert!(MockSpec::default().prism_flags().is_empty());
+        let all = MockSpec {
+            dynamic: Some(true),
+            seed: Some("s1".to_owned()),
+            error_on_violations: Some(true),
+            cors: Some(false),
+            ignore_examples: Some(true),
+        };
+        assert_eq!(
+            all.prism_flags(),
+            [
+                "--dynamic",
+                "--seed=s1",
+                "--errors",
+                "--cors=false",
+                "--ignoreExamples"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_seed_that_is_not_a_short_word_is_refused_naming_the_field() {
+        let spec =
+            |seed: &str| serde_json::json!({"spec": {"definition": "x", "mock": {"seed": seed}}});
+        assert!(parse_spec(&spec("abc-1.2_3")).is_ok());
+        for bad in ["", "two words", "--errors", &"x".repeat(65)] {
+            let error = parse_spec(&spec(bad)).err().unwrap_or_default();
+            assert!(error.starts_with("spec.mock.seed"), "{bad:?}: {error}");
+        }
+        let unknown = serde_json::json!({"spec": {"definition": "x", "mock": {"dynamc": true}}});
+        assert!(parse_spec(&unknown).is_err_and(|e| e.contains("spec.mock")));
+    }
 }

@@ -73,6 +73,7 @@ pub struct Facts<'a> {
     pub definition: Option<DefinitionStatus>,
     pub rollout: Rollout,
     pub url: Option<String>,
+    pub external_url: Option<String>,
 }
 
 pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
@@ -155,6 +156,9 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
     if let Some(object) = status.as_object_mut() {
         if let Some(url) = facts.url {
             object.insert("url".to_owned(), json!(url));
+        }
+        if let Some(url) = facts.external_url {
+            object.insert("externalUrl".to_owned(), json!(url));
         }
         if let Some(definition) = facts.definition {
             object.insert("definition".to_owned(), json!(definition));
