@@ -173,7 +173,29 @@ fn the_crd_declares_status_subresource_and_observed_generation() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(columns, ["Phase", "URL", "Ready", "Age"]);
+    assert_eq!(
+        columns,
+        ["Phase", "URL", "External", "Operations", "Ready", "Age"]
+    );
+    // Every plain `.status.a.b` column points at a field the status schema declares.
+    let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"];
+    for column in version["additionalPrinterColumns"].as_array().unwrap() {
+        let path = column["jsonPath"].as_str().unwrap();
+        let Some(fields) = path.strip_prefix(".status.") else {
+            continue;
+        };
+        if fields.contains('[') {
+            continue;
+        }
+        let mut schema = status;
+        for field in fields.split('.') {
+            schema = &schema["properties"][field];
+            assert!(
+                !schema.is_null(),
+                "column {column} names an undeclared field"
+            );
+        }
+    }
 }
 
 /// Why we may accept a document the oracle refuses: the only known cause is the regex
