@@ -4,17 +4,18 @@
 # `metahooks emulate` against 1 and then 3 `metahooks serve` replicas called round-robin.
 #
 #   scripts/scale.sh [APIMOCKS] [MONITORED] [REPOS] [SECONDS] [REPLICA_COUNTS]
-#   defaults:          10000       2000       20      120       "1 3"
+#   defaults:          10000       2000       20      0         "1 3"
 #
 # For each replica count it prints rounds and wall time to convergence, hook calls per
 # parent, warm answer times, git requests per repository per poll interval (10 s of real
 # time: the source engine polls on the real clock, the emulator's clock is simulated), each
 # replica's peak RSS, and whether the final objects equal those of the first run (they
 # must: which replica answered may not matter). SECONDS of simulated time are run after
-# converging. Needs git, python3, curl.
+# converging (each resync round costs about as much as a converging one: at the default
+# size that is ~15 s per round per replica count). Needs git, python3, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-apimocks="${1:-10000}"; monitored="${2:-2000}"; repos="${3:-20}"; seconds="${4:-120}"
+apimocks="${1:-10000}"; monitored="${2:-2000}"; repos="${3:-20}"; seconds="${4:-0}"
 replica_counts="${5:-1 3}"
 interval=10
 
