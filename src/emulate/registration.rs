@@ -293,3 +293,78 @@ pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> Result<&'a str, Str
         .and_then(Value::as_str)
         .ok_or_else(|| format!("missing {pointer}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn kinds_come_from_builtins_crds_and_objects() {
+        let mut kinds = Kinds::default();
+        assert_eq!(kinds.kind_of("deployments").ok(), Some("Deployment"));
+        assert!(
+            kinds
+                .kind_of("widgets")
+                .is_err_and(|e| e.contains("widgets"))
+        );
+        kinds.learn(&json!({"kind": "CustomResourceDefinition",
+            "spec": {"names": {"plural": "widgets", "kind": "Widget"}}}));
+        assert_eq!(kinds.kind_of("widgets").ok(), Some("Widget"));
+        for (kind, plural) in [
+            ("Thing", "things"),
+            ("Policy", "policies"),
+            ("Gateway", "gateways"),
+            ("Box", "boxes"),
+            ("Batch", "batches"),
+        ] {
+            kinds.learn(&json!({"kind": kind}));
+            assert_eq!(kinds.kind_of(plural).ok(), Some(kind), "{plural}");
+        }
+    }
+
+    #[test]
+    fn strict_decoding_follows_version_unless_the_mode_says_otherwise() {
+        let kinds = Kinds::default();
+        let registration = |sync: Value| {
+            Registration::parse(
+                json!({"kind": "CompositeController", "metadata": {"name": "c"},
+                       "spec": {"parentResource": {"apiVersion": "v1", "resource": "configmaps"},
+                                "resyncPeriodSeconds": 30, "hooks": {"sync": sync}}}),
+                &kinds,
+            )
+        };
+        let strict = |sync: Value| {
+            registration(sync)
+                .ok()
+                .and_then(|r| r.hooks.get(&HookName::Sync).map(|h| h.strict))
+        };
+        assert_eq!(
+            strict(json!({"version": "v2", "webhook": {"url": "http://h/s"}})),
+            Some(true)
+        );
+        assert_eq!(
+            strict(json!({"webhook": {"url": "http://h/s"}})),
+            Some(false)
+        );
+        assert_eq!(
+            strict(
+                json!({"version": "v2", "webhook": {"url": "http://h/s", "responseUnMarshallMode": "loose"}})
+            ),
+            Some(false)
+        );
+        let parsed = registration(json!({"webhook": {"url": "http://h:8080/c/sync"}}));
+        assert_eq!(
+            parsed.as_ref().ok().map(|r| r.resync_period_seconds),
+            Some(Some(30.0))
+        );
+        assert_eq!(
+            parsed
+                .ok()
+                .and_then(|r| r.hooks.get(&HookName::Sync).map(|h| h.path.clone())),
+            Some("/c/sync".to_owned())
+        );
+        assert!(registration(json!({"version": "v2"})).is_err_and(|e| e.contains("webhook")));
+    }
+}

@@ -277,3 +277,52 @@ pub fn stored_key(object: &Value) -> Key {
     }
     key
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn documents_are_sorted_into_registrations_and_objects() {
+        let registration = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "CompositeController", "metadata": {"name": "things"},
+            "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
+                     "hooks": {"sync": {"webhook": {"url": "http://h/things/sync"}}}}});
+        let thing =
+            json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "a"}});
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [thing.clone(), thing]});
+        let input = sort_documents(vec![
+            ("r.yaml".to_owned(), registration),
+            ("l.yaml".to_owned(), list),
+            ("empty.yaml".to_owned(), Value::Null),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(input.registrations.len(), 1);
+        assert_eq!(input.objects.len(), 2);
+        // The registration's resource was learnt from the Thing objects.
+        assert_eq!(input.registrations[0].parents[0].1, "Thing");
+    }
+
+    #[test]
+    fn a_bad_document_is_refused_naming_its_file() {
+        let error = sort_documents(vec![(
+            "bad.yaml".to_owned(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "annotations": {"a": 1}}}),
+        )])
+        .err()
+        .unwrap_or_default();
+        assert!(
+            error.starts_with("bad.yaml: ") && error.contains("metadata.annotations"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn built_in_registrations_parse() {
+        let registrations = built_in_registrations(&Kinds::default()).unwrap_or_default();
+        let names: Vec<&str> = registrations.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+    }
+}
