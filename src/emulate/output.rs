@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::cluster::{Emulator, describe};
+use super::objects::owner_uid;
 use super::story::Summary;
 use super::{Key, key_of};
 
@@ -99,13 +100,6 @@ fn write_objects(out: &mut String, emulator: &Emulator) {
             let _ = writeln!(out, "    └ {}", headline(child));
         }
     }
-}
-
-fn owner_uid(object: &Value) -> Option<String> {
-    object
-        .pointer("/metadata/ownerReferences/0/uid")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
 }
 
 /// `Kind ns/name  Cond=True(Reason) …` or, for workloads, their ready replicas.

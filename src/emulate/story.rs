@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::Key;
 use super::cluster::{Emulator, describe};
 use super::findings::Rule;
 use super::registration::{Kinds, Registration};
-use super::{Key, key_of};
 
 /// The registrations metahooks ships (manifests/controllers), used when the input has none.
 pub const BUILT_IN_REGISTRATIONS: [&str; 3] = [
@@ -267,15 +267,6 @@ async fn delete_parents(emulator: &mut Emulator, plan: &Plan) -> Result<(), Stri
         }
     }
     Ok(())
-}
-
-/// The key of an object as the emulator stores it (namespace defaulted).
-pub fn stored_key(object: &Value) -> Key {
-    let mut key = key_of(object);
-    if key.2.is_empty() && key.1 != "Namespace" {
-        key.2 = "default".to_owned();
-    }
-    key
 }
 
 #[cfg(test)]
