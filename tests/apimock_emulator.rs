@@ -160,3 +160,132 @@ async fn invalid_from_the_start_creates_nothing_and_settles() {
             .is_none()
     );
 }
+
+const ROOT: &str = "openapi: 3.0.3\ninfo: {title: Shop, version: '1'}\npaths:\n  /items:\n    get:\n      responses:\n        '200':\n          description: ok\n          content:\n            application/json:\n              schema: {$ref: 'schemas/item.yaml'}\n";
+
+fn shop_hash(emulator: &Emulator) -> Option<String> {
+    emulator
+        .get("apps/v1", "Deployment", "team-a", "shop")?
+        .pointer("/spec/template/metadata/annotations/apimock.metahooks.io~1definition-sha256")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn shop(emulator: &Emulator) -> Value {
+    emulator
+        .get("apirator.io/v1alpha1", "APIMock", "team-a", "shop")
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn settle(h: &mut support::SourceHarness, what: &str, done: impl Fn(&Emulator) -> bool) {
+    support::emulator::settle(&mut h.emulator, &h.fetcher, "APIMock", what, done).await;
+}
+
+/// A multi-file definition in a real git repository served by `git daemon` on loopback:
+/// the root and the schema it refers to are bundled; a commit to that schema rolls the
+/// mock, commits to files it does not reach (in its directory or elsewhere) do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_from_git_rolls_only_when_a_reached_file_changes() {
+    use support::servers::{GitDaemon, Repo};
+    let repo = Repo::new();
+    repo.commit(&[
+        ("api/openapi.yaml", ROOT),
+        (
+            "api/schemas/item.yaml",
+            "type: object\nproperties:\n  id: {type: integer}\n",
+        ),
+        ("api/schemas/unused.yaml", "type: string\n"),
+        ("docs/readme.md", "first\n"),
+    ]);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = support::source_harness(support::loopback_policy(&["git"])).await;
+    h.emulator.apply(json!({
+        "apiVersion": "apirator.io/v1alpha1",
+        "kind": "APIMock",
+        "metadata": {"name": "shop", "namespace": "team-a"},
+        "spec": {"definitionFrom": {"git": {"url": daemon.url(), "ref": "main", "path": "api"}}},
+    }));
+    settle(&mut h, "first fetch", |e| {
+        shop_hash(e).is_some() && shop(e)["status"]["phase"] == "Running"
+    })
+    .await;
+    let first = shop_hash(&h.emulator).unwrap();
+    let config_map = h.emulator.get("v1", "ConfigMap", "team-a", "shop").unwrap();
+    let keys: Vec<&String> = config_map["data"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["openapi.yaml", "schemas__item.yaml"]);
+    let status = shop(&h.emulator)["status"].clone();
+    assert_eq!(status["source"], format!("git {} main:/api", daemon.url()));
+    let revision = status["revision"].as_str().unwrap().to_owned();
+    assert!(revision.starts_with("main@sha1:"), "{status}");
+    let generation = h
+        .emulator
+        .get("apps/v1", "Deployment", "team-a", "shop")
+        .unwrap()["metadata"]["generation"]
+        .clone();
+
+    // Commits that reach no bundled file: a new revision, the same mock.
+    repo.commit(&[
+        ("docs/readme.md", "second\n"),
+        ("api/schemas/unused.yaml", "type: integer\n"),
+    ]);
+    h.fetcher.expire();
+    let seen = revision.clone();
+    settle(&mut h, "unrelated commit", move |e| {
+        shop(e)["status"]["revision"] != seen.as_str()
+    })
+    .await;
+    assert_eq!(shop_hash(&h.emulator).unwrap(), first);
+    assert_eq!(
+        h.emulator
+            .get("apps/v1", "Deployment", "team-a", "shop")
+            .unwrap()["metadata"]["generation"],
+        generation
+    );
+
+    // A commit to the referenced schema rolls the mock.
+    repo.commit(&[(
+        "api/schemas/item.yaml",
+        "type: object\nproperties:\n  id: {type: integer}\n  name: {type: string}\n",
+    )]);
+    h.fetcher.expire();
+    let before = first.clone();
+    settle(&mut h, "schema commit", move |e| {
+        shop_hash(e).is_some_and(|hash| hash != before)
+    })
+    .await;
+    let config_map = h.emulator.get("v1", "ConfigMap", "team-a", "shop").unwrap();
+    assert!(
+        config_map["data"]["schemas__item.yaml"]
+            .as_str()
+            .unwrap()
+            .contains("name")
+    );
+
+    // A commit that breaks a reference keeps the last good mock and says why.
+    let good = shop_hash(&h.emulator).unwrap();
+    repo.commit(&[(
+        "api/openapi.yaml",
+        &ROOT.replace("schemas/item.yaml", "schemas/gone.yaml"),
+    )]);
+    h.fetcher.expire();
+    settle(&mut h, "broken reference", |e| {
+        shop(e)["status"]["phase"] == "Error"
+    })
+    .await;
+    assert_eq!(shop_hash(&h.emulator).unwrap(), good);
+    let validated = shop(&h.emulator)["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Validated")
+        .cloned()
+        .unwrap();
+    assert_eq!(validated["reason"], "InvalidReference", "{validated}");
+    assert!(
+        validated["message"]
+            .as_str()
+            .unwrap()
+            .contains("schemas/gone.yaml")
+    );
+}

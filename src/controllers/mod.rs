@@ -12,6 +12,8 @@ pub mod monitoredservice;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -23,7 +25,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
     DecoratorResponse, Hook,
 };
-use crate::source::{NoSources, Sources};
+use crate::source::{NoSources, SourceRequest, SourceState, Sources};
 
 /// Server-wide settings controllers read (from `serve`/`render` flags).
 #[derive(Debug, Clone)]
@@ -307,8 +309,23 @@ impl Registry {
                 result: Ok(answer.1.clone()),
             };
         }
-        let outcome = self.dispatch_to(entry, hook, body, ctx);
-        if let (Some(key), Ok(bytes)) = (memo_key, &outcome.result) {
+        let Some(key) = memo_key else {
+            return self.dispatch_to(entry, hook, body, ctx);
+        };
+        // An answer that read a source depends on more than the request (an APIMock
+        // with `definitionFrom.git`): it is not remembered.
+        let noting = Arc::new(NotingSources {
+            inner: ctx.sources.clone(),
+            looked: AtomicBool::new(false),
+        });
+        let noted = Context {
+            sources: noting.clone(),
+            ..ctx.clone()
+        };
+        let outcome = self.dispatch_to(entry, hook, body, &noted);
+        if let Ok(bytes) = &outcome.result
+            && !noting.looked.load(Ordering::Relaxed)
+        {
             self.answers
                 .insert(key, Arc::new((outcome.parent.clone(), bytes.clone())));
         }
@@ -342,6 +359,19 @@ impl Registry {
                 |r| d.finalize(r, ctx),
             ),
         }
+    }
+}
+
+/// The context's sources, noting whether a call looked anything up.
+struct NotingSources {
+    inner: Arc<dyn Sources>,
+    looked: AtomicBool,
+}
+
+impl Sources for NotingSources {
+    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
+        self.looked.store(true, Ordering::Relaxed);
+        self.inner.lookup(request, interval)
     }
 }
 

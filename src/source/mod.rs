@@ -12,6 +12,7 @@
 
 pub mod connect_guard;
 pub mod disk;
+pub mod fake;
 pub mod fetcher;
 pub mod git;
 pub mod http;

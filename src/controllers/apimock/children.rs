@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, KeyToPath,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
     SecurityContext, Service, ServicePort, ServiceSpec as K8sServiceSpec, TCPSocketAction, Volume,
     VolumeMount,
@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::bundle::Bundle;
 use super::definition::Format;
 use super::spec::{ApiMockSpec, ExternalTrafficPolicy, MockSpec, ServiceType};
 use crate::error::HookError;
@@ -28,6 +29,16 @@ use crate::error::HookError;
 /// Pod-template annotation holding the definition's SHA-256: an edit changes the
 /// template, so the Deployment rolls (APIrator never restarted pods, weakness W5).
 pub const DEFINITION_HASH_ANNOTATION: &str = "apimock.metahooks.io/definition-sha256";
+/// On the ConfigMap of a definition read from a source: the source's revision, so a
+/// replica that has not fetched yet still reports what runs.
+pub const REVISION_ANNOTATION: &str = "apimock.metahooks.io/revision";
+/// On the ConfigMap of a definition read from git: when the commit was made, so replicas
+/// agree which of two copies of a ref is the newer one.
+pub const SOURCE_TIME_ANNOTATION: &str = "apimock.metahooks.io/source-time";
+/// On the ConfigMap of a multi-file definition: the root document's path.
+pub const ROOT_ANNOTATION: &str = "apimock.metahooks.io/root";
+/// On the ConfigMap of a multi-file definition: key → path, for the keys that differ.
+pub const PATHS_ANNOTATION: &str = "apimock.metahooks.io/paths";
 pub const MOCK_PORT: i32 = 4010;
 pub const DOCS_PORT: i32 = 8080;
 pub const DEFAULT_SERVICE_PORT: i32 = 8000;
@@ -37,12 +48,33 @@ const SPEC_DIR: &str = "/spec";
 pub struct Plan<'a> {
     pub name: &'a str,
     pub spec: &'a ApiMockSpec,
-    /// The definition text actually served (the spec's, or the last good one).
-    pub definition: &'a str,
-    pub format: Format,
+    /// The definition actually served (the spec's or the source's, or the last good one).
+    pub served: Served<'a>,
     pub sha256: &'a str,
+    /// The source's revision of what is served, for definitions read from a source.
+    pub revision: Option<&'a str>,
+    /// When the source made that revision (seconds since the epoch; git only).
+    pub made_at: Option<i64>,
     pub image: &'a str,
     pub docs_image: &'a str,
+}
+
+/// One document (as written in the spec, or one file read from a source), or a root
+/// document with the files it refers to.
+#[derive(Clone, Copy)]
+pub enum Served<'a> {
+    Text { text: &'a str, format: Format },
+    Bundle(&'a Bundle),
+}
+
+impl Served<'_> {
+    /// The root document's path under the mount.
+    pub fn root_path(&self) -> &str {
+        match self {
+            Served::Text { format, .. } => format.file_name(),
+            Served::Bundle(bundle) => &bundle.root,
+        }
+    }
 }
 
 pub fn labels(name: &str) -> BTreeMap<String, String> {
@@ -91,18 +123,61 @@ fn to_value<T: Serialize>(object: &T) -> Result<Value, HookError> {
 }
 
 pub fn config_map(plan: &Plan<'_>) -> ConfigMap {
+    let mut annotations = BTreeMap::new();
+    if let Some(revision) = plan.revision {
+        annotations.insert(REVISION_ANNOTATION.to_owned(), revision.to_owned());
+    }
+    if let Some(at) = plan
+        .made_at
+        .and_then(|at| jiff::Timestamp::from_second(at).ok())
+    {
+        annotations.insert(SOURCE_TIME_ANNOTATION.to_owned(), at.to_string());
+    }
+    let data = match plan.served {
+        Served::Text { text, format } => {
+            BTreeMap::from([(format.file_name().to_owned(), text.to_owned())])
+        }
+        Served::Bundle(bundle) => {
+            annotations.insert(ROOT_ANNOTATION.to_owned(), bundle.root.clone());
+            let renamed: BTreeMap<String, &str> =
+                bundle.keys().filter(|(key, path)| key != path).collect();
+            if !renamed.is_empty() {
+                // A map of strings always serialises.
+                let paths = serde_json::to_string(&renamed).unwrap_or_default();
+                annotations.insert(PATHS_ANNOTATION.to_owned(), paths);
+            }
+            bundle
+                .keys()
+                .filter_map(|(key, path)| Some((key, bundle.files.get(path)?.clone())))
+                .collect()
+        }
+    };
     ConfigMap {
-        metadata: metadata(plan.name, None),
-        data: Some(BTreeMap::from([(
-            plan.format.file_name().to_owned(),
-            plan.definition.to_owned(),
-        )])),
+        metadata: metadata(plan.name, Some(annotations)),
+        data: Some(data),
         ..ConfigMap::default()
     }
 }
 
+/// Every file at its path: ConfigMap keys cannot hold the slashes of `schemas/pet.yaml`.
+fn volume_items(served: Served<'_>) -> Option<Vec<KeyToPath>> {
+    let Served::Bundle(bundle) = served else {
+        return None;
+    };
+    Some(
+        bundle
+            .keys()
+            .map(|(key, path)| KeyToPath {
+                key,
+                path: path.to_owned(),
+                mode: None,
+            })
+            .collect(),
+    )
+}
+
 pub fn deployment(plan: &Plan<'_>) -> Deployment {
-    let spec_file = format!("{SPEC_DIR}/{}", plan.format.file_name());
+    let spec_file = format!("{SPEC_DIR}/{}", plan.served.root_path());
     let mut containers = vec![mock_container(plan, &spec_file)];
     if docs_enabled(plan.spec) {
         containers.push(docs_container(plan, &spec_file));
@@ -132,6 +207,7 @@ pub fn deployment(plan: &Plan<'_>) -> Deployment {
                         name: "definition".to_owned(),
                         config_map: Some(ConfigMapVolumeSource {
                             name: plan.name.to_owned(),
+                            items: volume_items(plan.served),
                             ..ConfigMapVolumeSource::default()
                         }),
                         ..Volume::default()

@@ -137,7 +137,14 @@ fn check_nesting(text: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-fn sniff_format(text: &str) -> Format {
+/// Any document of a definition (a referenced file too) parsed as YAML or JSON by its
+/// first character, within the same bounds as the root document.
+pub(super) fn parse_document(text: &str) -> Result<Value, Invalid> {
+    check_nesting(text)?;
+    parse(text, sniff_format(text))
+}
+
+pub(super) fn sniff_format(text: &str) -> Format {
     match text.trim_start().as_bytes().first() {
         Some(b'{' | b'[') => Format::Json,
         _ => Format::Yaml,
@@ -283,7 +290,7 @@ impl Default for Memo {
     }
 }
 
-type MemoKey = [u8; 32];
+pub type MemoKey = [u8; 32];
 
 /// Definitions above this size are validated in one of a few "heavy" slots: validating a
 /// near-limit document takes ~170 MiB for a moment, so peak memory follows the number of
@@ -379,6 +386,18 @@ impl Memo {
         });
         self.analyses.insert(key, analysis.clone());
         Some(analysis)
+    }
+
+    /// An analysis remembered under `key` (a caller's own hash of what it analysed).
+    pub fn remembered(&self, key: &MemoKey) -> Option<Arc<Analysis>> {
+        self.analyses.get(key)
+    }
+
+    /// Remembers `analysis` under `key`.
+    pub fn remember(&self, key: MemoKey, analysis: Analysis) -> Arc<Analysis> {
+        let analysis = Arc::new(analysis);
+        self.analyses.insert(key, analysis.clone());
+        analysis
     }
 
     #[cfg(test)]

@@ -5,8 +5,11 @@
 //! the observed ConfigMap — and reports status from the observed Deployment. `finalize`
 //! asks for no children and completes once they are gone, whatever the spec holds.
 
+pub mod bundle;
 pub mod children;
 pub mod definition;
+mod held;
+mod origin;
 pub mod spec;
 mod status;
 mod validate;
@@ -15,17 +18,22 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use self::children::Plan;
+use self::children::{Plan, REVISION_ANNOTATION};
 use self::definition::{Analysis, Memo};
+use self::origin::{Candidate, Origin};
 use self::spec::DefinitionStatus;
-use self::status::{Facts, Rollout};
+use self::status::{Facts, Rollout, SourceFacts};
 use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::controllers::common::names::check_dns1035_label;
+use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
-use crate::protocol::{CompositeRequest, CompositeResponse, object_name};
+use crate::protocol::{
+    CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, RelatedResourceRule,
+    object_name, object_namespace,
+};
 
 /// Stoplight Prism 5, pinned to the version the end-to-end test runs.
 pub const DEFAULT_MOCK_IMAGE: &str = "stoplight/prism:5.14.2";
@@ -39,6 +47,8 @@ pub struct ApiMock {
     /// last answer, and building four objects through typed structs costs more than
     /// parsing them.
     built: BoundedMemo<[u8; 32], Arc<Vec<Value>>>,
+    /// Definitions read from source snapshots, by source, revision and root.
+    read_memo: BoundedMemo<[u8; 32], origin::Read>,
 }
 
 /// Children sets the memo is sized for.
@@ -67,6 +77,11 @@ impl ApiMock {
             docs_image: settings.docs_image.clone(),
             memo: Memo::default(),
             built: BoundedMemo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
+            read_memo: BoundedMemo::weighted(
+                origin::READ_ENTRIES,
+                origin::READ_BYTES,
+                origin::read_weight,
+            ),
         }
     }
 }
@@ -78,82 +93,78 @@ impl CompositeHooks for ApiMock {
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
         let parent = &request.parent;
-        let now = format_time(ctx.now);
         let name = object_name(parent).unwrap_or_default();
-        let namespace = parent
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        let observed_deployment = request.children.find("Deployment", "apps/v1", None, name);
-        let rollout = Rollout::observe(observed_deployment);
+        let namespace = object_namespace(parent).unwrap_or("default");
+        let call = Call {
+            request,
+            name,
+            now: format_time(ctx.now),
+            rollout: Rollout::observe(request.children.find("Deployment", "apps/v1", None, name)),
+        };
 
         if let Err(invalid) = check_dns1035_label(name) {
-            let validated = Decided::new(
-                "Validated",
+            let message = format!("metadata.name cannot name the mock's Service: {invalid}");
+            return Ok(call.keep_running(
+                Decided::new("Validated", false, "InvalidName", message),
+                None,
                 false,
-                "InvalidName",
-                format!("metadata.name cannot name the mock's Service: {invalid}"),
-            );
-            let mut response = answer(validated, None, None, rollout, None, parent, &now);
-            response.children = Some(observed_children(&request.children));
-            return Ok(response);
+            ));
         }
         let spec = match spec::parse_spec(parent) {
             Ok(spec) => spec,
             Err(problem) => {
                 let validated = Decided::new("Validated", false, "InvalidSpec", problem);
-                let kept = observed_children(&request.children);
-                let serving = rollout.served_sha256.clone();
-                let mut response = answer(
-                    validated,
-                    None,
-                    serving.as_deref(),
-                    rollout,
-                    None,
-                    parent,
-                    &now,
-                );
-                response.children = Some(kept);
-                return Ok(response);
+                return Ok(call.keep_running(validated, None, true));
             }
         };
-
-        let wanted = self.analysis(&spec.definition, ctx)?;
-        let (served, served_text, validated) = match &wanted.outcome {
-            Ok(summary) => {
-                let plural = if summary.operations == 1 { "" } else { "s" };
-                let message = format!(
-                    "{} {} with {} operation{plural} is a valid definition",
-                    summary.title, summary.version, summary.operations
-                );
-                (
-                    Some(wanted.clone()),
-                    Some(spec.definition.as_str()),
-                    Decided::new("Validated", true, "ValidDefinition", message),
-                )
-            }
-            Err(invalid) => {
-                let last_good = self.last_good_definition(request, name, ctx)?;
-                let validated =
-                    Decided::new("Validated", false, invalid.reason, invalid.message.clone());
-                match last_good {
-                    Some((analysis, text)) => (Some(analysis), Some(text), validated),
-                    None => (None, None, validated),
-                }
+        let origin = match origin::origin(&spec, &request.related, namespace, name) {
+            Ok(origin) => origin,
+            Err((reason, message)) => {
+                let validated = Decided::new("Validated", false, reason, message);
+                return Ok(call.keep_running(validated, None, true));
             }
         };
-        let (Some(served), Some(served_text)) = (served, served_text) else {
+        let reading = self.read(&origin, &request.related, namespace, ctx);
+        let decision = self.decide(&call, &reading, ctx)?;
+        let mut resync_seconds = reading.resync_seconds;
+        let mut fetched = reading.fetched;
+        if decision.behind
+            && let (Origin::Fetched { request, .. }, Some(served)) = (&origin, &decision.served)
+        {
+            // Another replica has already read a newer copy of the same ref: keep it,
+            // and refresh this server's copy now rather than at the next interval.
+            let _ = ctx.sources.lookup(request, std::time::Duration::ZERO);
+            resync_seconds = origin::PENDING_RESYNC_SECONDS;
+            fetched = Some(Decided::new(
+                "Fetched",
+                true,
+                "Fetched",
+                format!(
+                    "running {}, read more recently than this server's copy; refreshing",
+                    served.revision.as_deref().unwrap_or("unknown")
+                ),
+            ));
+        }
+        let source = origin::describe(&origin)
+            .zip(fetched)
+            .map(|(description, fetched)| SourceFacts {
+                awaiting: fetched.reason == "FetchPending" && decision.served.is_none(),
+                fetched,
+                description,
+                revision: decision.served.as_ref().and_then(|s| s.revision.clone()),
+            });
+        let Some(served) = decision.served else {
             // Nothing valid to build from: whatever exists stays as it is.
-            let mut response = answer(validated, None, None, rollout, None, parent, &now);
-            response.children = Some(observed_children(&request.children));
-            return Ok(response);
+            let response = call.keep_running(decision.validated, source, false);
+            return Ok(response.with_resync_after(resync_seconds));
         };
         let plan = Plan {
             name,
             spec: &spec,
-            definition: served_text,
-            format: served.format,
-            sha256: &served.sha256,
+            served: served.files(),
+            sha256: &served.analysis.sha256,
+            revision: served.revision.as_deref(),
+            made_at: served.made_at,
             image: spec
                 .image
                 .as_deref()
@@ -163,17 +174,19 @@ impl CompositeHooks for ApiMock {
         };
         let children = self.children(&plan)?;
         let urls = Urls::of(name, namespace, &spec);
-        let mut response = answer(
-            validated,
-            Some(&served),
-            Some(&served.sha256),
-            rollout,
-            Some(urls),
-            parent,
-            &now,
-        );
+        let facts = Facts {
+            validated: decision.validated,
+            serving: Some(&served.analysis.sha256),
+            definition: definition_status(&served.analysis),
+            rollout: call.rollout.clone(),
+            url: Some(urls.cluster),
+            external_url: urls.external,
+            source,
+        };
+        let mut response =
+            CompositeResponse::new(status::compute(facts, parent, &call.now), Vec::new());
         response.children = Some(children);
-        Ok(response)
+        Ok(response.with_resync_after(resync_seconds))
     }
 
     fn finalize(
@@ -189,6 +202,36 @@ impl CompositeHooks for ApiMock {
             .with_finalized(request.children.is_empty()))
     }
 
+    /// The ConfigMap of `definitionFrom.configMapKeyRef` and the Secret of a source's
+    /// `secretRef`, each by name in the APIMock's namespace only.
+    fn customize(&self, request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
+        let namespace = object_namespace(&request.parent).unwrap_or("default");
+        let Ok(spec) = spec::parse_spec(&request.parent) else {
+            return Ok(CustomizeResponse::default());
+        };
+        let named = |resource: &str, name: &str| RelatedResourceRule {
+            api_version: "v1".to_owned(),
+            resource: resource.to_owned(),
+            names: Some(vec![name.to_owned()]),
+            namespace: Some(namespace.to_owned()),
+            ..RelatedResourceRule::default()
+        };
+        let mut rules = Vec::new();
+        if let Some(key_ref) = spec
+            .definition_from
+            .as_ref()
+            .and_then(|from| from.config_map_key_ref.as_ref())
+        {
+            rules.push(named("configmaps", &key_ref.name));
+        }
+        if let Some(secret) = origin::secret_name(&spec) {
+            rules.push(named("secrets", secret));
+        }
+        Ok(CustomizeResponse {
+            related_resources: rules,
+        })
+    }
+
     fn honours_cheap_only(&self) -> bool {
         true
     }
@@ -198,15 +241,168 @@ impl CompositeHooks for ApiMock {
     }
 }
 
+/// What one sync call knows before it decides anything.
+struct Call<'r> {
+    request: &'r CompositeRequest,
+    name: &'r str,
+    now: String,
+    rollout: Rollout,
+}
+
+impl Call<'_> {
+    /// An answer that leaves every observed child as it is, reporting `validated`.
+    /// `serving_observed`: the observed Deployment still serves what it served.
+    fn keep_running(
+        &self,
+        validated: Decided,
+        source: Option<SourceFacts>,
+        serving_observed: bool,
+    ) -> CompositeResponse {
+        let serving = self
+            .rollout
+            .served_sha256
+            .clone()
+            .filter(|_| serving_observed);
+        let facts = Facts {
+            validated,
+            serving: serving.as_deref(),
+            definition: None,
+            rollout: self.rollout.clone(),
+            url: None,
+            external_url: None,
+            source,
+        };
+        let mut response = CompositeResponse::new(
+            status::compute(facts, &self.request.parent, &self.now),
+            Vec::new(),
+        );
+        response.children = Some(observed_children(&self.request.children));
+        response
+    }
+}
+
+/// The definition the children are built from, and the verdict on the wanted one.
+struct Decision<'r> {
+    validated: Decided,
+    served: Option<Served<'r>>,
+    /// What runs is newer than this server's copy of the source.
+    behind: bool,
+}
+
+/// A valid definition and where it came from.
+struct Served<'r> {
+    analysis: Arc<Analysis>,
+    candidate: Candidate<'r>,
+    revision: Option<String>,
+    made_at: Option<i64>,
+}
+
+impl Served<'_> {
+    fn files(&self) -> children::Served<'_> {
+        match &self.candidate {
+            Candidate::Text(text) => children::Served::Text {
+                text,
+                format: self.analysis.format,
+            },
+            Candidate::Bundle(bundle) if bundle.is_single() => children::Served::Text {
+                text: bundle.root_text(),
+                format: self.analysis.format,
+            },
+            Candidate::Bundle(bundle) => children::Served::Bundle(bundle),
+        }
+    }
+}
+
 impl ApiMock {
+    /// Serve the wanted definition when it is valid and not older than what runs; else
+    /// the last good one still held in the observed ConfigMap.
+    fn decide<'r>(
+        &self,
+        call: &Call<'r>,
+        reading: &origin::Reading<'r>,
+        ctx: &Context,
+    ) -> Result<Decision<'r>, HookError> {
+        let wanted = match &reading.candidate {
+            Some(Ok(candidate)) => Ok((candidate, self.analysis_of(candidate, ctx)?)),
+            Some(Err(invalid)) => Err(Some(invalid.clone())),
+            None => Err(None),
+        };
+        let invalid = match wanted {
+            Ok((candidate, analysis)) => match &analysis.outcome {
+                Ok(summary) => {
+                    let validated =
+                        Decided::new("Validated", true, "ValidDefinition", valid_message(summary));
+                    let fresh = Served {
+                        analysis: analysis.clone(),
+                        candidate: candidate.clone(),
+                        revision: reading.revision.clone(),
+                        made_at: reading.made_at,
+                    };
+                    let running = match reading.revision {
+                        Some(_) => self.last_good(call, ctx)?,
+                        None => None,
+                    };
+                    return Ok(match running {
+                        Some(running) if newer_than(&running, &fresh) => Decision {
+                            validated,
+                            served: Some(running),
+                            behind: true,
+                        },
+                        _ => Decision {
+                            validated,
+                            served: Some(fresh),
+                            behind: false,
+                        },
+                    });
+                }
+                Err(invalid) => Some(invalid.clone()),
+            },
+            Err(invalid) => invalid,
+        };
+        let last_good = self.last_good(call, ctx)?;
+        let validated = match (invalid, &last_good) {
+            (Some(invalid), _) => Decided::new("Validated", false, invalid.reason, invalid.message),
+            (None, Some(running)) => match &running.analysis.outcome {
+                Ok(summary) => Decided::new(
+                    "Validated",
+                    true,
+                    "ValidDefinition",
+                    format!(
+                        "{} (the last one read; its source has not answered since)",
+                        valid_message(summary)
+                    ),
+                ),
+                Err(_) => Decided::new(
+                    "Validated",
+                    false,
+                    "NoDefinition",
+                    "no definition has been read yet",
+                ),
+            },
+            (None, None) => Decided::new(
+                "Validated",
+                false,
+                "NoDefinition",
+                "no definition has been read yet",
+            ),
+        };
+        Ok(Decision {
+            validated,
+            served: last_good,
+            behind: false,
+        })
+    }
+
     /// `children::build`, memoised on the inputs it reads: the name, the served
-    /// definition's hash and format, the images, and every spec field but the definition.
+    /// definition's hash, root path and revision, the images, and every spec field but
+    /// the definition.
     fn children(&self, plan: &Plan<'_>) -> Result<Vec<Value>, HookError> {
         let spec = plan.spec;
         let inputs = (
             plan.name,
             plan.sha256,
-            plan.format.file_name(),
+            plan.served.root_path(),
+            plan.revision,
             plan.image,
             plan.docs_image,
             (
@@ -230,27 +426,72 @@ impl ApiMock {
     }
 
     /// The definition held in the observed ConfigMap, if it is one we can serve.
-    fn last_good_definition<'r>(
+    fn last_good<'r>(
         &self,
-        request: &'r CompositeRequest,
-        name: &str,
+        call: &Call<'r>,
         ctx: &Context,
-    ) -> Result<Option<(Arc<Analysis>, &'r str)>, HookError> {
-        let Some(data) = request
+    ) -> Result<Option<Served<'r>>, HookError> {
+        let Some(config_map) = call
+            .request
             .children
-            .find("ConfigMap", "v1", None, name)
-            .and_then(|config_map| config_map.get("data"))
+            .find("ConfigMap", "v1", None, call.name)
         else {
             return Ok(None);
         };
-        let Some(text) = [definition::Format::Yaml, definition::Format::Json]
-            .iter()
-            .find_map(|format| data.get(format.file_name()).and_then(Value::as_str))
-        else {
+        let Some(candidate) = held::candidate(config_map) else {
             return Ok(None);
         };
-        let analysis = self.analysis(text, ctx)?;
-        Ok(analysis.outcome.is_ok().then_some((analysis, text)))
+        let analysis = self.analysis_of(&candidate, ctx)?;
+        Ok(analysis.outcome.is_ok().then(|| Served {
+            analysis,
+            candidate,
+            revision: held::annotation(config_map, REVISION_ANNOTATION).map(str::to_owned),
+            made_at: held::made_at(config_map),
+        }))
+    }
+
+    /// The memoised analysis of a definition, of one file or several.
+    fn analysis_of(
+        &self,
+        candidate: &Candidate<'_>,
+        ctx: &Context,
+    ) -> Result<Arc<Analysis>, HookError> {
+        match candidate {
+            Candidate::Text(text) => self.analysis(text, ctx),
+            Candidate::Bundle(bundle) if bundle.is_single() => {
+                self.analysis(bundle.root_text(), ctx)
+            }
+            Candidate::Bundle(bundle) => {
+                let key = *blake3::Hasher::new()
+                    .update(b"bundle\0")
+                    .update(&bundle.encoded())
+                    .finalize()
+                    .as_bytes();
+                if let Some(hit) = self.memo.remembered(&key) {
+                    return Ok(hit);
+                }
+                if ctx.cheap_only {
+                    return Err(HookError::NeedsBlockingPool);
+                }
+                let root = self.analysis(bundle.root_text(), ctx)?;
+                let outcome = match (&root.outcome, bundle::recheck(bundle)) {
+                    (Ok(summary), Ok(elsewhere)) => Ok(definition::Summary {
+                        operations: summary.operations.saturating_add(elsewhere),
+                        ..summary.clone()
+                    }),
+                    (Err(invalid), _) => Err(invalid.clone()),
+                    (_, Err(invalid)) => Err(invalid),
+                };
+                Ok(self.memo.remember(
+                    key,
+                    Analysis {
+                        sha256: bundle.sha256(),
+                        format: root.format,
+                        outcome,
+                    },
+                ))
+            }
+        }
     }
 
     /// The memoised analysis of a definition. Validating one not seen before is the only
@@ -263,6 +504,45 @@ impl ApiMock {
             .analyze_by(text, ctx.deadline)
             .ok_or_else(saturated)
     }
+}
+
+/// True when what runs came from the same ref of the source, later than `fresh`.
+fn newer_than(running: &Served<'_>, fresh: &Served<'_>) -> bool {
+    let (Some(running_revision), Some(fresh_revision)) = (&running.revision, &fresh.revision)
+    else {
+        return false;
+    };
+    running_is_newer(
+        Seen {
+            revision: fresh_revision,
+            made_at: fresh.made_at,
+        },
+        Seen {
+            revision: running_revision,
+            made_at: running.made_at,
+        },
+    )
+}
+
+fn valid_message(summary: &definition::Summary) -> String {
+    let plural = if summary.operations == 1 { "" } else { "s" };
+    format!(
+        "{} {} with {} operation{plural} is a valid definition",
+        summary.title, summary.version, summary.operations
+    )
+}
+
+fn definition_status(analysis: &Analysis) -> Option<DefinitionStatus> {
+    analysis
+        .outcome
+        .as_ref()
+        .ok()
+        .map(|summary| DefinitionStatus {
+            version: summary.version.clone(),
+            title: summary.title.clone(),
+            operations: summary.operations,
+            sha256: analysis.sha256.clone(),
+        })
 }
 
 /// No heavy-validation slot came free before the call's deadline (the server has answered
@@ -298,42 +578,6 @@ impl Urls {
             external,
         }
     }
-}
-
-fn answer(
-    validated: Decided,
-    served: Option<&Analysis>,
-    serving: Option<&str>,
-    rollout: Rollout,
-    urls: Option<Urls>,
-    parent: &Value,
-    now: &str,
-) -> CompositeResponse {
-    let definition = served.and_then(|analysis| {
-        analysis
-            .outcome
-            .as_ref()
-            .ok()
-            .map(|summary| DefinitionStatus {
-                version: summary.version.clone(),
-                title: summary.title.clone(),
-                operations: summary.operations,
-                sha256: analysis.sha256.clone(),
-            })
-    });
-    let status = status::compute(
-        Facts {
-            validated,
-            serving,
-            definition,
-            rollout,
-            external_url: urls.as_ref().and_then(|u| u.external.clone()),
-            url: urls.map(|u| u.cluster),
-        },
-        parent,
-        now,
-    );
-    CompositeResponse::new(status, Vec::new())
 }
 
 #[cfg(test)]
@@ -393,3 +637,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod sync_tests;

@@ -9,6 +9,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::controllers::common::source_spec::{HttpSource, SecretRef};
+use crate::source::Location;
+
 /// An OpenAPI document served by a mock server.
 #[derive(CustomResource, Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[kube(
@@ -25,14 +28,24 @@ use serde_json::Value;
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"URL","type":"string","jsonPath":".status.url"}"#,
     printcolumn = r#"{"name":"External","type":"string","priority":1,"jsonPath":".status.externalUrl"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","priority":1,"jsonPath":".status.revision"}"#,
     printcolumn = r#"{"name":"Operations","type":"integer","jsonPath":".status.definition.operations"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.definition) && size(self.definition) > 0) != has(self.definitionFrom)",
+    "message": "set exactly one of spec.definition and spec.definitionFrom"
+}]))]
 pub struct ApiMockSpec {
     /// The OpenAPI document (Swagger 2.0, OpenAPI 3.0.x or 3.1.x) as YAML or JSON text.
+    /// Set this or `definitionFrom`, not both.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub definition: String,
+    /// Where to read the definition from instead: git, HTTP or a ConfigMap key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_from: Option<DefinitionFrom>,
     /// The Service in front of the mock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
@@ -127,6 +140,72 @@ impl MockSpec {
         }
         Ok(())
     }
+}
+
+/// A definition kept outside the CR. Exactly one of `git`, `http` and `configMapKeyRef`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DefinitionFrom {
+    /// A file, or a directory holding a root document and the files its relative
+    /// `$ref`s name, in a git repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitDefinition>,
+    /// One document over HTTP(S).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpSource>,
+    /// A key of a ConfigMap in the APIMock's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<ConfigMapKeyRef>,
+    /// How often git and HTTP sources are polled, in seconds (default 60, minimum 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10))]
+    pub interval_seconds: Option<u32>,
+}
+
+impl DefinitionFrom {
+    pub fn interval_seconds(&self) -> u64 {
+        u64::from(self.interval_seconds.unwrap_or(60).max(10))
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitDefinition {
+    /// Repository URL (https).
+    pub url: String,
+    /// Branch, tag or commit; the remote's HEAD when unset.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The document, or the directory that holds it and the files it refers to
+    /// (default: the repository's root directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The root document inside a directory `path`; by default the first of
+    /// openapi.yaml, openapi.yml, openapi.json, swagger.yaml, swagger.yml, swagger.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// Secret with `username`/`password` or `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+impl GitDefinition {
+    pub fn location(&self) -> Location {
+        Location::Git {
+            url: self.url.clone(),
+            reference: self.reference.clone().filter(|r| !r.is_empty()),
+            path: self.path.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigMapKeyRef {
+    /// A ConfigMap in the APIMock's namespace (not the mock's own).
+    pub name: String,
+    /// The key of `data` holding the document.
+    pub key: String,
 }
 
 fn default_watch() -> Option<bool> {
@@ -260,6 +339,13 @@ pub struct ApiMockStatus {
     /// What the served definition is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition: Option<DefinitionStatus>,
+    /// Where the served definition came from, with `spec.definitionFrom`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The source's revision of the served definition (git: `<ref>@sha1:<commit>`,
+    /// HTTP: `sha256:<hash>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

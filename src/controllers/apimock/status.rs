@@ -74,6 +74,19 @@ pub struct Facts<'a> {
     pub rollout: Rollout,
     pub url: Option<String>,
     pub external_url: Option<String>,
+    /// For a definition read from `spec.definitionFrom`: how the last read went.
+    pub source: Option<SourceFacts>,
+}
+
+/// Where the definition came from and how reading it went.
+pub struct SourceFacts {
+    pub fetched: Decided,
+    /// The origin as status names it.
+    pub description: String,
+    /// The revision of the served definition.
+    pub revision: Option<String>,
+    /// Nothing has been read yet and nothing failed: the phase is Pending, not Error.
+    pub awaiting: bool,
 }
 
 pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
@@ -102,7 +115,15 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
         )
     };
     let current = facts.serving.is_some() && rollout.served_sha256.as_deref() == facts.serving;
-    let ready = if facts.serving.is_none() {
+    let awaiting = facts.source.as_ref().is_some_and(|s| s.awaiting);
+    let ready = if facts.serving.is_none() && awaiting {
+        Decided::new(
+            "Ready",
+            false,
+            "NoMock",
+            "no mock is running yet: the definition is still being read from its source",
+        )
+    } else if facts.serving.is_none() {
         Decided::new(
             "Ready",
             false,
@@ -110,11 +131,16 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
             "no mock is running: the definition has never been valid",
         )
     } else if !valid {
+        let fix = if facts.source.is_some() {
+            "the definition at its source"
+        } else {
+            "spec.definition"
+        };
         Decided::new(
             "Ready",
             false,
             "DefinitionInvalid",
-            "the last valid definition is still served; fix spec.definition to roll the new one",
+            format!("the last valid definition is still served; fix {fix} to roll the new one"),
         )
     } else if rollout.available && rollout.settled && current {
         Decided::new(
@@ -131,7 +157,9 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
             "the mock Deployment is rolling out the current definition",
         )
     };
-    let phase = if !valid {
+    let phase = if awaiting && facts.serving.is_none() {
+        "Pending"
+    } else if !valid {
         "Error"
     } else if rollout.available && facts.serving.is_some() {
         "Running"
@@ -141,12 +169,16 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
     let generation = parent
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);
-    let settled: Vec<Condition> = conditions::settle(
-        vec![facts.validated, available, ready],
-        &conditions::observed(parent),
-        now,
-        generation,
-    );
+    let mut decided = vec![facts.validated, available, ready];
+    let (source, revision) = match facts.source {
+        Some(source) => {
+            decided.insert(0, source.fetched);
+            (Some(source.description), source.revision)
+        }
+        None => (None, None),
+    };
+    let settled: Vec<Condition> =
+        conditions::settle(decided, &conditions::observed(parent), now, generation);
     let mut status = json!({
         "phase": phase,
         "conditions": settled,
@@ -162,6 +194,12 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
         }
         if let Some(definition) = facts.definition {
             object.insert("definition".to_owned(), json!(definition));
+        }
+        if let Some(source) = source {
+            object.insert("source".to_owned(), json!(source));
+        }
+        if let Some(revision) = revision {
+            object.insert("revision".to_owned(), json!(revision));
         }
     }
     status

@@ -549,7 +549,7 @@ fn template_parameters(template: &str) -> BTreeSet<String> {
     names
 }
 
-fn percent_decode(text: &str) -> String {
+pub(super) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -5,5 +5,7 @@ pub mod hash;
 pub mod keep;
 pub mod memo;
 pub mod names;
+pub mod revisions;
 pub mod secrets;
+pub mod source_spec;
 pub mod spec;

@@ -27,7 +27,8 @@ use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
-use crate::controllers::common::secrets;
+use crate::controllers::common::revisions::{Seen, running_is_newer};
+use crate::controllers::common::source_spec;
 use crate::controllers::{CompositeHooks, Context};
 use crate::error::HookError;
 use crate::protocol::{
@@ -326,29 +327,18 @@ impl CompositeHooks for MonitoredService {
     }
 }
 
-/// Which config to serve when this server has a valid `fresh` one. Replicas fetch on
-/// their own, so right after a push one may hold the new commit while another still
-/// holds the old one; answers must not go backwards. The running config (read from the
-/// observed ConfigMap) records when the source made it; when it comes from the same ref
-/// and is newer than this server's copy, it is kept and this server is behind (it
-/// refreshes). The decision uses only what every replica sees alike, so replicas with
-/// the same copy give the same answer.
+/// Which config to serve when this server has a valid `fresh` one: the running config
+/// (read from the observed ConfigMap, which records when the source made it) when it is
+/// a newer copy of the same ref ([`running_is_newer`]); this server is then behind.
 fn newest_of(fresh: &Config, running: Option<&Config>) -> (Config, bool) {
-    let same_ref = |a: &Config, b: &Config| {
-        let reference = |c: &Config| c.revision.rsplit_once('@').map(|(r, _)| r.to_owned());
-        reference(a).is_some() && reference(a) == reference(b)
-    };
-    match running {
-        Some(running)
-            if running.revision != fresh.revision
-                && same_ref(running, fresh)
-                && running
-                    .source_time
-                    .zip(fresh.source_time)
-                    .is_some_and(|(theirs, ours)| theirs > ours) =>
-        {
-            (running.clone(), true)
+    fn seen(config: &Config) -> Seen<'_> {
+        Seen {
+            revision: &config.revision,
+            made_at: config.source_time,
         }
+    }
+    match running {
+        Some(running) if running_is_newer(seen(fresh), seen(running)) => (running.clone(), true),
         _ => (fresh.clone(), false),
     }
 }
@@ -387,8 +377,9 @@ fn source_request(
     related: &ObjectMap,
     namespace: &str,
 ) -> Result<Option<SourceRequest>, Problem> {
-    let git = spec.source.as_ref().and_then(|s| s.git.as_ref());
-    let http = spec.source.as_ref().and_then(|s| s.http.as_ref());
+    let source = spec.source.clone().unwrap_or_default();
+    let git = source.git.as_ref();
+    let http = source.http.as_ref();
     let legacy = spec.config_repo.as_ref().filter(|u| !u.is_empty());
     let named =
         usize::from(git.is_some()) + usize::from(http.is_some()) + usize::from(legacy.is_some());
@@ -398,29 +389,21 @@ fn source_request(
             "set only one of spec.source.git, spec.source.http and spec.config_repo".to_owned(),
         ));
     }
-    let credentials = match secret_name(spec) {
-        Some(secret) => Some(secrets::credentials(related, namespace, &secret)?),
-        None => None,
-    };
+    let secret = source
+        .git
+        .as_ref()
+        .and_then(|g| g.secret_ref.as_ref())
+        .or_else(|| http.and_then(|h| h.secret_ref.as_ref()));
     let location = if let Some(git) = git {
-        Location::Git {
-            url: git.url.clone(),
-            reference: git.reference.clone().filter(|r| !r.is_empty()),
-            path: git.path.clone().unwrap_or_default(),
-        }
+        git.location()
     } else if let Some(http) = http {
-        Location::Http {
-            url: http.url.clone(),
-        }
+        http.location()
     } else if let Some(url) = legacy {
         Location::Http { url: url.clone() }
     } else {
         return Ok(None);
     };
-    Ok(Some(SourceRequest {
-        location,
-        credentials,
-    }))
+    source_spec::request(location, secret, related, namespace).map(Some)
 }
 
 /// Snapshot → ConfigMap content in the wanted format, or why it cannot be.

@@ -8,6 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::controllers::common::source_spec::{GitSource, HttpSource, SecretRef};
+
 /// A service whose configuration lives in git or an HTTP file; config changes roll it.
 #[derive(CustomResource, Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[kube(
@@ -75,35 +77,6 @@ pub struct Source {
     pub git: Option<GitSource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpSource>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct GitSource {
-    /// Repository URL (https).
-    pub url: String,
-    /// Branch, tag or commit; the remote's HEAD when unset.
-    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
-    pub reference: Option<String>,
-    /// File or directory inside the repository (default: the root).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    /// Secret with `username`/`password` or `token`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_ref: Option<SecretRef>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct HttpSource {
-    pub url: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_ref: Option<SecretRef>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-pub struct SecretRef {
-    pub name: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]

@@ -1,0 +1,336 @@
+//! Where an APIMock's definition comes from: the spec itself, a key of a ConfigMap
+//! (a related object the customize hook asks for), or a git or HTTP source read through
+//! the source engine, never waiting on the network.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::ApiMock;
+use super::bundle::{self, Bundle};
+use super::definition::Invalid;
+use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom};
+use crate::controllers::Context;
+use crate::controllers::common::conditions::Decided;
+use crate::controllers::common::source_spec::{self, SourceProblem};
+use crate::protocol::ObjectMap;
+use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
+
+/// How soon to ask again while a fetch is still running.
+pub const PENDING_RESYNC_SECONDS: u64 = 2;
+
+/// The spec's answer to "where is the definition?".
+pub enum Origin<'s> {
+    Inline(&'s str),
+    ConfigMap(&'s ConfigMapKeyRef),
+    Fetched {
+        request: SourceRequest,
+        root: Option<&'s str>,
+        interval: u64,
+    },
+}
+
+/// The definition a call has to work with: borrowed from the request, or a bundle read
+/// from a source.
+#[derive(Clone)]
+pub enum Candidate<'r> {
+    Text(&'r str),
+    Bundle(Arc<Bundle>),
+}
+
+/// What the origin gave this call.
+pub struct Reading<'r> {
+    /// The `Fetched` condition; none for a definition written in the spec.
+    pub fetched: Option<Decided>,
+    /// The definition to validate and serve, or why what was read cannot be one.
+    pub candidate: Option<Result<Candidate<'r>, Invalid>>,
+    pub revision: Option<String>,
+    /// When the source made that revision (git only).
+    pub made_at: Option<i64>,
+    /// When to ask again (a fetch in progress, or the polling interval); 0 for never.
+    pub resync_seconds: u64,
+}
+
+impl Reading<'_> {
+    fn fetched(fetched: Decided) -> Self {
+        Reading {
+            fetched: Some(fetched),
+            candidate: None,
+            revision: None,
+            made_at: None,
+            resync_seconds: 0,
+        }
+    }
+}
+
+/// Reads `spec.definition` / `spec.definitionFrom` (exactly one), with the credentials
+/// of a source's Secret.
+///
+/// # Errors
+/// Both or neither are set, `definitionFrom` names no source or several, the ConfigMap
+/// named is the mock's own, or the Secret is missing or unusable.
+pub fn origin<'s>(
+    spec: &'s ApiMockSpec,
+    related: &ObjectMap,
+    namespace: &str,
+    name: &str,
+) -> Result<Origin<'s>, SourceProblem> {
+    let Some(from) = &spec.definition_from else {
+        if spec.definition.is_empty() {
+            return Err((
+                "InvalidSpec",
+                "set spec.definition (the document) or spec.definitionFrom (where to read it)"
+                    .to_owned(),
+            ));
+        }
+        return Ok(Origin::Inline(&spec.definition));
+    };
+    if !spec.definition.is_empty() {
+        return Err((
+            "AmbiguousDefinition",
+            "set only one of spec.definition and spec.definitionFrom".to_owned(),
+        ));
+    }
+    let DefinitionFrom {
+        git,
+        http,
+        config_map_key_ref,
+        ..
+    } = from;
+    let (location, secret, root) = match (git, http, config_map_key_ref) {
+        (Some(git), None, None) => (git.location(), git.secret_ref.as_ref(), git.root.as_deref()),
+        (None, Some(http), None) => (http.location(), http.secret_ref.as_ref(), None),
+        (None, None, Some(key_ref)) if key_ref.name == name => {
+            return Err((
+                "InvalidSpec",
+                format!(
+                    "spec.definitionFrom.configMapKeyRef.name: {name:?} is the mock's own ConfigMap; name the ConfigMap that holds the document"
+                ),
+            ));
+        }
+        (None, None, Some(key_ref)) => return Ok(Origin::ConfigMap(key_ref)),
+        _ => {
+            return Err((
+                "AmbiguousSource",
+                "spec.definitionFrom: set exactly one of git, http and configMapKeyRef".to_owned(),
+            ));
+        }
+    };
+    let request = source_spec::request(location, secret, related, namespace)?;
+    Ok(Origin::Fetched {
+        request,
+        root,
+        interval: from.interval_seconds(),
+    })
+}
+
+/// The Secret named by `spec.definitionFrom`, for the customize hook.
+pub fn secret_name(spec: &ApiMockSpec) -> Option<&str> {
+    let from = spec.definition_from.as_ref()?;
+    from.git
+        .as_ref()
+        .and_then(|git| git.secret_ref.as_ref())
+        .or_else(|| from.http.as_ref().and_then(|http| http.secret_ref.as_ref()))
+        .map(|secret| secret.name.as_str())
+}
+
+/// How status names the origin; URLs without credentials.
+pub fn describe(origin: &Origin<'_>) -> Option<String> {
+    match origin {
+        Origin::Inline(_) => None,
+        Origin::ConfigMap(key_ref) => {
+            Some(format!("ConfigMap {}, key {}", key_ref.name, key_ref.key))
+        }
+        Origin::Fetched { request, .. } => Some(match &request.location {
+            Location::Git {
+                url,
+                reference,
+                path,
+            } => format!(
+                "git {} {}:/{}",
+                redact_url(url),
+                reference.as_deref().unwrap_or("HEAD"),
+                path.trim_start_matches('/')
+            ),
+            Location::Http { url } => redact_url(url),
+        }),
+    }
+}
+
+/// Snapshot bundles the memo is sized for, and the bytes of text it may hold.
+pub const READ_ENTRIES: u64 = 512;
+pub const READ_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A snapshot turned into a definition, or why it cannot be one.
+pub type Read = Arc<Result<Arc<Bundle>, Invalid>>;
+
+pub fn read_weight(_key: &[u8; 32], read: &Read) -> u64 {
+    let bytes = read.as_ref().as_ref().map_or(0, |bundle| bundle.bytes());
+    (bytes + 256) as u64
+}
+
+impl ApiMock {
+    /// What `origin` holds for this call. Never waits: a source not fetched yet is
+    /// pending, and the engine fetches it in the background.
+    pub(super) fn read<'r>(
+        &self,
+        origin: &Origin<'r>,
+        related: &'r ObjectMap,
+        namespace: &str,
+        ctx: &Context,
+    ) -> Reading<'r> {
+        match origin {
+            Origin::Inline(text) => Reading {
+                fetched: None,
+                candidate: Some(Ok(Candidate::Text(text))),
+                revision: None,
+                made_at: None,
+                resync_seconds: 0,
+            },
+            Origin::ConfigMap(key_ref) => read_config_map(key_ref, related, namespace),
+            Origin::Fetched {
+                request,
+                root,
+                interval,
+            } => {
+                let state = ctx.sources.lookup(request, Duration::from_secs(*interval));
+                let resync_seconds = if state.pending {
+                    PENDING_RESYNC_SECONDS
+                } else {
+                    *interval
+                };
+                let fetched = match (&state.snapshot, &state.error) {
+                    (_, Some(error)) => {
+                        Decided::new("Fetched", false, error.reason(), error.to_string())
+                    }
+                    (Some(snapshot), None) => Decided::new(
+                        "Fetched",
+                        true,
+                        "Fetched",
+                        format!("fetched {}", snapshot.revision),
+                    ),
+                    (None, None) => Decided::new(
+                        "Fetched",
+                        false,
+                        "FetchPending",
+                        "the first fetch of the definition is in progress",
+                    ),
+                };
+                let candidate = state.snapshot.as_deref().map(|snapshot| {
+                    let read = self.bundle_of(request, snapshot, *root);
+                    match read.as_ref() {
+                        Ok(bundle) => Ok(Candidate::Bundle(bundle.clone())),
+                        Err(invalid) => Err(invalid.clone()),
+                    }
+                });
+                Reading {
+                    fetched: Some(fetched),
+                    revision: state.snapshot.as_ref().map(|s| s.revision.clone()),
+                    made_at: state.snapshot.as_ref().and_then(|s| s.made_at),
+                    candidate,
+                    resync_seconds,
+                }
+            }
+        }
+    }
+
+    /// The snapshot's definition, memoised by source, revision and root: a warm sync
+    /// neither copies nor re-parses the files.
+    fn bundle_of(&self, request: &SourceRequest, snapshot: &Snapshot, root: Option<&str>) -> Read {
+        let mut hasher = blake3::Hasher::new();
+        for part in [
+            request.key().as_str(),
+            snapshot.revision.as_str(),
+            root.unwrap_or(""),
+        ] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        let key = *hasher.finalize().as_bytes();
+        self.read_memo
+            .get_or_make(&key, || Arc::new(bundle_from(snapshot, root).map(Arc::new)))
+    }
+}
+
+/// A fetched file, or the root document of a fetched directory and what it reaches.
+fn bundle_from(snapshot: &Snapshot, root: Option<&str>) -> Result<Bundle, Invalid> {
+    if snapshot.single_file {
+        if root.is_some() {
+            return Err(Invalid::new(
+                "InvalidSpec",
+                "definitionFrom.git.root is set but definitionFrom.git.path names a file; drop root, or point path at the directory holding the root document",
+            ));
+        }
+        let Some((name, content)) = snapshot.files.iter().next() else {
+            return Err(Invalid::new("InvalidDocument", "the source holds no file"));
+        };
+        let Content::Text(text) = content else {
+            return Err(Invalid::new(
+                "InvalidDocument",
+                format!("{name} is not UTF-8 text"),
+            ));
+        };
+        return Ok(Bundle::single(
+            super::definition::sniff_format(text).file_name(),
+            text,
+        ));
+    }
+    let root = bundle::choose_root(&snapshot.files, root)?;
+    let (bundle, _) = bundle::gather(&snapshot.files, root)?;
+    if bundle.is_single() {
+        // A root that refers to no other file is served exactly like a single file.
+        let text = bundle.root_text();
+        return Ok(Bundle::single(
+            super::definition::sniff_format(text).file_name(),
+            text,
+        ));
+    }
+    Ok(bundle)
+}
+
+fn read_config_map<'r>(
+    key_ref: &ConfigMapKeyRef,
+    related: &'r ObjectMap,
+    namespace: &str,
+) -> Reading<'r> {
+    let ConfigMapKeyRef { name, key } = key_ref;
+    let Some(config_map) = related.find("ConfigMap", "v1", Some(namespace), name) else {
+        return Reading::fetched(Decided::new(
+            "Fetched",
+            false,
+            "ConfigMapNotFound",
+            format!(
+                "ConfigMap {name:?} does not exist in namespace {namespace:?} (or the apimock controller is registered without its customize hook)"
+            ),
+        ));
+    };
+    let text = config_map
+        .get("data")
+        .and_then(|data| data.get(key.as_str()))
+        .and_then(serde_json::Value::as_str);
+    let Some(text) = text else {
+        let binary = config_map
+            .get("binaryData")
+            .and_then(|data| data.get(key.as_str()))
+            .is_some();
+        let message = if binary {
+            format!(
+                "ConfigMap {name:?} holds {key:?} in binaryData; the definition must be text in data"
+            )
+        } else {
+            format!("ConfigMap {name:?} has no key {key:?} in data")
+        };
+        return Reading::fetched(Decided::new("Fetched", false, "KeyNotFound", message));
+    };
+    Reading {
+        fetched: Some(Decided::new(
+            "Fetched",
+            true,
+            "Fetched",
+            format!("read key {key:?} of ConfigMap {name:?}"),
+        )),
+        candidate: Some(Ok(Candidate::Text(text))),
+        revision: None,
+        made_at: None,
+        resync_seconds: 0,
+    }
+}

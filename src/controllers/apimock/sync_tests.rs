@@ -1,0 +1,443 @@
+//! Every branch of an APIMock sync whose definition comes from `spec.definitionFrom`,
+//! through the registry (request bytes in, answer bytes out) with scripted sources.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::children::{DEFINITION_HASH_ANNOTATION, REVISION_ANNOTATION, ROOT_ANNOTATION};
+use crate::controllers::{ControllerSettings, Registry};
+use crate::protocol::Hook;
+use crate::source::FetchError;
+use crate::source::fake::FakeSources;
+
+const URL: &str = "https://git.example.com/team/api.git";
+const PETS: &str = "openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths:\n  /pets:\n    get:\n      responses:\n        '200': {description: ok}\n";
+const PETS_V2: &str = "openapi: 3.0.3\ninfo: {title: Pets, version: '2'}\npaths:\n  /pets:\n    get:\n      responses:\n        '200': {description: ok}\n    post:\n      responses:\n        '201': {description: made}\n";
+const ROOT: &str = "openapi: 3.0.3\ninfo: {title: Shop, version: '1'}\npaths:\n  /items:\n    get:\n      responses:\n        '200':\n          description: ok\n          content:\n            application/json:\n              schema: {$ref: 'schemas/item.yaml'}\n  /orders:\n    $ref: 'paths/orders.yaml'\n";
+const ITEM: &str = "type: object\nproperties:\n  id: {type: integer}\n";
+const ORDERS: &str = "get:\n  responses:\n    '200': {description: ok}\n";
+
+struct Harness {
+    registry: Registry,
+    sources: Arc<FakeSources>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let sources = Arc::new(FakeSources::default());
+        Harness {
+            registry: Registry::standard(ControllerSettings::default())
+                .with_sources(sources.clone()),
+            sources,
+        }
+    }
+
+    fn call(&self, hook: Hook, request: &Value) -> Value {
+        let body = serde_json::to_vec(request).unwrap_or_default();
+        let ctx = self.registry.context(jiff::Timestamp::UNIX_EPOCH);
+        let outcome = self.registry.call("apimock", hook, &body, &ctx);
+        match outcome.result {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+            Err(error) => panic!("the hook refused the call: {error}"),
+        }
+    }
+
+    fn sync(&self, spec: Value, children: &[Value]) -> Value {
+        self.call(Hook::Sync, &request(spec, children, json!({})))
+    }
+}
+
+fn request(spec: Value, children: &[Value], related: Value) -> Value {
+    let mut observed = serde_json::Map::new();
+    for child in children {
+        let kind = child["kind"].as_str().unwrap_or_default();
+        let group = if kind == "Deployment" {
+            "apps/v1"
+        } else {
+            "v1"
+        };
+        observed
+            .entry(format!("{kind}.{group}"))
+            .or_insert_with(|| json!({}))[child["metadata"]["name"].as_str().unwrap_or_default()] =
+            child.clone();
+    }
+    json!({
+        "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
+        "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+                   "metadata": {"name": "shop", "namespace": "team", "generation": 1, "uid": "u"},
+                   "spec": spec},
+        "children": observed,
+        "related": related,
+    })
+}
+
+fn git(path: &str) -> Value {
+    json!({"definitionFrom": {"git": {"url": URL, "ref": "main", "path": path}}})
+}
+
+fn child<'a>(answer: &'a Value, kind: &str) -> &'a Value {
+    answer["children"]
+        .as_array()
+        .and_then(|children| children.iter().find(|c| c["kind"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+fn condition<'a>(answer: &'a Value, kind: &str) -> &'a Value {
+    answer["status"]["conditions"]
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+fn template_hash(answer: &Value) -> &Value {
+    &child(answer, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        [DEFINITION_HASH_ANNOTATION]
+}
+
+#[test]
+fn a_first_fetch_in_progress_asks_again_soon_and_builds_nothing() {
+    let harness = Harness::new();
+    let answer = harness.sync(git("api.yaml"), &[]);
+    assert_eq!(answer["children"], json!([]));
+    assert_eq!(answer["status"]["phase"], "Pending");
+    assert_eq!(condition(&answer, "Fetched")["reason"], "FetchPending");
+    assert_eq!(condition(&answer, "Ready")["reason"], "NoMock");
+    assert_eq!(answer["resyncAfterSeconds"], 2);
+    assert_eq!(
+        answer["status"]["source"],
+        format!("git {URL} main:/api.yaml")
+    );
+    assert_eq!(
+        harness.sources.lookups(),
+        [(URL.to_owned(), Duration::from_secs(60))]
+    );
+}
+
+#[test]
+fn a_fetched_file_is_served_like_the_same_text_inline() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:aaa", &[("api.yaml", PETS)], true, Some(100));
+    let fetched = harness.sync(git("api.yaml"), &[]);
+    let inline = harness.sync(json!({"definition": PETS}), &[]);
+    assert_eq!(condition(&fetched, "Fetched")["status"], "True");
+    assert_eq!(fetched["status"]["revision"], "main@sha1:aaa");
+    assert_eq!(
+        fetched["status"]["definition"],
+        inline["status"]["definition"]
+    );
+    assert_eq!(child(&fetched, "Deployment"), child(&inline, "Deployment"));
+    let config_map = child(&fetched, "ConfigMap");
+    assert_eq!(config_map["data"], child(&inline, "ConfigMap")["data"]);
+    assert_eq!(
+        config_map["metadata"]["annotations"][REVISION_ANNOTATION],
+        "main@sha1:aaa"
+    );
+    assert_eq!(fetched["resyncAfterSeconds"], 60);
+    assert!(inline.get("resyncAfterSeconds").is_none());
+}
+
+#[test]
+fn a_directory_is_bundled_and_mounted_file_by_file() {
+    let harness = Harness::new();
+    let files = [
+        ("openapi.yaml", ROOT),
+        ("schemas/item.yaml", ITEM),
+        ("paths/orders.yaml", ORDERS),
+        ("README.md", "# not part of the API"),
+    ];
+    harness
+        .sources
+        .serve(URL, "main@sha1:bbb", &files, false, Some(100));
+    let answer = harness.sync(git("api"), &[]);
+    assert_eq!(
+        condition(&answer, "Validated")["status"],
+        "True",
+        "{}",
+        answer["status"]
+    );
+    assert_eq!(answer["status"]["definition"]["operations"], 2);
+    let config_map = child(&answer, "ConfigMap");
+    let keys: Vec<&String> = config_map["data"]
+        .as_object()
+        .map(|data| data.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        keys,
+        ["openapi.yaml", "paths__orders.yaml", "schemas__item.yaml"]
+    );
+    assert_eq!(
+        config_map["metadata"]["annotations"][ROOT_ANNOTATION],
+        "openapi.yaml"
+    );
+    let pod = &child(&answer, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"][0]["configMap"]["items"],
+        json!([
+            {"key": "openapi.yaml", "path": "openapi.yaml"},
+            {"key": "paths__orders.yaml", "path": "paths/orders.yaml"},
+            {"key": "schemas__item.yaml", "path": "schemas/item.yaml"},
+        ])
+    );
+    let args = pod["containers"][0]["args"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(args.last(), Some(&json!("/spec/openapi.yaml")));
+
+    // Observed as built: the held copy is read back whole when the source fails.
+    let observed = [
+        child(&answer, "ConfigMap").clone(),
+        child(&answer, "Deployment").clone(),
+    ];
+    harness.sources.fail(
+        URL,
+        FetchError::Unreachable {
+            url: URL.to_owned(),
+            detail: "connection refused".to_owned(),
+        },
+    );
+    let failing = harness.sync(git("api"), &observed);
+    assert_eq!(condition(&failing, "Fetched")["reason"], "Unreachable");
+    assert_eq!(template_hash(&failing), template_hash(&answer));
+    assert_eq!(child(&failing, "ConfigMap"), child(&answer, "ConfigMap"));
+}
+
+#[test]
+fn only_a_change_to_a_reached_file_rolls_the_mock() {
+    let harness = Harness::new();
+    let files = |item: &'static str, readme: &'static str| {
+        [
+            ("openapi.yaml", ROOT),
+            ("schemas/item.yaml", item),
+            ("paths/orders.yaml", ORDERS),
+            ("README.md", readme),
+        ]
+    };
+    harness
+        .sources
+        .serve(URL, "main@sha1:c1", &files(ITEM, "one"), false, Some(100));
+    let first = harness.sync(git("api"), &[]);
+    harness
+        .sources
+        .serve(URL, "main@sha1:c2", &files(ITEM, "two"), false, Some(200));
+    let elsewhere = harness.sync(git("api"), &[]);
+    assert_eq!(template_hash(&elsewhere), template_hash(&first));
+    assert_eq!(elsewhere["status"]["revision"], "main@sha1:c2");
+    let edited = "type: object\nproperties:\n  id: {type: integer}\n  name: {type: string}\n";
+    harness
+        .sources
+        .serve(URL, "main@sha1:c3", &files(edited, "two"), false, Some(300));
+    let rolled = harness.sync(git("api"), &[]);
+    assert_ne!(template_hash(&rolled), template_hash(&first));
+}
+
+#[test]
+fn an_invalid_new_revision_keeps_the_last_good_mock() {
+    let harness = Harness::new();
+    harness.sources.serve(
+        URL,
+        "main@sha1:good",
+        &[("api.yaml", PETS)],
+        true,
+        Some(100),
+    );
+    let good = harness.sync(git("api.yaml"), &[]);
+    let observed = [
+        child(&good, "ConfigMap").clone(),
+        child(&good, "Deployment").clone(),
+    ];
+    harness.sources.serve(
+        URL,
+        "main@sha1:bad",
+        &[("api.yaml", "openapi: 9.9.9\n")],
+        true,
+        Some(200),
+    );
+    let answer = harness.sync(git("api.yaml"), &observed);
+    assert_eq!(
+        condition(&answer, "Validated")["reason"],
+        "UnsupportedVersion"
+    );
+    assert_eq!(condition(&answer, "Fetched")["status"], "True");
+    assert_eq!(answer["status"]["phase"], "Error");
+    assert_eq!(template_hash(&answer), template_hash(&good));
+    assert_eq!(answer["status"]["revision"], "main@sha1:good");
+    assert!(
+        condition(&answer, "Ready")["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("at its source"))
+    );
+}
+
+#[test]
+fn a_replica_with_an_older_copy_keeps_the_newer_mock_and_refreshes() {
+    let harness = Harness::new();
+    harness.sources.serve(
+        URL,
+        "main@sha1:new",
+        &[("api.yaml", PETS_V2)],
+        true,
+        Some(200),
+    );
+    let newer = harness.sync(git("api.yaml"), &[]);
+    let observed = [
+        child(&newer, "ConfigMap").clone(),
+        child(&newer, "Deployment").clone(),
+    ];
+
+    let behind = Harness::new();
+    behind
+        .sources
+        .serve(URL, "main@sha1:old", &[("api.yaml", PETS)], true, Some(100));
+    let answer = behind.sync(git("api.yaml"), &observed);
+    assert_eq!(template_hash(&answer), template_hash(&newer));
+    assert_eq!(answer["status"]["revision"], "main@sha1:new");
+    assert_eq!(answer["resyncAfterSeconds"], 2);
+    assert!(
+        behind
+            .sources
+            .lookups()
+            .iter()
+            .any(|(_, interval)| interval.is_zero()),
+        "the replica that is behind refreshes at once"
+    );
+    // Another ref (a pinned tag) is served whatever its age.
+    behind
+        .sources
+        .serve(URL, "v1@sha1:old", &[("api.yaml", PETS)], true, Some(100));
+    let pinned = behind.sync(
+        json!({"definitionFrom": {"git": {"url": URL, "ref": "v1", "path": "api.yaml"}}}),
+        &observed,
+    );
+    assert_eq!(pinned["status"]["revision"], "v1@sha1:old");
+    assert_ne!(template_hash(&pinned), template_hash(&newer));
+}
+
+#[test]
+fn answers_that_read_a_source_are_never_replayed_from_the_memo() {
+    let harness = Harness::new();
+    let first = harness.sync(git("api.yaml"), &[]);
+    assert_eq!(condition(&first, "Fetched")["reason"], "FetchPending");
+    harness
+        .sources
+        .serve(URL, "main@sha1:aaa", &[("api.yaml", PETS)], true, Some(100));
+    let second = harness.sync(git("api.yaml"), &[]);
+    assert_eq!(condition(&second, "Fetched")["reason"], "Fetched");
+}
+
+#[test]
+fn a_config_map_key_is_read_from_the_parents_namespace_only() {
+    let harness = Harness::new();
+    let spec = json!({"definitionFrom": {"configMapKeyRef": {"name": "docs", "key": "api.yaml"}}});
+    let config_map = |namespace: &str, data: Value| {
+        json!({"ConfigMap.v1": {format!("{namespace}/docs"): {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "docs", "namespace": namespace}, "data": data}}})
+    };
+    let good = harness.call(
+        Hook::Sync,
+        &request(
+            spec.clone(),
+            &[],
+            config_map("team", json!({"api.yaml": PETS})),
+        ),
+    );
+    assert_eq!(condition(&good, "Fetched")["status"], "True");
+    assert_eq!(child(&good, "ConfigMap")["data"]["openapi.yaml"], PETS);
+    assert_eq!(good["status"]["source"], "ConfigMap docs, key api.yaml");
+
+    let elsewhere = harness.call(
+        Hook::Sync,
+        &request(
+            spec.clone(),
+            &[],
+            config_map("other", json!({"api.yaml": PETS})),
+        ),
+    );
+    assert_eq!(
+        condition(&elsewhere, "Fetched")["reason"],
+        "ConfigMapNotFound"
+    );
+    assert_eq!(elsewhere["children"], json!([]));
+
+    let observed = [
+        child(&good, "ConfigMap").clone(),
+        child(&good, "Deployment").clone(),
+    ];
+    let missing_key = harness.call(
+        Hook::Sync,
+        &request(
+            spec,
+            &observed,
+            config_map("team", json!({"other.yaml": PETS})),
+        ),
+    );
+    assert_eq!(condition(&missing_key, "Fetched")["reason"], "KeyNotFound");
+    assert_eq!(template_hash(&missing_key), template_hash(&good));
+    assert_eq!(condition(&missing_key, "Validated")["status"], "True");
+}
+
+#[test]
+fn the_spec_names_exactly_one_definition() {
+    let harness = Harness::new();
+    let cases = [
+        (
+            json!({"definition": PETS, "definitionFrom": {"http": {"url": URL}}}),
+            "AmbiguousDefinition",
+        ),
+        (json!({"definitionFrom": {}}), "AmbiguousSource"),
+        (
+            json!({"definitionFrom": {"http": {"url": URL}, "configMapKeyRef": {"name": "a", "key": "b"}}}),
+            "AmbiguousSource",
+        ),
+        (json!({}), "InvalidSpec"),
+        (
+            json!({"definitionFrom": {"configMapKeyRef": {"name": "shop", "key": "openapi.yaml"}}}),
+            "InvalidSpec",
+        ),
+        (
+            json!({"definitionFrom": {"git": {"url": URL, "secretRef": {"name": "creds"}}}}),
+            "SecretNotFound",
+        ),
+    ];
+    for (spec, reason) in cases {
+        let answer = harness.sync(spec.clone(), &[]);
+        assert_eq!(
+            condition(&answer, "Validated")["reason"],
+            reason,
+            "{spec}: {}",
+            answer["status"]
+        );
+        assert_eq!(answer["children"], json!([]), "{spec}");
+    }
+    assert!(harness.sources.lookups().is_empty());
+}
+
+#[test]
+fn customize_asks_for_the_config_map_and_the_secret_by_name_in_the_namespace() {
+    let harness = Harness::new();
+    let customize = |spec: Value| {
+        harness.call(
+            Hook::Customize,
+            &json!({"controller": {}, "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+                "metadata": {"name": "shop", "namespace": "team"}, "spec": spec}}),
+        )
+    };
+    assert_eq!(
+        customize(json!({"definition": PETS}))["relatedResources"],
+        json!([])
+    );
+    assert_eq!(
+        customize(json!({"definitionFrom": {"configMapKeyRef": {"name": "docs", "key": "k"}}}))["relatedResources"],
+        json!([{"apiVersion": "v1", "resource": "configmaps", "names": ["docs"], "namespace": "team"}])
+    );
+    assert_eq!(
+        customize(
+            json!({"definitionFrom": {"http": {"url": URL, "secretRef": {"name": "creds"}}}})
+        )["relatedResources"],
+        json!([{"apiVersion": "v1", "resource": "secrets", "names": ["creds"], "namespace": "team"}])
+    );
+}

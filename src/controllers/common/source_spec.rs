@@ -1,0 +1,81 @@
+//! The spec fields that name a config source (git, HTTP, credentials), shared by every
+//! controller that fetches through the source engine, and their reading into a
+//! [`SourceRequest`].
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::secrets;
+use crate::protocol::ObjectMap;
+use crate::source::{Credentials, Location, SourceRequest};
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitSource {
+    /// Repository URL (https).
+    pub url: String,
+    /// Branch, tag or commit; the remote's HEAD when unset.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// File or directory inside the repository (default: the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Secret with `username`/`password` or `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpSource {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+pub struct SecretRef {
+    pub name: String,
+}
+
+/// Why a spec's source cannot be asked for: a condition reason and a message.
+pub type SourceProblem = (&'static str, String);
+
+impl GitSource {
+    pub fn location(&self) -> Location {
+        Location::Git {
+            url: self.url.clone(),
+            reference: self.reference.clone().filter(|r| !r.is_empty()),
+            path: self.path.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl HttpSource {
+    pub fn location(&self) -> Location {
+        Location::Http {
+            url: self.url.clone(),
+        }
+    }
+}
+
+/// The request for `location`, with the credentials of `secret` read from the related
+/// Secret in the parent's `namespace`.
+///
+/// # Errors
+/// The Secret is missing or holds no usable credentials.
+pub fn request(
+    location: Location,
+    secret: Option<&SecretRef>,
+    related: &ObjectMap,
+    namespace: &str,
+) -> Result<SourceRequest, SourceProblem> {
+    let credentials: Option<Credentials> = match secret {
+        Some(secret) => Some(secrets::credentials(related, namespace, &secret.name)?),
+        None => None,
+    };
+    Ok(SourceRequest {
+        location,
+        credentials,
+    })
+}

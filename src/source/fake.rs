@@ -1,0 +1,92 @@
+//! Sources whose answers a test sets: controllers' fetch branches (pending, failed,
+//! fresh, newer elsewhere) run without a git or HTTP server, and every lookup is noted.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Content, FetchError, Snapshot, SourceRequest, SourceState, Sources};
+
+/// Answers by URL; a URL nobody set is pending (a fetch in progress), as a real engine
+/// answers the first lookup of a remote.
+#[derive(Default)]
+pub struct FakeSources {
+    states: Mutex<BTreeMap<String, SourceState>>,
+    lookups: Mutex<Vec<(String, Duration)>>,
+}
+
+impl FakeSources {
+    /// From now on, lookups of `url` answer `state`.
+    pub fn set(&self, url: &str, state: SourceState) {
+        lock(&self.states).insert(url.to_owned(), state);
+    }
+
+    /// `url` holds these files at `revision` (a directory unless `single_file`).
+    pub fn serve(
+        &self,
+        url: &str,
+        revision: &str,
+        files: &[(&str, &str)],
+        single_file: bool,
+        made_at: Option<i64>,
+    ) {
+        self.set(
+            url,
+            SourceState {
+                snapshot: Some(Arc::new(snapshot(revision, files, single_file, made_at))),
+                error: None,
+                pending: false,
+            },
+        );
+    }
+
+    /// The latest fetch of `url` failed; what was fetched before stays.
+    pub fn fail(&self, url: &str, error: FetchError) {
+        let mut states = lock(&self.states);
+        let state = states.entry(url.to_owned()).or_default();
+        state.error = Some(error);
+        state.pending = false;
+    }
+
+    /// Every lookup so far: the URL and the interval asked for.
+    pub fn lookups(&self) -> Vec<(String, Duration)> {
+        lock(&self.lookups).clone()
+    }
+}
+
+pub fn snapshot(
+    revision: &str,
+    files: &[(&str, &str)],
+    single_file: bool,
+    made_at: Option<i64>,
+) -> Snapshot {
+    Snapshot {
+        revision: revision.to_owned(),
+        files: files
+            .iter()
+            .map(|(path, text)| ((*path).to_owned(), Content::Text((*text).to_owned())))
+            .collect(),
+        single_file,
+        made_at,
+    }
+}
+
+impl Sources for FakeSources {
+    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
+        let url = request.location.url().to_owned();
+        lock(&self.lookups).push((url.clone(), interval));
+        lock(&self.states)
+            .get(&url)
+            .cloned()
+            .unwrap_or(SourceState {
+                pending: true,
+                ..SourceState::default()
+            })
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
