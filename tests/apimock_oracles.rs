@@ -58,10 +58,47 @@ fn emitted_objects() -> Vec<Value> {
                 .unwrap_or_default(),
         );
     }
+    objects.extend(multi_file_children());
     for object in &mut objects {
         object["metadata"]["namespace"] = json!("team-a");
     }
     objects
+}
+
+/// The children of a definition bundled from a git directory (volume items, the root and
+/// paths annotations), which no golden case has: git answers come from the engine.
+fn multi_file_children() -> Vec<Value> {
+    let url = "https://git.example.com/team/shop.git";
+    let sources = std::sync::Arc::new(metahooks::source::fake::FakeSources::default());
+    sources.serve(
+        url,
+        "main@sha1:abc",
+        &[
+            ("openapi.yaml", "openapi: 3.0.3\ninfo: {title: Shop, version: '1'}\npaths:\n  /items:\n    $ref: 'paths/items.yaml'\n"),
+            ("paths/items.yaml", "get:\n  responses:\n    '200': {description: ok}\n"),
+        ],
+        false,
+        Some(1_700_000_000),
+    );
+    let registry = Registry::standard(Default::default()).with_sources(sources);
+    let request = json!({"controller": {}, "children": {}, "related": {}, "finalizing": false,
+        "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+            "metadata": {"name": "shop", "namespace": "team-a", "generation": 1},
+            "spec": {"definitionFrom": {"git": {"url": url, "path": "api"}}, "docs": {"enabled": true}}}});
+    let outcome = registry.call(
+        "apimock",
+        Hook::Sync,
+        &serde_json::to_vec(&request).unwrap(),
+        &registry.context(support::golden_now()),
+    );
+    let response: Value = serde_json::from_slice(&outcome.result.unwrap()).unwrap();
+    let children = response["children"].as_array().cloned().unwrap_or_default();
+    let config_map = children.iter().find(|c| c["kind"] == "ConfigMap").unwrap();
+    assert_eq!(
+        config_map["metadata"]["annotations"]["apimock.metahooks.io/paths"],
+        r#"{"paths__items.yaml":"paths/items.yaml"}"#
+    );
+    children
 }
 
 #[test]

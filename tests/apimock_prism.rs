@@ -11,8 +11,11 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metahooks::controllers::{Context, Registry};
+use std::sync::Arc;
+
+use metahooks::controllers::Registry;
 use metahooks::protocol::Hook;
+use metahooks::source::fake::FakeSources;
 use serde_json::{Value, json};
 
 struct Mock(Child);
@@ -25,22 +28,52 @@ impl Drop for Mock {
 }
 
 fn children_for(spec: Value) -> Vec<Value> {
+    children_with(spec, Arc::new(FakeSources::default()))
+}
+
+/// The children our sync asks for, with `sources` answering any git or HTTP lookup.
+fn children_with(spec: Value, sources: Arc<FakeSources>) -> Vec<Value> {
     let parent = json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
         "metadata": {"name": "e2e", "namespace": "default", "generation": 1}, "spec": spec});
     let request = json!({"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": false});
-    let outcome = Registry::standard(Default::default()).call(
+    let registry = Registry::standard(Default::default()).with_sources(sources);
+    let outcome = registry.call(
         "apimock",
         Hook::Sync,
         &serde_json::to_vec(&request).unwrap(),
-        &Context::at(support::golden_now()),
+        &registry.context(support::golden_now()),
     );
     let response: Value = serde_json::from_slice(&outcome.result.unwrap()).unwrap();
-    assert_eq!(
-        response["status"]["conditions"][0]["status"], "True",
-        "{}",
-        response["status"]
-    );
+    let validated = response["status"]["conditions"]
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|c| c["type"] == "Validated"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(validated["status"], "True", "{}", response["status"]);
     response["children"].as_array().unwrap().clone()
+}
+
+/// The ConfigMap volume as the kubelet lays it out: every key under its own name, or,
+/// when the volume lists items, each listed key at its path.
+fn materialise(config_map: &Value, volume: &Value, dir: &std::path::Path) {
+    let data = config_map["data"].as_object().unwrap();
+    let placed: Vec<(String, String)> = match volume["configMap"]["items"].as_array() {
+        Some(items) => items
+            .iter()
+            .map(|item| {
+                (
+                    item["key"].as_str().unwrap().to_owned(),
+                    item["path"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect(),
+        None => data.keys().map(|key| (key.clone(), key.clone())).collect(),
+    };
+    for (key, path) in placed {
+        let file = dir.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, data[&key].as_str().unwrap()).unwrap();
+    }
 }
 
 async fn serve_and_get(prism: &std::path::Path, definition: &str, path: &str) -> (u16, Value) {
@@ -55,15 +88,22 @@ async fn serve_and_fetch(
     spec: Value,
     path: &str,
 ) -> (u16, reqwest::header::HeaderMap, Value) {
-    let children = children_for(spec);
+    serve_children(prism, children_for(spec), path).await
+}
+
+/// Runs Prism as our Deployment `children` would, and GETs `path`.
+async fn serve_children(
+    prism: &std::path::Path,
+    children: Vec<Value>,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, Value) {
     let config_map = children.iter().find(|c| c["kind"] == "ConfigMap").unwrap();
     let deployment = children.iter().find(|c| c["kind"] == "Deployment").unwrap();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let mount = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    for (file, content) in config_map["data"].as_object().unwrap() {
-        std::fs::write(dir.path().join(file), content.as_str().unwrap()).unwrap();
-    }
+    let volume = &deployment["spec"]["template"]["spec"]["volumes"][0];
+    materialise(config_map, volume, dir.path());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -169,4 +209,54 @@ async fn prism_honours_the_mock_settings_of_the_spec() {
     assert_eq!(status, 200);
     assert!(first["id"].is_i64() && first["name"].is_string(), "{first}");
     assert_eq!(first, again);
+}
+
+/// A multi-file definition as a git directory holds it: the operation's schema and a
+/// whole path item live in other files, which Prism must find beside the root.
+#[tokio::test]
+async fn prism_resolves_a_bundled_multi_file_definition() {
+    let Some(prism) = support::oracles::tool("METAHOOKS_PRISM") else {
+        return;
+    };
+    let url = "https://git.example.com/team/shop.git";
+    let sources = Arc::new(FakeSources::default());
+    sources.serve(
+        url,
+        "main@sha1:abc",
+        &[
+            (
+                "openapi.yaml",
+                "openapi: 3.0.3\ninfo: {title: Shop, version: '1'}\npaths:\n  /pets/{id}:\n    get:\n      parameters:\n        - {name: id, in: path, required: true, schema: {type: integer}}\n      responses:\n        '200':\n          description: ok\n          content:\n            application/json:\n              schema: {$ref: 'schemas/pet.yaml'}\n  /owners:\n    $ref: 'paths/owners.yaml'\n",
+            ),
+            (
+                "schemas/pet.yaml",
+                "type: object\nrequired: [name]\nproperties:\n  name: {type: string}\n  owner: {$ref: './owner.yaml'}\nexample: {name: rex, owner: {name: ann}}\n",
+            ),
+            (
+                "schemas/owner.yaml",
+                "type: object\nproperties:\n  name: {type: string}\n",
+            ),
+            (
+                "paths/owners.yaml",
+                "get:\n  responses:\n    '200':\n      description: ok\n      content:\n        application/json:\n          schema:\n            type: array\n            items: {$ref: '../schemas/owner.yaml'}\n          example: [{name: ann}, {name: bob}]\n",
+            ),
+            ("README.md", "not served"),
+        ],
+        false,
+        Some(1),
+    );
+    let spec = json!({"definitionFrom": {"git": {"url": url, "ref": "main", "path": "shop"}}});
+    let children = children_with(spec, sources);
+    let config_map = children.iter().find(|c| c["kind"] == "ConfigMap").unwrap();
+    assert!(config_map["data"].get("README.md").is_none());
+    let (status, _, pet) = serve_children(&prism, children.clone(), "/pets/1").await;
+    assert_eq!(
+        (status, pet),
+        (200, json!({"name": "rex", "owner": {"name": "ann"}}))
+    );
+    let (status, _, owners) = serve_children(&prism, children, "/owners").await;
+    assert_eq!(
+        (status, owners),
+        (200, json!([{"name": "ann"}, {"name": "bob"}]))
+    );
 }

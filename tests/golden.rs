@@ -455,9 +455,78 @@ async fn build_cases(
             request(version, deleting, empty_children(), true),
         ));
     }
+    cases.extend(definition_from_cases(client, base).await);
     cases.extend(monitoredservice_cases());
     cases.extend(configsync_cases());
     cases
+}
+
+/// `spec.definitionFrom.configMapKeyRef`: the ConfigMap arrives as a related object, so
+/// good, missing and failed reads are all fixed by the request. (Git and HTTP sources
+/// answer from the server's own engine; their branches are unit-tested with scripted
+/// sources and run against a real `git daemon` in `apimock_emulator`.)
+async fn definition_from_cases(
+    client: &reqwest::Client,
+    base: &str,
+) -> Vec<(&'static str, &'static str, Value)> {
+    let spec =
+        json!({"definitionFrom": {"configMapKeyRef": {"name": "pets-api", "key": "openapi.yaml"}}});
+    let holder = |data: Value| {
+        json!({"ConfigMap.v1": {"team-a/pets-api": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "pets-api", "namespace": "team-a", "uid": "uid-pets-api", "resourceVersion": "300"},
+            "data": data}}})
+    };
+    let with_related = |parent: Value, children: Value, related: Value| {
+        let mut request = request("v2", parent, children, false);
+        request["related"] = related;
+        request
+    };
+    let fresh = parent("pets", spec.clone(), 1, None);
+    let good = with_related(
+        fresh.clone(),
+        empty_children(),
+        holder(json!({"openapi.yaml": PETS})),
+    );
+    let (_, first) = post(client, base, "apimock", &good).await;
+    let desired = first["children"].as_array().unwrap().clone();
+    let running = parent("pets", spec.clone(), 1, Some(first["status"].clone()));
+    let token = json!({"definitionFrom": {"http": {"url": "https://api.example.com/pets.yaml", "secretRef": {"name": "api-token"}}}});
+    vec![
+        ("apimock", "definition-from-config-map", good),
+        (
+            "apimock",
+            "definition-from-config-map-not-found",
+            with_related(fresh.clone(), empty_children(), json!({})),
+        ),
+        (
+            "apimock",
+            "definition-from-config-map-key-gone-keeps-running",
+            with_related(
+                running,
+                observed("v2", &fresh, &desired, true),
+                holder(json!({"other.yaml": PETS})),
+            ),
+        ),
+        (
+            "apimock",
+            "definition-and-definition-from",
+            with_related(
+                parent(
+                    "pets",
+                    json!({"definition": PETS, "definitionFrom": spec["definitionFrom"]}),
+                    1,
+                    None,
+                ),
+                empty_children(),
+                json!({}),
+            ),
+        ),
+        (
+            "apimock",
+            "customize-definition-from-http-with-secret",
+            json!({"controller": registration("v2"), "parent": parent("pets", token, 1, None)}),
+        ),
+    ]
 }
 
 fn ms_registration() -> Value {

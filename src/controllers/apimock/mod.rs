@@ -367,10 +367,7 @@ impl ApiMock {
                     "Validated",
                     true,
                     "ValidDefinition",
-                    format!(
-                        "{} (the last one read; its source has not answered since)",
-                        valid_message(summary)
-                    ),
+                    format!("{} (kept from the last good read)", valid_message(summary)),
                 ),
                 Err(_) => Decided::new(
                     "Validated",
