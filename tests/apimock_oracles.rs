@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 fn sync(parent: &Value) -> Value {
     let registry = Registry::standard(Default::default());
-    let request = json!({"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": false});
+    let request = json!({"controller": {}, "parent": parent, "children": {}, "related": related(), "finalizing": false});
     let outcome = registry.call(
         "apimock",
         Hook::Sync,
@@ -25,7 +25,31 @@ fn sync(parent: &Value) -> Value {
     serde_json::from_slice(&outcome.result.unwrap()).unwrap()
 }
 
+/// Every ConfigMap of the example files, as Metacontroller sends related objects (v2).
+fn related() -> Value {
+    let mut config_maps = serde_json::Map::new();
+    for config_map in example_documents()
+        .into_iter()
+        .filter(|d| d["kind"] == "ConfigMap")
+    {
+        let key = format!(
+            "{}/{}",
+            config_map["metadata"]["namespace"].as_str().unwrap_or(""),
+            config_map["metadata"]["name"].as_str().unwrap()
+        );
+        config_maps.insert(key, config_map);
+    }
+    json!({"ConfigMap.v1": config_maps})
+}
+
 fn examples() -> Vec<Value> {
+    example_documents()
+        .into_iter()
+        .filter(|d| d["kind"] == "APIMock")
+        .collect()
+}
+
+fn example_documents() -> Vec<Value> {
     let dir = support::repo_dir().join("manifests/examples");
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -37,7 +61,6 @@ fn examples() -> Vec<Value> {
     files
         .iter()
         .flat_map(|p| support::read_yaml_documents(p))
-        .filter(|d| d["kind"] == "APIMock")
         .collect()
 }
 
@@ -162,7 +185,7 @@ fn every_example_cr_validates_against_the_crd_schema() {
     let schema = crd_schema();
     let validator = jsonschema::options().build(&schema).unwrap();
     let examples = examples();
-    assert!(examples.len() >= 2);
+    assert!(examples.len() >= 3);
     for example in &examples {
         let errors: Vec<String> = validator
             .iter_errors(example)
@@ -174,8 +197,12 @@ fn every_example_cr_validates_against_the_crd_schema() {
             example["metadata"]["name"]
         );
         let response = sync(example);
-        assert_eq!(
-            response["status"]["conditions"][0]["status"], "True",
+        let conditions = response["status"]["conditions"].as_array().unwrap();
+        assert!(
+            conditions
+                .iter()
+                .filter(|c| c["type"] == "Validated" || c["type"] == "Fetched")
+                .all(|c| c["status"] == "True"),
             "{}",
             response["status"]
         );
@@ -184,6 +211,17 @@ fn every_example_cr_validates_against_the_crd_schema() {
     assert!(
         validator.iter_errors(&bad).count() >= 1,
         "a bad enum is refused"
+    );
+    let no_url = json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock", "metadata": {"name": "x"},
+        "spec": {"definitionFrom": {"git": {"path": "api"}, "configMapKeyRef": {"name": "a"}}}});
+    let problems: Vec<String> = validator
+        .iter_errors(&no_url)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        problems.iter().any(|p| p.contains("\"url\""))
+            && problems.iter().any(|p| p.contains("\"key\"")),
+        "definitionFrom's required fields are declared: {problems:?}"
     );
     // "Exactly one of definition and definitionFrom" is a CEL rule the API server runs;
     // the schema declares it at the level of the spec.
