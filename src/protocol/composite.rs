@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ObjectMap, null_as_default};
+use crate::error::HookError;
 
 /// The body Metacontroller POSTs to a CompositeController's sync or finalize hook.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -48,6 +49,20 @@ impl CompositeResponse {
             children: Some(children),
             resync_after_seconds: None,
             finalized: None,
+        }
+    }
+
+    /// An answer whose status is a controller's typed status, with no children yet.
+    ///
+    /// # Errors
+    /// The status does not serialise to a JSON object (a bug, answered 500).
+    pub fn typed(status: &impl serde::Serialize) -> Result<CompositeResponse, HookError> {
+        match serde_json::to_value(status) {
+            Ok(status @ Value::Object(_)) => Ok(CompositeResponse::new(status, Vec::new())),
+            Ok(other) => Err(HookError::Internal(format!(
+                "a status must be a JSON object, not {other}"
+            ))),
+            Err(e) => Err(HookError::Internal(format!("cannot serialise a status: {e}"))),
         }
     }
 

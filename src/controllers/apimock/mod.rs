@@ -18,16 +18,17 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use self::children::{Plan, REVISION_ANNOTATION};
+use self::children::{DEFINITION_HASH_ANNOTATION, Plan, REVISION_ANNOTATION};
 use self::definition::{Analysis, Memo};
 use self::origin::{Candidate, Origin};
 use self::spec::DefinitionStatus;
-use self::status::{Facts, Rollout, SourceFacts};
+use self::status::{Facts, SourceFacts};
 use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
+use crate::controllers::common::rollout::Rollout;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
 use crate::protocol::{
@@ -99,29 +100,32 @@ impl CompositeHooks for ApiMock {
             request,
             name,
             now: format_time(ctx.now),
-            rollout: Rollout::observe(request.children.find("Deployment", "apps/v1", None, name)),
+            rollout: Rollout::observe(
+                request.children.find("Deployment", "apps/v1", None, name),
+                DEFINITION_HASH_ANNOTATION,
+            ),
         };
 
         if let Err(invalid) = check_dns1035_label(name) {
             let message = format!("metadata.name cannot name the mock's Service: {invalid}");
-            return Ok(call.keep_running(
+            return call.keep_running(
                 Decided::new("Validated", false, "InvalidName", message),
                 None,
                 false,
-            ));
+            );
         }
         let spec = match spec::parse_spec(parent) {
             Ok(spec) => spec,
             Err(problem) => {
                 let validated = Decided::new("Validated", false, "InvalidSpec", problem);
-                return Ok(call.keep_running(validated, None, true));
+                return call.keep_running(validated, None, true);
             }
         };
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
             Err((reason, message)) => {
                 let validated = Decided::new("Validated", false, reason, message);
-                return Ok(call.keep_running(validated, None, true));
+                return call.keep_running(validated, None, true);
             }
         };
         let reading = self.read(&origin, &request.related, namespace, ctx);
@@ -155,7 +159,7 @@ impl CompositeHooks for ApiMock {
             });
         let Some(served) = decision.served else {
             // Nothing valid to build from: whatever exists stays as it is.
-            let response = call.keep_running(decision.validated, source, false);
+            let response = call.keep_running(decision.validated, source, false)?;
             return Ok(response.with_resync_after(resync_seconds));
         };
         let plan = Plan {
@@ -184,7 +188,7 @@ impl CompositeHooks for ApiMock {
             source,
         };
         let mut response =
-            CompositeResponse::new(status::compute(facts, parent, &call.now), Vec::new());
+            CompositeResponse::typed(&status::compute(facts, parent, &call.now))?;
         response.children = Some(children);
         Ok(response.with_resync_after(resync_seconds))
     }
@@ -257,10 +261,10 @@ impl Call<'_> {
         validated: Decided,
         source: Option<SourceFacts>,
         serving_observed: bool,
-    ) -> CompositeResponse {
+    ) -> Result<CompositeResponse, HookError> {
         let serving = self
             .rollout
-            .served_sha256
+            .served_hash
             .clone()
             .filter(|_| serving_observed);
         let facts = Facts {
@@ -272,12 +276,10 @@ impl Call<'_> {
             external_url: None,
             source,
         };
-        let mut response = CompositeResponse::new(
-            status::compute(facts, &self.request.parent, &self.now),
-            Vec::new(),
-        );
+        let mut response =
+            CompositeResponse::typed(&status::compute(facts, &self.request.parent, &self.now))?;
         response.children = Some(observed_children(&self.request.children));
-        response
+        Ok(response)
     }
 }
 

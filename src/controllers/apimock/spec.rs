@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::controllers::common::conditions::Condition;
 use crate::controllers::common::source_spec::{HttpSource, SecretRef};
 use crate::source::Location;
 
@@ -329,7 +330,7 @@ pub struct ApiMockStatus {
     pub phase: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::crds::conditions_schema")]
-    pub conditions: Vec<Value>,
+    pub conditions: Vec<Condition>,
     /// In-cluster URL of the mock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,

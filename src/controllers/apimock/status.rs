@@ -1,69 +1,11 @@
 //! APIMock status from what is observed: the definition verdict and the mock
 //! Deployment's own status. Never from what we are about to ask for.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::children::DEFINITION_HASH_ANNOTATION;
-use super::spec::DefinitionStatus;
-use crate::controllers::common::conditions::{self, Condition, Decided};
-
-/// The observed mock Deployment, reduced to what status needs.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Rollout {
-    pub exists: bool,
-    pub available: bool,
-    pub replicas: i32,
-    pub ready_replicas: i32,
-    /// All pods run the template we want and the controller has seen it.
-    pub settled: bool,
-    /// The definition hash on the observed pod template.
-    pub served_sha256: Option<String>,
-}
-
-impl Rollout {
-    pub fn observe(deployment: Option<&Value>) -> Rollout {
-        let Some(deployment) = deployment else {
-            return Rollout::default();
-        };
-        let int = |pointer: &str| {
-            deployment
-                .pointer(pointer)
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-        };
-        let narrow = |n: i64| i32::try_from(n).unwrap_or(0);
-        let wanted = deployment
-            .pointer("/spec/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(1);
-        let available = deployment
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .any(|c| {
-                c.get("type") == Some(&json!("Available"))
-                    && c.get("status") == Some(&json!("True"))
-            });
-        let generation = int("/metadata/generation");
-        let settled = int("/status/observedGeneration") >= generation
-            && int("/status/updatedReplicas") == wanted
-            && int("/status/readyReplicas") == wanted
-            && int("/status/replicas") == wanted;
-        Rollout {
-            exists: true,
-            available,
-            replicas: narrow(int("/status/replicas")),
-            ready_replicas: narrow(int("/status/readyReplicas")),
-            settled,
-            served_sha256: deployment
-                .pointer("/spec/template/metadata/annotations")
-                .and_then(|a| a.get(DEFINITION_HASH_ANNOTATION))
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        }
-    }
-}
+use super::spec::{ApiMockStatus, DefinitionStatus};
+use crate::controllers::common::conditions::{self, Decided};
+use crate::controllers::common::rollout::Rollout;
 
 /// Inputs to one status computation.
 pub struct Facts<'a> {
@@ -89,34 +31,50 @@ pub struct SourceFacts {
     pub awaiting: bool,
 }
 
-pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
+pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
     let valid = facts.validated.status;
     let rollout = &facts.rollout;
-    let available = if !rollout.exists {
-        Decided::new(
-            "Available",
-            false,
-            "DeploymentMissing",
-            "the mock Deployment does not exist yet",
-        )
-    } else if rollout.available {
-        Decided::new(
-            "Available",
-            true,
-            "MinimumReplicasAvailable",
-            "the mock Deployment has minimum availability",
-        )
-    } else {
-        Decided::new(
-            "Available",
-            false,
-            "MinimumReplicasUnavailable",
-            "the mock Deployment does not have minimum availability yet",
-        )
-    };
-    let current = facts.serving.is_some() && rollout.served_sha256.as_deref() == facts.serving;
     let awaiting = facts.source.as_ref().is_some_and(|s| s.awaiting);
-    let ready = if facts.serving.is_none() && awaiting {
+    let ready = ready(&facts, awaiting);
+    let phase = if awaiting && facts.serving.is_none() {
+        "Pending"
+    } else if !valid {
+        "Error"
+    } else if rollout.available && facts.serving.is_some() {
+        "Running"
+    } else {
+        "Pending"
+    };
+    let available = rollout.available_condition("the mock Deployment");
+    let mut decided = vec![facts.validated, available, ready];
+    let (source, revision) = match facts.source {
+        Some(source) => {
+            decided.insert(0, source.fetched);
+            (Some(source.description), source.revision)
+        }
+        None => (None, None),
+    };
+    let generation = parent
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    ApiMockStatus {
+        phase: Some(phase.to_owned()),
+        conditions: conditions::settle(decided, &conditions::observed(parent), now, generation),
+        url: facts.url,
+        external_url: facts.external_url,
+        definition: facts.definition,
+        source,
+        revision,
+        replicas: Some(rollout.replicas),
+        ready_replicas: Some(rollout.ready_replicas),
+        observed_generation: None,
+    }
+}
+
+fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
+    let rollout = &facts.rollout;
+    let current = facts.serving.is_some() && rollout.served_hash.as_deref() == facts.serving;
+    if facts.serving.is_none() && awaiting {
         Decided::new(
             "Ready",
             false,
@@ -130,7 +88,7 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
             "NoMock",
             "no mock is running: the definition has never been valid",
         )
-    } else if !valid {
+    } else if !facts.validated.status {
         let fix = if facts.source.is_some() {
             "the definition at its source"
         } else {
@@ -156,51 +114,5 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> Value {
             "RolloutInProgress",
             "the mock Deployment is rolling out the current definition",
         )
-    };
-    let phase = if awaiting && facts.serving.is_none() {
-        "Pending"
-    } else if !valid {
-        "Error"
-    } else if rollout.available && facts.serving.is_some() {
-        "Running"
-    } else {
-        "Pending"
-    };
-    let generation = parent
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
-    let mut decided = vec![facts.validated, available, ready];
-    let (source, revision) = match facts.source {
-        Some(source) => {
-            decided.insert(0, source.fetched);
-            (Some(source.description), source.revision)
-        }
-        None => (None, None),
-    };
-    let settled: Vec<Condition> =
-        conditions::settle(decided, &conditions::observed(parent), now, generation);
-    let mut status = json!({
-        "phase": phase,
-        "conditions": settled,
-        "replicas": rollout.replicas,
-        "readyReplicas": rollout.ready_replicas,
-    });
-    if let Some(object) = status.as_object_mut() {
-        if let Some(url) = facts.url {
-            object.insert("url".to_owned(), json!(url));
-        }
-        if let Some(url) = facts.external_url {
-            object.insert("externalUrl".to_owned(), json!(url));
-        }
-        if let Some(definition) = facts.definition {
-            object.insert("definition".to_owned(), json!(definition));
-        }
-        if let Some(source) = source {
-            object.insert("source".to_owned(), json!(source));
-        }
-        if let Some(revision) = revision {
-            object.insert("revision".to_owned(), json!(revision));
-        }
     }
-    status
 }

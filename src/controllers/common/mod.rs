@@ -6,6 +6,7 @@ pub mod keep;
 pub mod memo;
 pub mod names;
 pub mod revisions;
+pub mod rollout;
 pub mod secrets;
 pub mod source_spec;
 pub mod spec;
