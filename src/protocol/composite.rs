@@ -62,7 +62,9 @@ impl CompositeResponse {
             Ok(other) => Err(HookError::Internal(format!(
                 "a status must be a JSON object, not {other}"
             ))),
-            Err(e) => Err(HookError::Internal(format!("cannot serialise a status: {e}"))),
+            Err(e) => Err(HookError::Internal(format!(
+                "cannot serialise a status: {e}"
+            ))),
         }
     }
 

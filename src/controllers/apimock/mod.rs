@@ -187,8 +187,7 @@ impl CompositeHooks for ApiMock {
             external_url: urls.external,
             source,
         };
-        let mut response =
-            CompositeResponse::typed(&status::compute(facts, parent, &call.now))?;
+        let mut response = CompositeResponse::typed(&status::compute(facts, parent, &call.now))?;
         response.children = Some(children);
         Ok(response.with_resync_after(resync_seconds))
     }

@@ -110,10 +110,22 @@ mod tests {
         let done = read(deployment(2, 2, 2, 2));
         assert!(done.settled && done.available);
         assert_eq!(done.served_hash.as_deref(), Some("abc"));
-        assert!(!read(deployment(3, 2, 2, 2)).settled, "an old pod is still there");
-        assert!(!read(deployment(2, 1, 2, 2)).settled, "not every pod is updated");
-        assert!(!read(deployment(2, 2, 1, 2)).settled, "not every pod is ready");
-        assert!(!read(deployment(2, 2, 2, 1)).settled, "the template was not seen yet");
+        assert!(
+            !read(deployment(3, 2, 2, 2)).settled,
+            "an old pod is still there"
+        );
+        assert!(
+            !read(deployment(2, 1, 2, 2)).settled,
+            "not every pod is updated"
+        );
+        assert!(
+            !read(deployment(2, 2, 1, 2)).settled,
+            "not every pod is ready"
+        );
+        assert!(
+            !read(deployment(2, 2, 2, 1)).settled,
+            "the template was not seen yet"
+        );
     }
 
     #[test]
@@ -123,7 +135,10 @@ mod tests {
         let condition = missing.available_condition("the mock Deployment");
         assert_eq!(
             (condition.reason, condition.message.as_str()),
-            ("DeploymentMissing", "the mock Deployment does not exist yet")
+            (
+                "DeploymentMissing",
+                "the mock Deployment does not exist yet"
+            )
         );
     }
 }

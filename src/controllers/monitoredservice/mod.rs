@@ -23,11 +23,13 @@ use self::children::{
     SOURCE_TIME_ANNOTATION, config_map_name,
 };
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
+use self::status::Facts;
 use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::revisions::{Seen, running_is_newer};
+use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec;
 use crate::controllers::{CompositeHooks, Context};
 use crate::error::HookError;
@@ -35,7 +37,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
     RelatedResourceRule, object_name, object_namespace,
 };
-use crate::source::{Content, FetchError, Location, Snapshot, SourceRequest};
+use crate::source::{Content, FetchError, Location, Snapshot, SourceRequest, SourceState};
 
 /// How soon to ask again while a fetch is still running.
 const PENDING_RESYNC_SECONDS: u64 = 2;
@@ -85,176 +87,83 @@ impl MonitoredService {
 }
 
 impl CompositeHooks for MonitoredService {
+    /// Observe (the running config, the rollout, the pods) → check the spec and names →
+    /// look the source up → decide what to serve → build and report.
     fn sync(
         &self,
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        let parent = &request.parent;
-        let now = format_time(ctx.now);
-        let name = object_name(parent).unwrap_or_default();
-        let observed = Observed::read(&request.children, name);
-        let namespace = object_namespace(parent).unwrap_or("default");
-        let pods = pod_names(&request.related, namespace);
-        let spec = match spec::parse_spec(parent) {
+        let call = Call::observe(request, ctx);
+        let spec = match spec::parse_spec(&request.parent) {
             Ok(spec) => spec,
             Err(problem) => {
-                let facts = status::Facts::invalid_spec(
+                return call.keep_running(Facts::invalid_spec(
                     "InvalidSpec",
                     problem,
-                    observed.config.as_ref(),
-                    pods,
-                );
-                let mut response = status::answer(facts, &observed, parent, &now);
-                response.children = Some(observed_children(&request.children));
-                return Ok(response);
-            }
-        };
-        if let Err(invalid) =
-            check_dns1035_label(name).and_then(|()| check_dns1123_subdomain(&config_map_name(name)))
-        {
-            let facts = status::Facts::invalid_spec(
-                "InvalidName",
-                format!("metadata.name cannot name the children: {invalid}"),
-                None,
-                pods,
-            );
-            let mut response = status::answer(facts, &observed, parent, &now);
-            response.children = Some(observed_children(&request.children));
-            return Ok(response);
-        }
-
-        let interval = spec.interval_seconds();
-        let wanted = match source_request(&spec, &request.related, namespace) {
-            Ok(wanted) => wanted,
-            Err(problem) => {
-                let facts = status::Facts::invalid_spec(
-                    problem.0,
-                    problem.1,
-                    observed.config.as_ref(),
-                    pods,
-                );
-                // With the config still in the observed ConfigMap the children are rebuilt
-                // from it; without one (the service ran without a source), what runs stays.
-                let children = if observed.config.is_some() {
-                    children::build(name, &spec, observed.config.as_ref())?
-                } else {
-                    observed_children(&request.children)
-                };
-                return Ok(with_children(
-                    status::answer(facts, &observed, parent, &now),
-                    children,
-                    interval,
+                    call.running(),
+                    call.pods(),
                 ));
             }
         };
-
-        let Some(wanted) = wanted else {
-            // No source at all: a plain Deployment (and Service), nothing to fetch.
-            let facts = status::Facts::no_source(pods);
-            let children = children::build(name, &spec, None)?;
-            return Ok(with_children(
-                status::answer(facts, &observed, parent, &now),
-                children,
-                0,
+        if let Err(invalid) = check_dns1035_label(call.name)
+            .and_then(|()| check_dns1123_subdomain(&config_map_name(call.name)))
+        {
+            let message = format!("metadata.name cannot name the children: {invalid}");
+            return call.keep_running(Facts::invalid_spec(
+                "InvalidName",
+                message,
+                None,
+                call.pods(),
             ));
+        }
+        let interval = spec.interval_seconds();
+        let wanted = match source_request(&spec, &request.related, call.namespace) {
+            Ok(Some(wanted)) => wanted,
+            Ok(None) => {
+                // No source at all: a plain Deployment (and Service), nothing to fetch.
+                let children = children::build(call.name, &spec, None)?;
+                return call.answer(Facts::no_source(call.pods()), children, 0);
+            }
+            Err((reason, message)) => {
+                let facts = Facts::invalid_spec(reason, message, call.running(), call.pods());
+                // With the config still in the observed ConfigMap the children are rebuilt
+                // from it; without one (the service ran without a source), what runs stays.
+                return match call.running() {
+                    Some(running) => {
+                        let children = children::build(call.name, &spec, Some(running))?;
+                        call.answer(facts, children, interval)
+                    }
+                    None => Ok(call.keep_running(facts)?.with_resync_after(interval)),
+                };
+            }
         };
 
         let state = ctx.sources.lookup(&wanted, Duration::from_secs(interval));
-        let fetched = match (&state.snapshot, &state.error) {
-            (_, Some(error)) => Decided::new(
-                "Fetched",
-                false,
-                error.reason(),
-                fetch_message(error, observed.config.as_ref()),
-            ),
-            (Some(snapshot), None) => Decided::new(
-                "Fetched",
-                true,
-                "Fetched",
-                format!("fetched {}", snapshot.revision),
-            ),
-            (None, None) => Decided::new(
-                "Fetched",
-                false,
-                "FetchPending",
-                "the first fetch of the source is in progress",
-            ),
-        };
         let fresh = state
             .snapshot
             .as_deref()
             .map(|snapshot| self.convert(&wanted.key(), snapshot, spec.format));
-        let mut behind = false;
-        let (served, config_valid) = match fresh.as_deref() {
-            Some(Ok(config)) => {
-                let (config, is_behind) = newest_of(config, observed.config.as_ref());
-                behind = is_behind;
-                let valid = Decided::new(
-                    "ConfigValid",
-                    true,
-                    "Valid",
-                    format!(
-                        "{} is a valid {} config",
-                        config.revision,
-                        children::format_name(config.format)
-                    ),
-                );
-                (Some(config), valid)
-            }
-            Some(Err((reason, message))) => {
-                let (reason, message) = (*reason, message.clone());
-                let keeping = observed
-                    .config
-                    .as_ref()
-                    .map_or(String::new(), |c| format!("; still running {}", c.revision));
-                (
-                    observed.config.clone(),
-                    Decided::new("ConfigValid", false, reason, format!("{message}{keeping}")),
-                )
-            }
-            None => {
-                let valid = match &observed.config {
-                    Some(config) => Decided::new(
-                        "ConfigValid",
-                        true,
-                        "Valid",
-                        format!("running {} until the source answers", config.revision),
-                    ),
-                    None if request.children.is_empty() => Decided::new(
-                        "ConfigValid",
-                        false,
-                        "NoConfig",
-                        "no configuration has been fetched yet",
-                    ),
-                    None => Decided::new(
-                        "ConfigValid",
-                        false,
-                        "NoConfig",
-                        "no configuration has been fetched yet; the running children are kept as they are until one is",
-                    ),
-                };
-                (observed.config.clone(), valid)
-            }
+        let decision = decide(
+            fresh.as_deref(),
+            call.running(),
+            request.children.is_empty(),
+        );
+        let resync = if state.pending || decision.behind {
+            PENDING_RESYNC_SECONDS
+        } else {
+            interval
         };
-        let Some(served) = served else {
-            let facts = status::Facts {
-                fetched,
-                config_valid,
+        let Some(served) = decision.served else {
+            let facts = Facts {
+                fetched: fetched_condition(&state, call.running()),
+                config_valid: decision.config_valid,
                 config: None,
-                pods,
+                pods: call.pods(),
             };
-            let resync = if state.pending {
-                PENDING_RESYNC_SECONDS
-            } else {
-                interval
-            };
-            let mut response = status::answer(facts, &observed, parent, &now);
-            response.children = Some(observed_children(&request.children));
-            return Ok(response.with_resync_after(resync));
+            return Ok(call.keep_running(facts)?.with_resync_after(resync));
         };
-        let children = children::build(name, &spec, Some(&served))?;
-        let fetched = if behind {
+        let fetched = if decision.behind {
             // Another replica has seen a newer state of the source: keep what runs and
             // refresh this replica's copy now rather than at the next interval.
             let _ = ctx.sources.lookup(&wanted, Duration::ZERO);
@@ -268,24 +177,16 @@ impl CompositeHooks for MonitoredService {
                 ),
             )
         } else {
-            fetched
+            fetched_condition(&state, call.running())
         };
-        let facts = status::Facts {
+        let children = children::build(call.name, &spec, Some(&served))?;
+        let facts = Facts {
             fetched,
-            config_valid,
+            config_valid: decision.config_valid,
             config: Some(&served),
-            pods,
+            pods: call.pods(),
         };
-        let resync = if state.pending || behind {
-            PENDING_RESYNC_SECONDS
-        } else {
-            interval
-        };
-        Ok(with_children(
-            status::answer(facts, &observed, parent, &now),
-            children,
-            resync,
-        ))
+        call.answer(facts, children, resync)
     }
 
     fn finalize(
@@ -343,13 +244,166 @@ fn newest_of(fresh: &Config, running: Option<&Config>) -> (Config, bool) {
     }
 }
 
-fn with_children(
-    mut response: CompositeResponse,
-    children: Vec<Value>,
-    resync: u64,
-) -> CompositeResponse {
-    response.children = Some(children);
-    response.with_resync_after(resync)
+/// What one sync call observes before it decides anything.
+struct Call<'r> {
+    request: &'r CompositeRequest,
+    name: &'r str,
+    namespace: &'r str,
+    now: String,
+    observed: Observed,
+}
+
+impl<'r> Call<'r> {
+    fn observe(request: &'r CompositeRequest, ctx: &Context) -> Call<'r> {
+        let name = object_name(&request.parent).unwrap_or_default();
+        Call {
+            request,
+            name,
+            namespace: object_namespace(&request.parent).unwrap_or("default"),
+            now: format_time(ctx.now),
+            observed: Observed::read(&request.children, name),
+        }
+    }
+
+    /// The config the observed ConfigMap holds: what runs.
+    fn running(&self) -> Option<&Config> {
+        self.observed.config.as_ref()
+    }
+
+    fn pods(&self) -> Vec<String> {
+        pod_names(&self.request.related, self.namespace)
+    }
+
+    /// An answer with `children`, asking again after `resync` seconds (0: never).
+    fn answer(
+        &self,
+        facts: Facts<'_>,
+        children: Vec<Value>,
+        resync: u64,
+    ) -> Result<CompositeResponse, HookError> {
+        let mut response = status::answer(
+            facts,
+            &self.observed.rollout,
+            &self.request.parent,
+            &self.now,
+        )?;
+        response.children = Some(children);
+        Ok(response.with_resync_after(resync))
+    }
+
+    /// An answer that leaves every observed child as it is.
+    fn keep_running(&self, facts: Facts<'_>) -> Result<CompositeResponse, HookError> {
+        let mut response = status::answer(
+            facts,
+            &self.observed.rollout,
+            &self.request.parent,
+            &self.now,
+        )?;
+        response.children = Some(observed_children(&self.request.children));
+        Ok(response)
+    }
+}
+
+/// What to serve, and the `ConfigValid` verdict.
+struct Decision {
+    served: Option<Config>,
+    config_valid: Decided,
+    /// What runs is newer than this server's copy of the source.
+    behind: bool,
+}
+
+/// A valid fresh config wins unless what runs is a newer copy of the same ref; an
+/// invalid or missing one leaves what runs (if anything) in place.
+fn decide(
+    fresh: Option<&Result<Config, Problem>>,
+    running: Option<&Config>,
+    nothing_runs: bool,
+) -> Decision {
+    match fresh {
+        Some(Ok(config)) => {
+            let (config, behind) = newest_of(config, running);
+            let config_valid = Decided::new(
+                "ConfigValid",
+                true,
+                "Valid",
+                format!(
+                    "{} is a valid {} config",
+                    config.revision,
+                    children::format_name(config.format)
+                ),
+            );
+            Decision {
+                served: Some(config),
+                config_valid,
+                behind,
+            }
+        }
+        Some(Err((reason, message))) => {
+            let keeping =
+                running.map_or(String::new(), |c| format!("; still running {}", c.revision));
+            Decision {
+                served: running.cloned(),
+                config_valid: Decided::new(
+                    "ConfigValid",
+                    false,
+                    reason,
+                    format!("{message}{keeping}"),
+                ),
+                behind: false,
+            }
+        }
+        None => {
+            let config_valid = match running {
+                Some(config) => Decided::new(
+                    "ConfigValid",
+                    true,
+                    "Valid",
+                    format!("running {} until the source answers", config.revision),
+                ),
+                None if nothing_runs => Decided::new(
+                    "ConfigValid",
+                    false,
+                    "NoConfig",
+                    "no configuration has been fetched yet",
+                ),
+                None => Decided::new(
+                    "ConfigValid",
+                    false,
+                    "NoConfig",
+                    "no configuration has been fetched yet; the running children are kept as they are until one is",
+                ),
+            };
+            Decision {
+                served: running.cloned(),
+                config_valid,
+                behind: false,
+            }
+        }
+    }
+}
+
+/// The `Fetched` condition for the engine's state of the source.
+fn fetched_condition(state: &SourceState, running: Option<&Config>) -> Decided {
+    match (&state.snapshot, &state.error) {
+        (_, Some(error)) => Decided::new(
+            "Fetched",
+            false,
+            error.reason(),
+            fetch_message(error, running),
+        ),
+        (Some(snapshot), None) => Decided::new(
+            "Fetched",
+            true,
+            "Fetched",
+            format!("fetched {}", snapshot.revision),
+        ),
+        (None, None) => Decided::new(
+            "Fetched",
+            false,
+            "FetchPending",
+            "the first fetch of the source is in progress",
+        ),
+    }
 }
 
 fn fetch_message(error: &FetchError, running: Option<&Config>) -> String {
@@ -481,27 +535,20 @@ pub(crate) fn to_config(
 /// What the cluster holds for this parent.
 pub struct Observed {
     pub config: Option<Config>,
-    pub deployment: Option<Value>,
+    pub rollout: Rollout,
 }
 
 impl Observed {
     fn read(children: &ObjectMap, name: &str) -> Observed {
-        let config = children
-            .find("ConfigMap", "v1", None, &config_map_name(name))
-            .map(read_config);
         Observed {
-            config,
-            deployment: children.find("Deployment", "apps/v1", None, name).cloned(),
+            config: children
+                .find("ConfigMap", "v1", None, &config_map_name(name))
+                .map(read_config),
+            rollout: Rollout::observe(
+                children.find("Deployment", "apps/v1", None, name),
+                CONFIG_HASH_ANNOTATION,
+            ),
         }
-    }
-
-    /// The config hash on the observed pod template.
-    pub fn served_hash(&self) -> Option<&str> {
-        self.deployment
-            .as_ref()?
-            .pointer("/spec/template/metadata/annotations")?
-            .get(CONFIG_HASH_ANNOTATION)?
-            .as_str()
     }
 }
 
@@ -597,3 +644,6 @@ mod replica_tests {
         assert_eq!(newest_of(&undated, Some(&theirs)), (undated.clone(), false));
     }
 }
+
+#[cfg(test)]
+mod sync_tests;

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::controllers::common::conditions::Condition;
 pub use crate::controllers::common::source_spec::{GitSource, HttpSource, SecretRef};
 
 /// A service whose configuration lives in git or an HTTP file; config changes roll it.
@@ -105,7 +106,7 @@ pub struct MonitoredServiceStatus {
     pub pods: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::crds::conditions_schema")]
-    pub conditions: Vec<Value>,
+    pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }

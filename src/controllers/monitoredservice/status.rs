@@ -1,10 +1,12 @@
 //! MonitoredService status: fetch and config verdicts, and the observed Deployment.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::Observed;
 use super::children::Config;
+use super::spec::MonitoredServiceStatus;
 use crate::controllers::common::conditions::{self, Decided};
+use crate::controllers::common::rollout::Rollout;
+use crate::error::HookError;
 use crate::protocol::CompositeResponse;
 
 pub struct Facts<'a> {
@@ -55,66 +57,48 @@ impl<'a> Facts<'a> {
     }
 }
 
+/// The answer's status (children are the caller's): what was decided, and the rollout
+/// as observed.
+///
+/// # Errors
+/// The status does not serialise (a bug, answered 500).
 pub fn answer(
     facts: Facts<'_>,
-    observed: &Observed,
+    rollout: &Rollout,
     parent: &Value,
     now: &str,
-) -> CompositeResponse {
-    let int = |pointer: &str| {
-        observed
-            .deployment
-            .as_ref()
-            .and_then(|d| d.pointer(pointer))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-    };
-    let available = observed
-        .deployment
-        .as_ref()
-        .and_then(|d| d.pointer("/status/conditions"))
-        .and_then(Value::as_array)
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Available" && c["status"] == "True")
-        });
-    let wanted = observed
-        .deployment
-        .as_ref()
-        .and_then(|d| d.pointer("/spec/replicas"))
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    let settled = observed.deployment.is_some()
-        && int("/status/observedGeneration") >= int("/metadata/generation")
-        && int("/status/updatedReplicas") == wanted
-        && int("/status/readyReplicas") == wanted;
+) -> Result<CompositeResponse, HookError> {
     let hash = facts.config.map(Config::hash);
-    let current = hash.as_deref() == observed.served_hash()
-        || (hash.is_none() && observed.deployment.is_some());
-    let available_condition = match (&observed.deployment, available) {
-        (None, _) => Decided::new(
-            "Available",
-            false,
-            "DeploymentMissing",
-            "the Deployment does not exist yet",
-        ),
-        (Some(_), true) => Decided::new(
-            "Available",
-            true,
-            "MinimumReplicasAvailable",
-            "the Deployment has minimum availability",
-        ),
-        (Some(_), false) => Decided::new(
-            "Available",
-            false,
-            "MinimumReplicasUnavailable",
-            "the Deployment does not have minimum availability yet",
-        ),
+    let current =
+        hash.as_deref() == rollout.served_hash.as_deref() || (hash.is_none() && rollout.exists);
+    let ready = ready(&facts, rollout, current);
+    let generation = parent
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64);
+    let decided = vec![
+        facts.fetched,
+        facts.config_valid,
+        rollout.available_condition("the Deployment"),
+        ready,
+    ];
+    let status = MonitoredServiceStatus {
+        revision: facts.config.map(|config| config.revision.clone()),
+        config_hash: hash,
+        replicas: Some(rollout.replicas),
+        ready_replicas: Some(rollout.ready_replicas),
+        updated_replicas: Some(rollout.updated_replicas),
+        pods: facts.pods,
+        conditions: conditions::settle(decided, &conditions::observed(parent), now, generation),
+        observed_generation: None,
     };
-    // A config that could not be fetched is the cause when both fail (ConfigValid then
-    // only says there is nothing to validate), unless the fetch was never tried because
-    // the spec itself is wrong.
-    let ready = if !facts.fetched.status && facts.fetched.reason != "NotFetched" {
+    CompositeResponse::typed(&status)
+}
+
+/// A config that could not be fetched is the cause when both fail (ConfigValid then only
+/// says there is nothing to validate), unless the fetch was never tried because the
+/// spec itself is wrong.
+fn ready(facts: &Facts<'_>, rollout: &Rollout, current: bool) -> Decided {
+    if !facts.fetched.status && facts.fetched.reason != "NotFetched" {
         Decided::new(
             "Ready",
             false,
@@ -128,7 +112,7 @@ pub fn answer(
             "ConfigInvalid",
             "the spec or the fetched config is not valid; see ConfigValid",
         )
-    } else if available && settled && current {
+    } else if rollout.available && rollout.settled && current {
         Decided::new(
             "Ready",
             true,
@@ -142,36 +126,5 @@ pub fn answer(
             "RolloutInProgress",
             "the Deployment is rolling out the current config",
         )
-    };
-    let generation = parent
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
-    let settled_conditions = conditions::settle(
-        vec![
-            facts.fetched,
-            facts.config_valid,
-            available_condition,
-            ready,
-        ],
-        &conditions::observed(parent),
-        now,
-        generation,
-    );
-    let narrow = |n: i64| i32::try_from(n).unwrap_or(0);
-    let mut status = json!({
-        "replicas": narrow(int("/status/replicas")),
-        "readyReplicas": narrow(int("/status/readyReplicas")),
-        "updatedReplicas": narrow(int("/status/updatedReplicas")),
-        "conditions": settled_conditions,
-    });
-    if let Some(map) = status.as_object_mut() {
-        if let Some(config) = facts.config {
-            map.insert("revision".to_owned(), json!(config.revision));
-            map.insert("configHash".to_owned(), json!(hash));
-        }
-        if !facts.pods.is_empty() {
-            map.insert("pods".to_owned(), json!(facts.pods));
-        }
     }
-    CompositeResponse::new(status, Vec::new())
 }

@@ -1,0 +1,238 @@
+//! Every branch of a MonitoredService sync, through the registry with scripted sources:
+//! no source, pending, fresh, failing and invalid (the running config kept), a replica
+//! that is behind, and specs that cannot be used.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::children::CONFIG_HASH_ANNOTATION;
+use crate::controllers::{ControllerSettings, Registry};
+use crate::protocol::Hook;
+use crate::source::FetchError;
+use crate::source::fake::FakeSources;
+
+const URL: &str = "https://git.example.com/team/config.git";
+
+struct Harness {
+    registry: Registry,
+    sources: Arc<FakeSources>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let sources = Arc::new(FakeSources::default());
+        Harness {
+            registry: Registry::standard(ControllerSettings::default())
+                .with_sources(sources.clone()),
+            sources,
+        }
+    }
+
+    fn sync(&self, spec: Value, children: &[Value]) -> Value {
+        let mut observed = serde_json::Map::new();
+        for child in children {
+            let kind = child["kind"].as_str().unwrap_or_default();
+            let group = if kind == "Deployment" {
+                "apps/v1"
+            } else {
+                "v1"
+            };
+            observed
+                .entry(format!("{kind}.{group}"))
+                .or_insert_with(|| json!({}))[format!(
+                "team/{}",
+                child["metadata"]["name"].as_str().unwrap_or_default()
+            )] = child.clone();
+        }
+        let request = json!({
+            "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
+            "parent": {"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+                       "metadata": {"name": "web", "namespace": "team", "generation": 1, "uid": "u"},
+                       "spec": spec},
+            "children": observed, "related": {},
+        });
+        let body = serde_json::to_vec(&request).unwrap_or_default();
+        let ctx = self.registry.context(jiff::Timestamp::UNIX_EPOCH);
+        match self
+            .registry
+            .call("monitoredservice", Hook::Sync, &body, &ctx)
+            .result
+        {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+            Err(error) => panic!("the hook refused the call: {error}"),
+        }
+    }
+}
+
+fn spec() -> Value {
+    json!({"image": "web:1", "format": "env",
+           "source": {"git": {"url": URL, "ref": "main", "path": "app.env"}}})
+}
+
+fn condition<'a>(answer: &'a Value, kind: &str) -> &'a Value {
+    answer["status"]["conditions"]
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+fn child<'a>(answer: &'a Value, kind: &str) -> &'a Value {
+    answer["children"]
+        .as_array()
+        .and_then(|children| children.iter().find(|c| c["kind"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+fn hash(answer: &Value) -> &Value {
+    &child(answer, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        [CONFIG_HASH_ANNOTATION]
+}
+
+fn running(answer: &Value) -> Vec<Value> {
+    answer["children"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn without_a_source_the_deployment_is_plain_and_nothing_is_asked_again() {
+    let harness = Harness::new();
+    let answer = harness.sync(json!({"image": "web:1"}), &[]);
+    assert_eq!(condition(&answer, "Fetched")["reason"], "NoSource");
+    assert!(child(&answer, "Deployment").is_object());
+    assert!(answer.get("resyncAfterSeconds").is_none());
+    assert!(harness.sources.lookups().is_empty());
+}
+
+#[test]
+fn a_first_fetch_in_progress_builds_nothing_and_asks_again_soon() {
+    let harness = Harness::new();
+    let answer = harness.sync(spec(), &[]);
+    assert_eq!(answer["children"], json!([]));
+    assert_eq!(condition(&answer, "Fetched")["reason"], "FetchPending");
+    assert_eq!(condition(&answer, "ConfigValid")["reason"], "NoConfig");
+    assert_eq!(answer["resyncAfterSeconds"], 2);
+    assert_eq!(
+        harness.sources.lookups(),
+        [(URL.to_owned(), Duration::from_secs(60))]
+    );
+}
+
+#[test]
+fn a_fetched_config_is_built_and_polled_at_the_interval() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    let answer = harness.sync(spec(), &[]);
+    assert_eq!(child(&answer, "ConfigMap")["data"], json!({"A": "1"}));
+    assert_eq!(answer["status"]["revision"], "main@sha1:a");
+    assert_eq!(answer["status"]["configHash"], *hash(&answer));
+    assert_eq!(answer["resyncAfterSeconds"], 60);
+}
+
+#[test]
+fn a_failing_fetch_or_an_invalid_config_keeps_the_running_one() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    let first = harness.sync(spec(), &[]);
+    let observed = running(&first);
+
+    harness.sources.fail(
+        URL,
+        FetchError::AuthFailed {
+            url: URL.to_owned(),
+        },
+    );
+    let failing = harness.sync(spec(), &observed);
+    assert_eq!(condition(&failing, "Fetched")["reason"], "AuthFailed");
+    assert!(
+        condition(&failing, "Fetched")["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("still running main@sha1:a"))
+    );
+    assert_eq!(hash(&failing), hash(&first));
+    assert_eq!(condition(&failing, "Ready")["reason"], "FetchFailing");
+
+    harness.sources.serve(
+        URL,
+        "main@sha1:b",
+        &[("app.env", "not an env line\n")],
+        true,
+        Some(200),
+    );
+    let invalid = harness.sync(spec(), &observed);
+    assert_eq!(
+        condition(&invalid, "ConfigValid")["reason"],
+        "InvalidEnvFile"
+    );
+    assert_eq!(hash(&invalid), hash(&first));
+    assert_eq!(invalid["status"]["revision"], "main@sha1:a");
+}
+
+#[test]
+fn a_replica_with_an_older_copy_keeps_the_newer_config_and_refreshes() {
+    let ahead = Harness::new();
+    ahead.sources.serve(
+        URL,
+        "main@sha1:new",
+        &[("app.env", "A=2\n")],
+        true,
+        Some(200),
+    );
+    let newer = ahead.sync(spec(), &[]);
+    let behind = Harness::new();
+    behind.sources.serve(
+        URL,
+        "main@sha1:old",
+        &[("app.env", "A=1\n")],
+        true,
+        Some(100),
+    );
+    let answer = behind.sync(spec(), &running(&newer));
+    assert_eq!(hash(&answer), hash(&newer));
+    assert_eq!(answer["resyncAfterSeconds"], 2);
+    assert!(
+        behind
+            .sources
+            .lookups()
+            .iter()
+            .any(|(_, interval)| interval.is_zero())
+    );
+}
+
+#[test]
+fn a_spec_that_cannot_be_used_keeps_what_runs() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    let first = harness.sync(spec(), &[]);
+    let observed = running(&first);
+
+    let unreadable = harness.sync(json!({"image": 7}), &observed);
+    assert_eq!(
+        condition(&unreadable, "ConfigValid")["reason"],
+        "InvalidSpec"
+    );
+    assert_eq!(
+        unreadable["children"].as_array().map(Vec::len),
+        Some(observed.len())
+    );
+
+    // A missing Secret: the children are rebuilt from the running config.
+    let mut with_secret = spec();
+    with_secret["source"]["git"]["secretRef"] = json!({"name": "creds"});
+    let no_secret = harness.sync(with_secret.clone(), &observed);
+    assert_eq!(
+        condition(&no_secret, "ConfigValid")["reason"],
+        "SecretNotFound"
+    );
+    assert_eq!(hash(&no_secret), hash(&first));
+    // ... and with nothing running, nothing is built, and it asks again at the interval.
+    let nothing = harness.sync(with_secret, &[]);
+    assert_eq!(nothing["children"], json!([]));
+    assert_eq!(nothing["resyncAfterSeconds"], 60);
+}
