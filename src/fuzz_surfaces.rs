@@ -38,7 +38,7 @@ pub fn definition(data: &[u8]) {
 /// A `KEY=VALUE` config file.
 pub fn env_file(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let _ = crate::controllers::monitoredservice::envfile::parse(&text);
+    let _ = crate::controllers::common::envfile::parse(&text);
 }
 
 /// Source URLs and repository paths through the safety policy.

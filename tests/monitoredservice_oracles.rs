@@ -7,8 +7,9 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use metahooks::controllers::monitoredservice::children::{Config, build};
-use metahooks::controllers::monitoredservice::spec::{ConfigFormat, parse_spec};
+use metahooks::controllers::common::config::{Config, ConfigContent, ConfigFormat};
+use metahooks::controllers::monitoredservice::children::build;
+use metahooks::controllers::monitoredservice::spec::parse_spec;
 use serde_json::{Value, json};
 
 fn emitted() -> Vec<Value> {
@@ -21,13 +22,13 @@ fn emitted() -> Vec<Value> {
     let parent = json!({"spec": {"image": "app:1", "port": 8080, "replicas": 3, "mountPath": "/srv/conf",
         "env": [{"name": "MODE", "value": "x"}], "resources": {"requests": {"cpu": "10m"}}}});
     let spec = parse_spec(&parent).unwrap();
-    let env = Config {
+    let env = Config::new(ConfigContent {
         format: Some(ConfigFormat::Env),
         data: BTreeMap::from([("GREETING".into(), "hi".into())]),
         revision: "main@sha1:0123".into(),
-        ..Config::default()
-    };
-    let files = Config {
+        ..ConfigContent::default()
+    });
+    let files = Config::new(ConfigContent {
         format: Some(ConfigFormat::Files),
         data: BTreeMap::from([
             ("app.yaml".into(), "a: 1\n".into()),
@@ -36,8 +37,8 @@ fn emitted() -> Vec<Value> {
         binary: BTreeMap::from([("logo.bin".into(), vec![0x89, 0xff, 0x00])]),
         paths: BTreeMap::from([("nested__db.ini".into(), "nested/db.ini".into())]),
         revision: "sha256:ab".into(),
-        ..Config::default()
-    };
+        ..ConfigContent::default()
+    });
     for config in [env, files] {
         objects.extend(build("svc", &spec, Some(&config)).unwrap());
     }

@@ -1,6 +1,8 @@
 //! Helpers shared by every controller: conditions, child names and labels, hashes.
 
 pub mod conditions;
+pub mod config;
+pub mod envfile;
 pub mod hash;
 pub mod keep;
 pub mod memo;

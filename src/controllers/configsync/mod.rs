@@ -15,9 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use super::monitoredservice::children::Config;
-use super::monitoredservice::spec::ConfigFormat;
-use super::monitoredservice::{read_config, to_config};
+use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::check_dns1123_subdomain;
 use crate::controllers::common::secrets;
 use crate::controllers::{Context, DecoratorHooks};
@@ -60,7 +58,7 @@ impl DecoratorHooks for ConfigSync {
         let observed = request
             .attachments
             .find("ConfigMap", "v1", None, &attachment_name(name))
-            .map(read_config);
+            .map(Config::from_config_map);
         if let Err(invalid) = check_dns1123_subdomain(&attachment_name(name)) {
             return answer(None, Some(format!("{invalid}")), observed.as_ref(), name, 0);
         }
@@ -131,7 +129,7 @@ impl DecoratorHooks for ConfigSync {
         let fresh = state
             .snapshot
             .as_deref()
-            .map(|s| to_config(s, Some(ConfigFormat::Files)));
+            .map(|s| Config::from_snapshot(s, Some(ConfigFormat::Files)));
         let (served, problem) = match (fresh, &state.error) {
             (_, Some(error)) => (
                 observed.clone(),

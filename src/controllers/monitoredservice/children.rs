@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapEnvSource, ConfigMapVolumeSource, Container, ContainerPort, EnvFromSource,
@@ -14,113 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
-use super::spec::{ConfigFormat, MonitoredServiceSpec};
+use super::spec::MonitoredServiceSpec;
+use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::error::HookError;
 
 pub const CONFIG_HASH_ANNOTATION: &str = "monitoredservice.metahooks.io/config-hash";
-pub const REVISION_ANNOTATION: &str = "config.metahooks.io/revision";
-/// Path of each ConfigMap key inside the mount, when it differs from the key.
-pub const FORMAT_ANNOTATION: &str = "config.metahooks.io/format";
-pub const PATHS_ANNOTATION: &str = "config.metahooks.io/paths";
-/// When the source made this revision (git: committer time, RFC 3339). Replicas compare
-/// it with their own copy so that none of them rolls the service back to an older one.
-pub const SOURCE_TIME_ANNOTATION: &str = "config.metahooks.io/source-time";
 pub const DEFAULT_MOUNT_PATH: &str = "/etc/config";
-
-/// The configuration as it goes into the ConfigMap.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Config {
-    pub format: Option<ConfigFormat>,
-    pub data: BTreeMap<String, String>,
-    pub binary: BTreeMap<String, Vec<u8>>,
-    /// ConfigMap key → file path under the mount (files format, nested paths only).
-    pub paths: BTreeMap<String, String>,
-    pub revision: String,
-    /// When the source made `revision` (seconds since the epoch); not part of the hash.
-    pub source_time: Option<i64>,
-    /// The content hash, computed once per config (it reads every byte).
-    pub hash_cache: std::sync::OnceLock<String>,
-}
-
-impl Config {
-    /// Content hash over everything that reaches the pods.
-    pub fn hash(&self) -> String {
-        self.hash_cache.get_or_init(|| self.compute_hash()).clone()
-    }
-
-    /// Bytes of content held (for sizing memos).
-    pub fn content_bytes(&self) -> usize {
-        let text: usize = self.data.iter().map(|(k, v)| k.len() + v.len()).sum();
-        let binary: usize = self.binary.iter().map(|(k, v)| k.len() + v.len()).sum();
-        text + binary
-    }
-
-    fn compute_hash(&self) -> String {
-        let binary: BTreeMap<&String, String> = self
-            .binary
-            .iter()
-            .map(|(k, v)| (k, hex::encode(v)))
-            .collect();
-        let canonical = serde_json::json!({"data": self.data, "binary": binary, "paths": self.paths, "format": format_name(self.format)});
-        crate::controllers::common::hash::sha256_hex(canonical.to_string().as_bytes())
-    }
-
-    /// What a ConfigMap records about the config it holds, so it can be read back
-    /// (revision, format, and nested paths when they differ from the keys).
-    pub fn annotations(&self) -> BTreeMap<String, String> {
-        let mut annotations = BTreeMap::from([
-            (REVISION_ANNOTATION.to_owned(), self.revision.clone()),
-            (
-                FORMAT_ANNOTATION.to_owned(),
-                format_name(self.format).to_owned(),
-            ),
-        ]);
-        if let Some(at) = self
-            .source_time
-            .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
-        {
-            annotations.insert(SOURCE_TIME_ANNOTATION.to_owned(), at.to_string());
-        }
-        if !self.paths.is_empty() {
-            annotations.insert(
-                PATHS_ANNOTATION.to_owned(),
-                serde_json::to_string(&self.paths).unwrap_or_default(),
-            );
-        }
-        annotations
-    }
-
-    /// ConfigMap `binaryData`, absent when empty.
-    pub fn binary_data(&self) -> Option<BTreeMap<String, ByteString>> {
-        Some(
-            self.binary
-                .iter()
-                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
-                .collect::<BTreeMap<_, _>>(),
-        )
-        .filter(|b| !b.is_empty())
-    }
-
-    pub fn size(&self) -> usize {
-        self.data
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>()
-            + self
-                .binary
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>()
-    }
-}
-
-pub fn format_name(format: Option<ConfigFormat>) -> &'static str {
-    match format {
-        Some(ConfigFormat::Env) => "env",
-        Some(ConfigFormat::Files) => "files",
-        None => "none",
-    }
-}
 
 pub fn config_map_name(name: &str) -> String {
     format!("{name}-config")
@@ -224,7 +122,7 @@ fn deployment(name: &str, spec: &MonitoredServiceSpec, config: Option<&Config>) 
     let mut volumes = None;
     let mut annotations = BTreeMap::new();
     if let Some(config) = config {
-        annotations.insert(CONFIG_HASH_ANNOTATION.to_owned(), config.hash());
+        annotations.insert(CONFIG_HASH_ANNOTATION.to_owned(), config.hash().to_owned());
         match config.format {
             Some(ConfigFormat::Env) => {
                 container.env_from = Some(vec![EnvFromSource {

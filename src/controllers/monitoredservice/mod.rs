@@ -8,23 +8,18 @@
 //! service's Pods; `finalize` completes whatever the spec holds.
 
 pub mod children;
-pub mod envfile;
 pub mod spec;
 mod status;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use base64::Engine;
 use serde_json::{Value, json};
 
-use self::children::{
-    CONFIG_HASH_ANNOTATION, Config, FORMAT_ANNOTATION, PATHS_ANNOTATION, REVISION_ANNOTATION,
-    SOURCE_TIME_ANNOTATION, config_map_name,
-};
+use self::children::{CONFIG_HASH_ANNOTATION, config_map_name};
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use self::status::Facts;
 use crate::controllers::common::conditions::{Decided, format_time};
+use crate::controllers::common::config::{Config, format_name};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
@@ -37,7 +32,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
     RelatedResourceRule, object_name, object_namespace,
 };
-use crate::source::{Content, FetchError, Location, Snapshot, SourceRequest, SourceState};
+use crate::source::{FetchError, Location, Snapshot, SourceRequest, SourceState};
 
 /// How soon to ask again while a fetch is still running.
 const PENDING_RESYNC_SECONDS: u64 = 2;
@@ -71,17 +66,9 @@ type Converted = std::sync::Arc<Result<Config, (&'static str, String)>>;
 
 impl MonitoredService {
     fn convert(&self, key: &str, snapshot: &Snapshot, format: Option<ConfigFormat>) -> Converted {
-        let memo_key = format!(
-            "{key}|{}|{}",
-            snapshot.revision,
-            children::format_name(format)
-        );
+        let memo_key = format!("{key}|{}|{}", snapshot.revision, format_name(format));
         self.converted.get_or_make(&memo_key, || {
-            let converted = std::sync::Arc::new(to_config(snapshot, format));
-            if let Ok(config) = converted.as_ref() {
-                config.hash();
-            }
-            converted
+            std::sync::Arc::new(Config::from_snapshot(snapshot, format))
         })
     }
 }
@@ -329,7 +316,7 @@ fn decide(
                 format!(
                     "{} is a valid {} config",
                     config.revision,
-                    children::format_name(config.format)
+                    format_name(config.format)
                 ),
             );
             Decision {
@@ -460,78 +447,6 @@ fn source_request(
     source_spec::request(location, secret, related, namespace).map(Some)
 }
 
-/// Snapshot → ConfigMap content in the wanted format, or why it cannot be.
-pub(crate) fn to_config(
-    snapshot: &Snapshot,
-    format: Option<ConfigFormat>,
-) -> Result<Config, (&'static str, String)> {
-    let format = format.unwrap_or(if snapshot.single_file {
-        ConfigFormat::Env
-    } else {
-        ConfigFormat::Files
-    });
-    let mut config = Config {
-        format: Some(format),
-        revision: snapshot.revision.clone(),
-        source_time: snapshot.made_at,
-        ..Config::default()
-    };
-    match format {
-        ConfigFormat::Env => {
-            let (name, content) = match (snapshot.single_file, snapshot.files.iter().next()) {
-                (true, Some(file)) => file,
-                _ => return Err((
-                    "EnvNeedsOneFile",
-                    "format env needs the source to name a single KEY=VALUE file, not a directory"
-                        .to_owned(),
-                )),
-            };
-            let Content::Text(text) = content else {
-                return Err(("InvalidEnvFile", format!("{name} is not text")));
-            };
-            config.data =
-                envfile::parse(text).map_err(|e| ("InvalidEnvFile", format!("{name} {e}")))?;
-        }
-        ConfigFormat::Files => {
-            for (path, content) in &snapshot.files {
-                let key = path.replace('/', "__");
-                if !key
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
-                    || key.starts_with("..")
-                {
-                    return Err((
-                        "UnsupportedFileName",
-                        format!(
-                            "{path:?} cannot be a ConfigMap key (letters, digits, '-', '_', '.' only)"
-                        ),
-                    ));
-                }
-                if key != *path {
-                    config.paths.insert(key.clone(), path.clone());
-                }
-                match content {
-                    Content::Text(text) => config.data.insert(key, text.clone()),
-                    Content::Binary(bytes) => config
-                        .binary
-                        .insert(key, bytes.clone())
-                        .map(|_| String::new()),
-                };
-            }
-        }
-    }
-    if config.size() > crate::source::policy::Limits::default().config_bytes as usize {
-        return Err((
-            "TooLarge",
-            format!(
-                "the config is {} bytes; a ConfigMap holds at most about 1 MiB",
-                config.size()
-            ),
-        ));
-    }
-    Ok(config)
-}
-
 /// What the cluster holds for this parent.
 pub struct Observed {
     pub config: Option<Config>,
@@ -543,60 +458,12 @@ impl Observed {
         Observed {
             config: children
                 .find("ConfigMap", "v1", None, &config_map_name(name))
-                .map(read_config),
+                .map(Config::from_config_map),
             rollout: Rollout::observe(
                 children.find("Deployment", "apps/v1", None, name),
                 CONFIG_HASH_ANNOTATION,
             ),
         }
-    }
-}
-
-pub(crate) fn read_config(config_map: &Value) -> Config {
-    let annotation = |key: &str| {
-        config_map
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(key))
-            .and_then(Value::as_str)
-    };
-    let strings = |field: &str| -> BTreeMap<String, String> {
-        config_map
-            .get(field)
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let binary = strings("binaryData")
-        .into_iter()
-        .filter_map(|(k, v)| {
-            base64::engine::general_purpose::STANDARD
-                .decode(v)
-                .ok()
-                .map(|b| (k, b))
-        })
-        .collect();
-    Config {
-        format: match annotation(FORMAT_ANNOTATION) {
-            Some("env") => Some(ConfigFormat::Env),
-            Some("files") => Some(ConfigFormat::Files),
-            _ => None,
-        },
-        data: strings("data"),
-        binary,
-        paths: annotation(PATHS_ANNOTATION)
-            .and_then(|p| serde_json::from_str(p).ok())
-            .unwrap_or_default(),
-        revision: annotation(REVISION_ANNOTATION)
-            .unwrap_or("unknown")
-            .to_owned(),
-        source_time: annotation(SOURCE_TIME_ANNOTATION)
-            .and_then(|at| at.parse::<jiff::Timestamp>().ok())
-            .map(|at| at.as_second()),
-        ..Config::default()
     }
 }
 
@@ -616,13 +483,14 @@ fn pod_names(related: &ObjectMap, namespace: &str) -> Vec<String> {
 #[cfg(test)]
 mod replica_tests {
     use super::*;
+    use crate::controllers::common::config::ConfigContent;
 
     fn config(revision: &str, source_time: Option<i64>) -> Config {
-        Config {
+        Config::new(ConfigContent {
             revision: revision.to_owned(),
             source_time,
-            ..Config::default()
-        }
+            ..ConfigContent::default()
+        })
     }
 
     #[test]

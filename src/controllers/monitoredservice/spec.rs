@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
+pub use crate::controllers::common::config::ConfigFormat;
 pub use crate::controllers::common::source_spec::{GitSource, HttpSource, SecretRef};
 
 /// A service whose configuration lives in git or an HTTP file; config changes roll it.
@@ -78,13 +79,6 @@ pub struct Source {
     pub git: Option<GitSource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpSource>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ConfigFormat {
-    Env,
-    Files,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]

@@ -2,9 +2,9 @@
 
 use serde_json::Value;
 
-use super::children::Config;
 use super::spec::MonitoredServiceStatus;
 use crate::controllers::common::conditions::{self, Decided};
+use crate::controllers::common::config::Config;
 use crate::controllers::common::rollout::Rollout;
 use crate::error::HookError;
 use crate::protocol::CompositeResponse;
@@ -70,7 +70,7 @@ pub fn answer(
 ) -> Result<CompositeResponse, HookError> {
     let hash = facts.config.map(Config::hash);
     let current =
-        hash.as_deref() == rollout.served_hash.as_deref() || (hash.is_none() && rollout.exists);
+        hash == rollout.served_hash.as_deref() || (hash.is_none() && rollout.exists);
     let ready = ready(&facts, rollout, current);
     let generation = parent
         .pointer("/metadata/generation")
@@ -83,7 +83,7 @@ pub fn answer(
     ];
     let status = MonitoredServiceStatus {
         revision: facts.config.map(|config| config.revision.clone()),
-        config_hash: hash,
+        config_hash: hash.map(str::to_owned),
         replicas: Some(rollout.replicas),
         ready_replicas: Some(rollout.ready_replicas),
         updated_replicas: Some(rollout.updated_replicas),

@@ -1,0 +1,328 @@
+//! A configuration as a ConfigMap holds it: made from a source snapshot (env file or
+//! files), and read back from an observed ConfigMap when the source cannot be used.
+//! Shared by MonitoredService and configsync.
+
+use std::collections::BTreeMap;
+use std::ops::Deref;
+
+use base64::Engine;
+use k8s_openapi::ByteString;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::envfile;
+use super::hash::sha256_hex;
+use crate::source::{Content, Snapshot};
+
+/// On the ConfigMap: the source revision of the config it holds.
+pub const REVISION_ANNOTATION: &str = "config.metahooks.io/revision";
+/// On the ConfigMap: `env` or `files`, so the config can be read back in its format.
+pub const FORMAT_ANNOTATION: &str = "config.metahooks.io/format";
+/// On the ConfigMap: key → file path under the mount, for the keys that differ (JSON).
+pub const PATHS_ANNOTATION: &str = "config.metahooks.io/paths";
+/// When the source made this revision (git: committer time, RFC 3339). Replicas compare
+/// it with their own copy so that none of them rolls the service back to an older one.
+pub const SOURCE_TIME_ANNOTATION: &str = "config.metahooks.io/source-time";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigFormat {
+    Env,
+    Files,
+}
+
+pub fn format_name(format: Option<ConfigFormat>) -> &'static str {
+    match format {
+        Some(ConfigFormat::Env) => "env",
+        Some(ConfigFormat::Files) => "files",
+        None => "none",
+    }
+}
+
+/// What a configuration is made of.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigContent {
+    pub format: Option<ConfigFormat>,
+    pub data: BTreeMap<String, String>,
+    pub binary: BTreeMap<String, Vec<u8>>,
+    /// ConfigMap key → file path under the mount (files format, nested paths only).
+    pub paths: BTreeMap<String, String>,
+    pub revision: String,
+    /// When the source made `revision` (seconds since the epoch); not part of the hash.
+    pub source_time: Option<i64>,
+}
+
+/// A configuration and its content hash, computed once when it is made. It cannot be
+/// changed afterwards, so the hash can never describe other content; its parts are read
+/// through `Deref`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    content: ConfigContent,
+    hash: String,
+}
+
+impl Deref for Config {
+    type Target = ConfigContent;
+
+    fn deref(&self) -> &ConfigContent {
+        &self.content
+    }
+}
+
+/// Why a snapshot cannot be a config: a condition reason and a message.
+pub type ConfigProblem = (&'static str, String);
+
+impl Config {
+    pub fn new(content: ConfigContent) -> Config {
+        let binary: BTreeMap<&String, String> = content
+            .binary
+            .iter()
+            .map(|(k, v)| (k, hex::encode(v)))
+            .collect();
+        let canonical = serde_json::json!({"data": content.data, "binary": binary, "paths": content.paths, "format": format_name(content.format)});
+        let hash = sha256_hex(canonical.to_string().as_bytes());
+        Config { content, hash }
+    }
+
+    /// Content hash over everything that reaches the pods.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// Bytes of content held (for sizing memos and the ConfigMap limit).
+    pub fn content_bytes(&self) -> usize {
+        let text: usize = self.data.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let binary: usize = self.binary.iter().map(|(k, v)| k.len() + v.len()).sum();
+        text + binary
+    }
+
+    /// What a ConfigMap records about the config it holds, so it can be read back
+    /// (revision, format, and nested paths when they differ from the keys).
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::from([
+            (REVISION_ANNOTATION.to_owned(), self.revision.clone()),
+            (
+                FORMAT_ANNOTATION.to_owned(),
+                format_name(self.format).to_owned(),
+            ),
+        ]);
+        if let Some(at) = self
+            .source_time
+            .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
+        {
+            annotations.insert(SOURCE_TIME_ANNOTATION.to_owned(), at.to_string());
+        }
+        if !self.paths.is_empty() {
+            annotations.insert(
+                PATHS_ANNOTATION.to_owned(),
+                serde_json::to_string(&self.paths).unwrap_or_default(),
+            );
+        }
+        annotations
+    }
+
+    /// ConfigMap `binaryData`, absent when empty.
+    pub fn binary_data(&self) -> Option<BTreeMap<String, ByteString>> {
+        Some(
+            self.binary
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                .collect::<BTreeMap<_, _>>(),
+        )
+        .filter(|b| !b.is_empty())
+    }
+
+    /// Snapshot → ConfigMap content in the wanted format (default: env for one file,
+    /// files for a directory).
+    ///
+    /// # Errors
+    /// A directory asked for as env, a file that is not a valid env file, a path that
+    /// cannot be a ConfigMap key, or more than a ConfigMap holds.
+    pub fn from_snapshot(
+        snapshot: &Snapshot,
+        format: Option<ConfigFormat>,
+    ) -> Result<Config, ConfigProblem> {
+        let format = format.unwrap_or(if snapshot.single_file {
+            ConfigFormat::Env
+        } else {
+            ConfigFormat::Files
+        });
+        let mut content = ConfigContent {
+            format: Some(format),
+            revision: snapshot.revision.clone(),
+            source_time: snapshot.made_at,
+            ..ConfigContent::default()
+        };
+        match format {
+            ConfigFormat::Env => content.data = env_data(snapshot)?,
+            ConfigFormat::Files => files_data(snapshot, &mut content)?,
+        }
+        let config = Config::new(content);
+        if config.content_bytes() > crate::source::policy::Limits::default().config_bytes as usize {
+            return Err((
+                "TooLarge",
+                format!(
+                    "the config is {} bytes; a ConfigMap holds at most about 1 MiB",
+                    config.content_bytes()
+                ),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The config an observed ConfigMap holds, read back through its annotations.
+    pub fn from_config_map(config_map: &Value) -> Config {
+        let annotation = |key: &str| {
+            config_map
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_str)
+        };
+        let strings = |field: &str| -> BTreeMap<String, String> {
+            config_map
+                .get(field)
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let binary = strings("binaryData")
+            .into_iter()
+            .filter_map(|(k, v)| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(v)
+                    .ok()
+                    .map(|b| (k, b))
+            })
+            .collect();
+        Config::new(ConfigContent {
+            format: match annotation(FORMAT_ANNOTATION) {
+                Some("env") => Some(ConfigFormat::Env),
+                Some("files") => Some(ConfigFormat::Files),
+                _ => None,
+            },
+            data: strings("data"),
+            binary,
+            paths: annotation(PATHS_ANNOTATION)
+                .and_then(|p| serde_json::from_str(p).ok())
+                .unwrap_or_default(),
+            revision: annotation(REVISION_ANNOTATION)
+                .unwrap_or("unknown")
+                .to_owned(),
+            source_time: annotation(SOURCE_TIME_ANNOTATION)
+                .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+                .map(|at| at.as_second()),
+        })
+    }
+}
+
+/// The KEY=VALUE pairs of a snapshot that names one env file.
+fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, ConfigProblem> {
+    let (name, content) = match (snapshot.single_file, snapshot.files.iter().next()) {
+        (true, Some(file)) => file,
+        _ => {
+            return Err((
+                "EnvNeedsOneFile",
+                "format env needs the source to name a single KEY=VALUE file, not a directory"
+                    .to_owned(),
+            ));
+        }
+    };
+    let Content::Text(text) = content else {
+        return Err(("InvalidEnvFile", format!("{name} is not text")));
+    };
+    envfile::parse(text).map_err(|e| ("InvalidEnvFile", format!("{name} {e}")))
+}
+
+/// Every file of a snapshot under a ConfigMap key (`a/b.conf` → `a__b.conf`).
+fn files_data(snapshot: &Snapshot, content: &mut ConfigContent) -> Result<(), ConfigProblem> {
+    for (path, file) in &snapshot.files {
+        let key = path.replace('/', "__");
+        if !key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+            || key.starts_with("..")
+        {
+            return Err((
+                "UnsupportedFileName",
+                format!("{path:?} cannot be a ConfigMap key (letters, digits, '-', '_', '.' only)"),
+            ));
+        }
+        if key != *path {
+            content.paths.insert(key.clone(), path.clone());
+        }
+        match file {
+            Content::Text(text) => {
+                content.data.insert(key, text.clone());
+            }
+            Content::Binary(bytes) => {
+                content.binary.insert(key, bytes.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::fake::snapshot;
+
+    #[test]
+    fn the_hash_follows_content_not_revision_or_time() {
+        let one = Config::from_snapshot(
+            &snapshot("main@sha1:a", &[("a.env", "A=1\n")], true, Some(1)),
+            None,
+        );
+        let same = Config::from_snapshot(
+            &snapshot("main@sha1:b", &[("a.env", "A=1\n")], true, Some(2)),
+            None,
+        );
+        let other = Config::from_snapshot(
+            &snapshot("main@sha1:c", &[("a.env", "A=2\n")], true, Some(3)),
+            None,
+        );
+        let (Ok(one), Ok(same), Ok(other)) = (one, same, other) else {
+            panic!("valid env files");
+        };
+        assert_eq!(one.hash(), same.hash());
+        assert_ne!(one.hash(), other.hash());
+    }
+
+    #[test]
+    fn a_config_map_reads_back_as_the_config_it_was_made_from() {
+        let made = Config::from_snapshot(
+            &snapshot(
+                "main@sha1:a",
+                &[("app.yaml", "a: 1\n"), ("nested/db.ini", "[db]\n")],
+                false,
+                Some(1_700_000_000),
+            ),
+            None,
+        );
+        let Ok(made) = made else {
+            panic!("valid files");
+        };
+        let config_map = serde_json::json!({
+            "metadata": {"annotations": made.annotations()},
+            "data": made.data,
+        });
+        assert_eq!(Config::from_config_map(&config_map), made);
+    }
+
+    #[test]
+    fn unusable_snapshots_say_why() {
+        let directory_as_env = Config::from_snapshot(
+            &snapshot("r", &[("a", "A=1")], false, None),
+            Some(ConfigFormat::Env),
+        );
+        assert_eq!(directory_as_env.err().map(|e| e.0), Some("EnvNeedsOneFile"));
+        let bad_key =
+            Config::from_snapshot(&snapshot("r", &[("a b.conf", "x")], false, None), None);
+        assert_eq!(bad_key.err().map(|e| e.0), Some("UnsupportedFileName"));
+    }
+}
