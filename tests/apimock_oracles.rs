@@ -107,7 +107,8 @@ fn multi_file_children() -> Vec<Value> {
     let request = json!({"controller": {}, "children": {}, "related": {}, "finalizing": false,
         "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
             "metadata": {"name": "shop", "namespace": "team-a", "generation": 1},
-            "spec": {"definitionFrom": {"git": {"url": url, "path": "api"}}, "docs": {"enabled": true}}}});
+            "spec": {"definitionFrom": {"git": {"url": url, "path": "api"}}, "docs": {"enabled": true},
+                     "ingress": {"hostname": "shop.example.com", "path": "/", "certManager": true}}}});
     let outcome = registry.call(
         "apimock",
         Hook::Sync,

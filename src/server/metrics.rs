@@ -1,7 +1,8 @@
 //! Prometheus text exposition of hook-call counts and latencies.
 //!
-//! Hand-rolled on purpose: two series families do not justify a global recorder, and a
-//! per-server registry keeps parallel tests independent. Labels stay low-cardinality
+//! Hand-rolled on purpose: four series families (calls, latencies, calls in flight, open
+//! connections) do not justify a global recorder, and a per-server registry keeps
+//! parallel tests independent. Labels stay low-cardinality
 //! (controller, hook, code): never parent names.
 
 use std::collections::BTreeMap;

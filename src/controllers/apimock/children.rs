@@ -39,6 +39,9 @@ pub const SOURCE_TIME_ANNOTATION: &str = "apimock.metahooks.io/source-time";
 pub const ROOT_ANNOTATION: &str = "apimock.metahooks.io/root";
 /// On the ConfigMap of a multi-file definition: key → path, for the keys that differ.
 pub const PATHS_ANNOTATION: &str = "apimock.metahooks.io/paths";
+/// Asks cert-manager (its ingress-shim, with the default issuer) for the Ingress's
+/// certificate; set for `ingress.certManager: true`.
+pub const TLS_ACME_ANNOTATION: &str = "kubernetes.io/tls-acme";
 pub const MOCK_PORT: i32 = 4010;
 pub const DOCS_PORT: i32 = 8080;
 pub const DEFAULT_SERVICE_PORT: i32 = 8000;
@@ -393,8 +396,22 @@ pub fn ingress(plan: &Plan<'_>) -> Option<Ingress> {
         wanted.path.clone()
     };
     let host = Some(wanted.hostname.clone()).filter(|h| !h.is_empty());
+    let cert_manager = wanted.cert_manager == Some(true);
+    let mut annotations = wanted.annotations.clone().unwrap_or_default();
+    if cert_manager {
+        // cert-manager's ingress-shim issues a certificate for an Ingress carrying this
+        // annotation (with its default issuer) into the TLS entry's Secret.
+        annotations
+            .entry(TLS_ACME_ANNOTATION.to_owned())
+            .or_insert_with(|| "true".to_owned());
+    }
+    let tls_secret = match (&wanted.tls, cert_manager) {
+        (Some(tls), _) => Some(tls.secret_name.clone()),
+        (None, true) => Some(format!("{}-tls", plan.name)),
+        (None, false) => None,
+    };
     Some(Ingress {
-        metadata: metadata(plan.name, wanted.annotations.clone()),
+        metadata: metadata(plan.name, Some(annotations)),
         spec: Some(K8sIngressSpec {
             ingress_class_name: wanted.class_name.clone(),
             rules: Some(vec![IngressRule {
@@ -416,14 +433,107 @@ pub fn ingress(plan: &Plan<'_>) -> Option<Ingress> {
                     }],
                 }),
             }]),
-            tls: wanted.tls.as_ref().map(|tls| {
+            tls: tls_secret.map(|secret_name| {
                 vec![IngressTLS {
                     hosts: host.map(|h| vec![h]),
-                    secret_name: Some(tls.secret_name.clone()),
+                    secret_name: Some(secret_name),
                 }]
             }),
             ..K8sIngressSpec::default()
         }),
         ..Ingress::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::apimock::spec::{IngressSpec, IngressTls};
+
+    fn ingress_for(wanted: IngressSpec) -> Option<Ingress> {
+        let spec = ApiMockSpec {
+            ingress: Some(wanted),
+            ..ApiMockSpec::default()
+        };
+        ingress(&Plan {
+            name: "pets",
+            spec: &spec,
+            served: Served::Text {
+                text: "",
+                format: Format::Yaml,
+            },
+            sha256: "",
+            revision: None,
+            made_at: None,
+            image: "",
+            docs_image: "",
+        })
+    }
+
+    #[test]
+    fn cert_manager_asks_for_a_certificate_into_the_tls_secret() {
+        let plain = IngressSpec {
+            hostname: "pets.example.com".to_owned(),
+            path: "/".to_owned(),
+            ..IngressSpec::default()
+        };
+        let without = ingress_for(plain.clone());
+        assert!(
+            without
+                .as_ref()
+                .and_then(|i| i.metadata.annotations.as_ref())
+                .is_none()
+        );
+        assert!(without.and_then(|i| i.spec).and_then(|s| s.tls).is_none());
+
+        let managed = ingress_for(IngressSpec {
+            cert_manager: Some(true),
+            ..plain.clone()
+        });
+        let annotations = managed
+            .as_ref()
+            .and_then(|i| i.metadata.annotations.clone());
+        assert_eq!(
+            annotations
+                .and_then(|a| a.get(TLS_ACME_ANNOTATION).cloned())
+                .as_deref(),
+            Some("true")
+        );
+        let tls = managed
+            .and_then(|i| i.spec)
+            .and_then(|s| s.tls)
+            .unwrap_or_default();
+        assert_eq!(
+            tls.first().and_then(|t| t.secret_name.as_deref()),
+            Some("pets-tls")
+        );
+
+        // The user's own Secret and annotation win.
+        let own = ingress_for(IngressSpec {
+            cert_manager: Some(true),
+            tls: Some(IngressTls {
+                secret_name: "mine".to_owned(),
+            }),
+            annotations: Some(BTreeMap::from([(
+                TLS_ACME_ANNOTATION.to_owned(),
+                "false".to_owned(),
+            )])),
+            ..plain
+        });
+        let annotations = own.as_ref().and_then(|i| i.metadata.annotations.clone());
+        assert_eq!(
+            annotations
+                .and_then(|a| a.get(TLS_ACME_ANNOTATION).cloned())
+                .as_deref(),
+            Some("false")
+        );
+        let tls = own
+            .and_then(|i| i.spec)
+            .and_then(|s| s.tls)
+            .unwrap_or_default();
+        assert_eq!(
+            tls.first().and_then(|t| t.secret_name.as_deref()),
+            Some("mine")
+        );
+    }
 }

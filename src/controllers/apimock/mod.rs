@@ -561,7 +561,7 @@ struct Urls {
 impl Urls {
     fn of(name: &str, namespace: &str, spec: &spec::ApiMockSpec) -> Urls {
         let external = spec.ingress.as_ref().map(|ingress| {
-            let scheme = if ingress.tls.is_some() {
+            let scheme = if ingress.tls.is_some() || ingress.cert_manager == Some(true) {
                 "https"
             } else {
                 "http"

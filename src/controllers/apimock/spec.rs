@@ -283,8 +283,8 @@ pub struct IngressSpec {
     /// TLS for the hostname.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<IngressTls>,
-    /// Accepted for APIrator compatibility and ignored: cert-manager is driven by
-    /// annotations (`ingress.annotations`).
+    /// Have cert-manager issue the certificate: adds `kubernetes.io/tls-acme: "true"` and,
+    /// without `tls`, a TLS entry with the Secret `<name>-tls`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_manager: Option<bool>,
 }

@@ -69,8 +69,7 @@ pub fn answer(
     now: &str,
 ) -> Result<CompositeResponse, HookError> {
     let hash = facts.config.map(Config::hash);
-    let current =
-        hash == rollout.served_hash.as_deref() || (hash.is_none() && rollout.exists);
+    let current = hash == rollout.served_hash.as_deref() || (hash.is_none() && rollout.exists);
     let ready = ready(&facts, rollout, current);
     let generation = parent
         .pointer("/metadata/generation")
