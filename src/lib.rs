@@ -6,19 +6,19 @@
 //! - [`server`]: the HTTP edge (routing, limits, auth, TLS, ETag, probes);
 //! - [`controllers`]: pure sync/finalize/customize logic per controller;
 //! - [`source`]: the background config-source engine (git, HTTP) controllers read from;
-//! - [`cli`], [`config`], [`render`], [`crds`], [`telemetry`]: the command line around them.
+//! - [`emulate`]: the Metacontroller emulator behind `metahooks emulate` and the tests;
+//! - [`cli`] (flags → settings, `render`, `emulate`), [`crds`], [`telemetry`]: the
+//!   command line around them. Only `cli` and `main` use `anyhow`: everything below
+//!   returns typed errors.
 
 pub mod cli;
-pub mod config;
 pub mod controllers;
 pub mod crds;
 pub mod emulate;
-pub mod emulate_cmd;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz_surfaces;
 pub mod protocol;
-pub mod render;
 pub mod server;
 pub mod source;
 pub mod telemetry;

@@ -27,14 +27,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             let served = runtime.block_on(async move {
-                let (settings, registry) = metahooks::config::serve_settings(&args)?;
+                let (settings, registry) = metahooks::cli::config::serve_settings(&args)?;
                 let server = metahooks::server::Server::start(
                     settings,
                     registry,
                     metahooks::server::Clock::System,
                 )
                 .await?;
-                server.run_until_signal().await
+                server.run_until_signal().await?;
+                anyhow::Ok(())
             });
             // Every answer is back by now. A fetch job still busy on a blocking thread
             // (a slow remote, a hostile repository) must not hold the process past the
@@ -43,12 +44,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             served
         }
         Command::Render(args) => {
-            let output = metahooks::render::render(&args)?;
+            let output = metahooks::cli::render::render(&args)?;
             print!("{output}");
             Ok(())
         }
         Command::Emulate(args) => {
-            let (report, clean) = metahooks::emulate_cmd::emulate(&args)?;
+            let (report, clean) = metahooks::cli::emulate::emulate(&args)?;
             print!("{report}");
             if !clean {
                 return Err(anyhow::anyhow!(

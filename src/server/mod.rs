@@ -217,13 +217,39 @@ pub struct Server {
     settings: ServerSettings,
 }
 
+/// Why the server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {address} for {what}: {source}")]
+    Listen {
+        what: &'static str,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot serve TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("the {what} server failed: {source}")]
+    Serve {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("the {what} server task ended abnormally: {source}")]
+    Task {
+        what: &'static str,
+        source: tokio::task::JoinError,
+    },
+}
+
 impl Server {
     /// Binds both ports and starts serving; readiness is reported once both accept.
+    ///
+    /// # Errors
+    /// A port cannot be bound, or the TLS files cannot serve.
     pub async fn start(
         settings: ServerSettings,
         registry: Registry,
         clock: Clock,
-    ) -> anyhow::Result<Server> {
+    ) -> Result<Server, ServerError> {
         let hooks = Arc::new(HookState::new(
             registry,
             settings.limits.clone(),
@@ -235,15 +261,24 @@ impl Server {
             hooks: hooks.clone(),
         });
 
+        let listen = |what: &'static str, address: SocketAddr| {
+            move |source| ServerError::Listen {
+                what,
+                address,
+                source,
+            }
+        };
         let hook_listener = std::net::TcpListener::bind(settings.listen)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {} for hooks: {e}", settings.listen))?;
-        let hook_addr = hook_listener.local_addr()?;
+            .map_err(listen("hooks", settings.listen))?;
+        let hook_addr = hook_listener
+            .local_addr()
+            .map_err(listen("hooks", settings.listen))?;
         let probe_listener = tokio::net::TcpListener::bind(settings.probe_listen)
             .await
-            .map_err(|e| {
-                anyhow::anyhow!("cannot listen on {} for probes: {e}", settings.probe_listen)
-            })?;
-        let probe_addr = probe_listener.local_addr()?;
+            .map_err(listen("probes", settings.probe_listen))?;
+        let probe_addr = probe_listener
+            .local_addr()
+            .map_err(listen("probes", settings.probe_listen))?;
 
         let hook_handle = axum_server::Handle::new();
         let app = hook_router(hooks.clone()).into_make_service();
@@ -252,13 +287,16 @@ impl Server {
         let hook_task = match &settings.tls {
             Some(files) => {
                 let config = files.server_config()?;
-                let server = axum_server::from_tcp_rustls(hook_listener, config)?
+                let server = axum_server::from_tcp_rustls(hook_listener, config)
+                    .map_err(listen("hooks", settings.listen))?
                     .map(|tls| tls.acceptor(connections));
                 let server = with_connection_limits(server, &hook_handle, limits);
                 tokio::spawn(async move { server.serve(app).await })
             }
             None => {
-                let server = axum_server::from_tcp(hook_listener)?.acceptor(connections);
+                let server = axum_server::from_tcp(hook_listener)
+                    .map_err(listen("hooks", settings.listen))?
+                    .acceptor(connections);
                 let server = with_connection_limits(server, &hook_handle, limits);
                 tokio::spawn(async move { server.serve(app).await })
             }
@@ -289,14 +327,20 @@ impl Server {
     }
 
     /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
-    pub async fn run_until_signal(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    /// As [`Server::shutdown`].
+    pub async fn run_until_signal(self) -> Result<(), ServerError> {
         wait_for_signal().await;
         self.shutdown().await
     }
 
     /// Readiness 503 now; hooks keep answering for the drain delay; then stop accepting
     /// and let in-flight calls finish within the grace period.
-    pub async fn shutdown(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    /// A server task failed or ended abnormally.
+    pub async fn shutdown(self) -> Result<(), ServerError> {
         self.probes.ready.store(false, Ordering::SeqCst);
         tracing::info!(
             delay_ms = self.settings.shutdown_delay.as_millis() as u64,
@@ -305,11 +349,22 @@ impl Server {
         tokio::time::sleep(self.settings.shutdown_delay).await;
         self.hook_handle
             .graceful_shutdown(Some(self.settings.shutdown_grace));
-        self.hook_task.await??;
+        finished("hook", self.hook_task.await)?;
         let _ = self.probe_shutdown.send(true);
-        self.probe_task.await??;
+        finished("probe", self.probe_task.await)?;
         tracing::info!("shutdown complete");
         Ok(())
+    }
+}
+
+fn finished(
+    what: &'static str,
+    joined: Result<std::io::Result<()>, tokio::task::JoinError>,
+) -> Result<(), ServerError> {
+    match joined {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(ServerError::Serve { what, source }),
+        Err(source) => Err(ServerError::Task { what, source }),
     }
 }
 

@@ -111,7 +111,7 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
     std::fs::create_dir_all(&cache_dir)
         .with_context(|| format!("cannot create the cache directory {}", cache_dir.display()))?;
     Ok(Fetcher::new(policy, cache_dir)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .context("cannot start the source fetcher")?
         .with_cache_max_bytes(args.cache_max_bytes))
 }
 

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use crate::cli::{OutputFormat, RenderArgs};
-use crate::config::{controller_settings, source_fetcher};
+use crate::cli::config::{controller_settings, source_fetcher};
 use crate::controllers::Registry;
 use crate::protocol::Hook;
 

@@ -1,5 +1,9 @@
 //! Command line: `serve`, `render`, `emulate`, `crds`, `version`. Every flag is also an environment
-//! variable. Parsing does no I/O; [`crate::config`] turns the flags into checked settings.
+//! variable. Parsing does no I/O; [`config`] turns the flags into checked settings.
+
+pub mod config;
+pub mod emulate;
+pub mod render;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
