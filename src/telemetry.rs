@@ -13,7 +13,8 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
-            .with_current_span(false)
+            // A line logged inside a hook call or a fetch job names it under "span".
+            .with_current_span(true)
             .with_span_list(false)
             .try_init(),
         LogFormat::Text => builder.try_init(),

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -76,6 +76,35 @@ async fn serve_logs_json_and_drains_on_sigterm() {
         .unwrap();
     assert_eq!(answer.status(), 200);
 
+    // A source the default policy refuses (plain http): poll until the answer reports
+    // the failed fetch, whose log line then names the fetch it belongs to.
+    let refused = json!({"controller": {}, "children": {}, "related": {},
+        "parent": {"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+            "metadata": {"name": "web", "namespace": "team-a", "generation": 1},
+            "spec": {"image": "web:1", "config_repo": "http://127.0.0.1:9/config"}}});
+    let started = Instant::now();
+    loop {
+        let answer: Value = client
+            .post(format!(
+                "http://127.0.0.1:{hook_port}/monitoredservice/sync"
+            ))
+            .json(&refused)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if answer["status"]["conditions"][0]["reason"] == "SchemeRefused" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the refused fetch never reported: {answer}"
+        );
+        tokio::task::yield_now().await;
+    }
+
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -116,7 +145,7 @@ async fn serve_logs_json_and_drains_on_sigterm() {
     let calls: Vec<Value> = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["message"] == "hook call")
+        .filter(|l| l["message"] == "hook call" && l["controller"] == "apimock")
         .collect();
     assert_eq!(calls.len(), 2, "one JSON line per hook call: {lines:#?}");
     let line = &calls[0];
@@ -127,6 +156,19 @@ async fn serve_logs_json_and_drains_on_sigterm() {
     assert_eq!(line["status"], 200);
     assert!(line["duration_ms"].as_f64().is_some());
     assert!(lines.iter().any(|l| l.contains("shutdown complete")));
+    let failed = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"] == "source fetch failed")
+        .unwrap_or_else(|| panic!("no failed fetch logged: {lines:#?}"));
+    assert_eq!(failed["span"]["name"], "fetch", "{failed}");
+    assert!(
+        failed["span"]["remote"]
+            .as_str()
+            .is_some_and(|r| r.contains("127.0.0.1:9/config")),
+        "{failed}"
+    );
+    assert_eq!(failed["reason"], "SchemeRefused");
 }
 
 #[test]

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use crate::cli::{ApplyStrategy, EmulateArgs, EmulateOutput};
 use crate::cli::config::{controller_settings, source_fetcher};
+use crate::cli::{ApplyStrategy, EmulateArgs, EmulateOutput};
 use crate::controllers::Registry;
 use crate::emulate::output::{TextOptions, json_report, text_report};
 use crate::emulate::story::{Plan, built_in_registrations, play, sort_documents};

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
-use crate::cli::{OutputFormat, RenderArgs};
 use crate::cli::config::{controller_settings, source_fetcher};
+use crate::cli::{OutputFormat, RenderArgs};
 use crate::controllers::Registry;
 use crate::protocol::Hook;
 

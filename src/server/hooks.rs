@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
 
 use super::HookState;
 use crate::controllers::{CallOutcome, ParentRef};
@@ -30,24 +31,36 @@ pub async fn handle(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let (parent, result) = answer(&state, &controller, &hook, &headers, body, started).await;
-    let response = match result {
-        Ok(response) => response,
-        Err(error) => {
-            if matches!(error, HookError::Internal(_)) {
-                tracing::error!(controller, hook, error = %error, "hook call failed");
-            }
-            error.into_response()
-        }
-    };
-    let code = response.status().as_u16();
-    let elapsed = started.elapsed();
     let hook_label = Hook::from_segment(&hook).map_or("unknown", Hook::as_str);
     let controller_label = if state.registry.contains(&controller) {
         controller.as_str()
     } else {
         "unknown"
     };
+    // Everything logged while answering (a fault, a fetch scheduled) carries the call.
+    let span = tracing::info_span!(
+        "hook",
+        controller = controller_label,
+        hook = hook_label,
+        parent.namespace = tracing::field::Empty,
+        parent.name = tracing::field::Empty,
+    );
+    let (parent, result) = answer(&state, &controller, &hook, &headers, body, started)
+        .instrument(span.clone())
+        .await;
+    span.record("parent.namespace", parent.namespace.as_str());
+    span.record("parent.name", parent.name.as_str());
+    let response = match result {
+        Ok(response) => response,
+        Err(error) => {
+            if matches!(error, HookError::Internal(_)) {
+                tracing::error!(parent: &span, error = %error, "hook call failed");
+            }
+            error.into_response()
+        }
+    };
+    let code = response.status().as_u16();
+    let elapsed = started.elapsed();
     state
         .metrics
         .record(controller_label, hook_label, code, elapsed);
@@ -163,7 +176,9 @@ async fn compute(
         return Ok(outcome);
     }
     let deadline_ms = millis(state.limits.deadline);
+    let span = tracing::Span::current();
     let work = tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
         let _permit = permit;
         if Instant::now() >= deadline {
             return None;

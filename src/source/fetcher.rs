@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use super::policy::Policy;
 use super::{FetchError, Location, SourceRequest, SourceState, Sources, git, http};
 
@@ -268,7 +270,9 @@ impl Sources for Fetcher {
                 resolved,
                 current,
             };
-            self.inner.runtime.spawn(job.run());
+            // Everything a job logs (failures, the fetch summary) carries its remote.
+            let span = tracing::info_span!("fetch", remote = %redact(&job.remote_key));
+            self.inner.runtime.spawn(job.run().instrument(span));
         }
         let pending = state
             .remotes
@@ -333,15 +337,20 @@ impl Job {
             Some(Location::Http { url }) => (self.run_http(&url).await, None),
             None => (Vec::new(), None),
         };
-        let remote = redact(&self.remote_key);
         let mut failures = 0;
         for (_, result) in &results {
             if let Fetched::Failed(error) = result {
                 failures += 1;
-                tracing::warn!(remote = %remote, reason = error.reason(), error = %error, "source fetch failed");
+                tracing::warn!(reason = error.reason(), error = %error, "source fetch failed");
             }
         }
-        tracing::info!(remote = %remote, network = self.use_network, requests = results.len(), failures, duration_ms = started.elapsed().as_millis() as u64, "source fetched");
+        tracing::info!(
+            network = self.use_network,
+            requests = results.len(),
+            failures,
+            duration_ms = started.elapsed().as_millis() as u64,
+            "source fetched"
+        );
         let mut state = lock(&self.inner.state);
         for (key, result) in results {
             // A request forgotten while the job ran stays forgotten.
@@ -445,6 +454,11 @@ impl Job {
                     .collect(),
                 None,
             )
+        };
+        let span = tracing::Span::current();
+        let work = move || {
+            let _entered = span.enter();
+            work()
         };
         match tokio::time::timeout(limit, tokio::task::spawn_blocking(work)).await {
             Ok(Ok(done)) => done,
