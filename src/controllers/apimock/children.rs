@@ -24,6 +24,7 @@ use serde_json::Value;
 use super::bundle::Bundle;
 use super::definition::Format;
 use super::spec::{ApiMockSpec, ExternalTrafficPolicy, MockSpec, ServiceType};
+use crate::controllers::common::names::{self, child_labels};
 use crate::error::HookError;
 
 /// Pod-template annotation holding the definition's SHA-256: an edit changes the
@@ -81,21 +82,11 @@ impl Served<'_> {
 }
 
 pub fn labels(name: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".to_owned(), "apimock".to_owned()),
-        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            "metahooks".to_owned(),
-        ),
-    ])
+    child_labels("apimock", name)
 }
 
 fn selector_labels(name: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".to_owned(), "apimock".to_owned()),
-        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
-    ])
+    names::selector_labels("apimock", name)
 }
 
 fn metadata(name: &str, annotations: Option<BTreeMap<String, String>>) -> ObjectMeta {

@@ -27,6 +27,7 @@ use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::controllers::common::names::check_dns1035_label;
+use crate::controllers::common::polling;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
@@ -138,7 +139,7 @@ impl CompositeHooks for ApiMock {
             // Another replica has already read a newer copy of the same ref: keep it,
             // and refresh this server's copy now rather than at the next interval.
             let _ = ctx.sources.lookup(request, std::time::Duration::ZERO);
-            resync_seconds = origin::PENDING_RESYNC_SECONDS;
+            resync_seconds = polling::PENDING_RESYNC_SECONDS;
             fetched = Some(Decided::new(
                 "Fetched",
                 true,

@@ -11,12 +11,10 @@ use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::Decided;
+use crate::controllers::common::polling;
 use crate::controllers::common::source_spec::{self, SourceProblem};
 use crate::protocol::ObjectMap;
 use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
-
-/// How soon to ask again while a fetch is still running.
-pub const PENDING_RESYNC_SECONDS: u64 = 2;
 
 /// The spec's answer to "where is the definition?".
 pub enum Origin<'s> {
@@ -193,11 +191,7 @@ impl ApiMock {
                 interval,
             } => {
                 let state = ctx.sources.lookup(request, Duration::from_secs(*interval));
-                let resync_seconds = if state.pending {
-                    PENDING_RESYNC_SECONDS
-                } else {
-                    *interval
-                };
+                let resync_seconds = polling::resync_seconds(&state, false, *interval);
                 let fetched = match (&state.snapshot, &state.error) {
                     (_, Some(error)) => {
                         Decided::new("Fetched", false, error.reason(), error.to_string())

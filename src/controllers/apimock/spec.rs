@@ -165,7 +165,7 @@ pub struct DefinitionFrom {
 
 impl DefinitionFrom {
     pub fn interval_seconds(&self) -> u64 {
-        u64::from(self.interval_seconds.unwrap_or(60).max(10))
+        crate::controllers::common::polling::interval_seconds(self.interval_seconds.map(u64::from))
     }
 }
 

@@ -7,6 +7,7 @@ pub mod hash;
 pub mod keep;
 pub mod memo;
 pub mod names;
+pub mod polling;
 pub mod revisions;
 pub mod rollout;
 pub mod secrets;

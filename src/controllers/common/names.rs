@@ -1,4 +1,7 @@
-//! Kubernetes object-name rules a child name must pass before we emit it.
+//! Kubernetes object-name rules a child name must pass before we emit it, and the
+//! labels every child carries.
+
+use std::collections::BTreeMap;
 
 /// Why a name cannot be used for a child object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +73,25 @@ pub fn check_dns1123_subdomain(name: &str) -> Result<(), InvalidName> {
         }
     }
     Ok(())
+}
+
+/// The labels of every child: which controller made it, for which parent, and by whom.
+pub fn child_labels(controller: &str, parent: &str) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(controller, parent);
+    labels.insert(
+        "app.kubernetes.io/managed-by".to_owned(),
+        "metahooks".to_owned(),
+    );
+    labels
+}
+
+/// The labels that select a parent's pods (a subset of [`child_labels`], so they never
+/// change while the parent lives: a Deployment's selector is immutable).
+pub fn selector_labels(controller: &str, parent: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), controller.to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), parent.to_owned()),
+    ])
 }
 
 #[cfg(test)]

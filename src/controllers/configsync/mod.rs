@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::check_dns1123_subdomain;
+use crate::controllers::common::polling;
 use crate::controllers::common::secrets;
 use crate::controllers::{Context, DecoratorHooks};
 use crate::error::HookError;
@@ -35,10 +36,6 @@ pub const REVISION: &str = "configsync.metahooks.io/revision";
 pub const ERROR: &str = "configsync.metahooks.io/error";
 /// The label a Secret needs (value `"true"`) to be usable as configsync credentials.
 pub const CREDENTIALS_LABEL: &str = "configsync.metahooks.io/credentials";
-
-const DEFAULT_INTERVAL: u64 = 60;
-const MIN_INTERVAL: u64 = 10;
-const PENDING_RESYNC_SECONDS: u64 = 2;
 
 pub fn attachment_name(target: &str) -> String {
     format!("{target}-configsync")
@@ -70,8 +67,8 @@ impl DecoratorHooks for ConfigSync {
             return answer(observed.clone(), Some(problem), observed.as_ref(), name, 0);
         };
         let interval = match annotations.get(INTERVAL).map(|v| v.parse::<u64>()) {
-            None => DEFAULT_INTERVAL,
-            Some(Ok(seconds)) => seconds.max(MIN_INTERVAL),
+            None => polling::interval_seconds(None),
+            Some(Ok(seconds)) => polling::interval_seconds(Some(seconds)),
             Some(Err(_)) => {
                 let problem = format!("annotation {INTERVAL} must be a whole number of seconds");
                 return answer(
@@ -79,7 +76,7 @@ impl DecoratorHooks for ConfigSync {
                     Some(problem),
                     observed.as_ref(),
                     name,
-                    DEFAULT_INTERVAL,
+                    polling::DEFAULT_INTERVAL_SECONDS,
                 );
             }
         };
@@ -121,11 +118,7 @@ impl DecoratorHooks for ConfigSync {
             credentials,
         };
         let state = ctx.sources.lookup(&wanted, Duration::from_secs(interval));
-        let resync = if state.pending {
-            PENDING_RESYNC_SECONDS
-        } else {
-            interval
-        };
+        let resync = polling::resync_seconds(&state, false, interval);
         let fresh = state
             .snapshot
             .as_deref()

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::spec::MonitoredServiceSpec;
 use crate::controllers::common::config::{Config, ConfigFormat};
+use crate::controllers::common::names::{self, child_labels};
 use crate::error::HookError;
 
 pub const CONFIG_HASH_ANNOTATION: &str = "monitoredservice.metahooks.io/config-hash";
@@ -25,27 +26,11 @@ pub fn config_map_name(name: &str) -> String {
 }
 
 fn labels(name: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            "app.kubernetes.io/name".to_owned(),
-            "monitoredservice".to_owned(),
-        ),
-        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            "metahooks".to_owned(),
-        ),
-    ])
+    child_labels("monitoredservice", name)
 }
 
 pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            "app.kubernetes.io/name".to_owned(),
-            "monitoredservice".to_owned(),
-        ),
-        ("app.kubernetes.io/instance".to_owned(), name.to_owned()),
-    ])
+    names::selector_labels("monitoredservice", name)
 }
 
 /// Pod labels: ours plus config-monitor's, so Services users wrote for it keep selecting.

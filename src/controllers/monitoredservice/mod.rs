@@ -23,6 +23,7 @@ use crate::controllers::common::config::{Config, format_name};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
+use crate::controllers::common::polling;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec;
@@ -33,9 +34,6 @@ use crate::protocol::{
     RelatedResourceRule, object_name, object_namespace,
 };
 use crate::source::{FetchError, Location, Snapshot, SourceRequest, SourceState};
-
-/// How soon to ask again while a fetch is still running.
-const PENDING_RESYNC_SECONDS: u64 = 2;
 
 /// Converted configs by (request, revision, format): a warm sync reuses the conversion
 /// and the content hash instead of redoing them over up to 1 MiB on every call.
@@ -136,11 +134,7 @@ impl CompositeHooks for MonitoredService {
             call.running(),
             request.children.is_empty(),
         );
-        let resync = if state.pending || decision.behind {
-            PENDING_RESYNC_SECONDS
-        } else {
-            interval
-        };
+        let resync = polling::resync_seconds(&state, decision.behind, interval);
         let Some(served) = decision.served else {
             let facts = Facts {
                 fetched: fetched_condition(&state, call.running()),

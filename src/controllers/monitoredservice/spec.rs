@@ -111,7 +111,7 @@ impl MonitoredServiceSpec {
     }
 
     pub fn interval_seconds(&self) -> u64 {
-        u64::from(self.interval_seconds.unwrap_or(60).max(10))
+        crate::controllers::common::polling::interval_seconds(self.interval_seconds.map(u64::from))
     }
 }
 
