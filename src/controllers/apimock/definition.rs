@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use super::validate;
+pub use super::verdict::{Generation, Invalid};
 use crate::controllers::common::hash::sha256_hex;
 use crate::controllers::common::memo::Memo as BoundedMemo;
 
@@ -35,36 +36,12 @@ impl Format {
     }
 }
 
-/// The OpenAPI generation a document declares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Generation {
-    Swagger2,
-    OpenApi30,
-    OpenApi31,
-}
-
 /// What a valid definition is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     pub version: String,
     pub title: String,
     pub operations: u32,
-}
-
-/// Why a definition cannot be served. `reason` is a CamelCase condition reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Invalid {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Invalid {
-        Invalid {
-            reason,
-            message: message.into(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

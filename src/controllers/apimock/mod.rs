@@ -13,6 +13,7 @@ mod origin;
 pub mod spec;
 mod status;
 mod validate;
+pub mod verdict;
 
 use std::sync::Arc;
 

@@ -1,0 +1,79 @@
+//! The OpenAPI Initiative's JSON schemas for each version, compiled once, and how their
+//! errors are shown: a JSON pointer as a path of keys, long messages cut.
+
+use std::sync::LazyLock;
+
+use serde_json::Value;
+
+use crate::controllers::apimock::verdict::Generation;
+
+static SWAGGER2: LazyLock<Result<jsonschema::Validator, String>> =
+    LazyLock::new(|| compile(include_str!("../metaschemas/v2.0.json")));
+static OPENAPI30: LazyLock<Result<jsonschema::Validator, String>> =
+    LazyLock::new(|| compile(include_str!("../metaschemas/v3.0.json")));
+static OPENAPI31: LazyLock<Result<jsonschema::Validator, String>> =
+    LazyLock::new(|| compile(include_str!("../metaschemas/v3.1.json")));
+
+fn compile(text: &str) -> Result<jsonschema::Validator, String> {
+    let schema: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    jsonschema::options()
+        .should_validate_formats(false)
+        .build(&schema)
+        .map_err(|e| e.to_string())
+}
+
+/// The compiled meta-schema of `generation`, or why it failed to load.
+pub(super) fn validator(
+    generation: Generation,
+) -> Result<&'static jsonschema::Validator, &'static str> {
+    let compiled = match generation {
+        Generation::Swagger2 => &*SWAGGER2,
+        Generation::OpenApi30 => &*OPENAPI30,
+        Generation::OpenApi31 => &*OPENAPI31,
+    };
+    compiled.as_ref().map_err(String::as_str)
+}
+
+/// JSON Schema dialects a 3.1 document may declare for its schemas; anything else
+/// leaves the meaning of every schema in it undefined.
+const KNOWN_DIALECTS: [&str; 3] = [
+    "https://spec.openapis.org/oas/3.1/dialect/base",
+    "https://json-schema.org/draft/2020-12/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+];
+
+pub(super) fn check_dialect(document: &Value) -> Result<(), String> {
+    match document.get("jsonSchemaDialect").and_then(Value::as_str) {
+        Some(dialect) if !KNOWN_DIALECTS.contains(&dialect.trim_end_matches('#')) => Err(format!(
+            "at jsonSchemaDialect: '{dialect}' is not a JSON Schema dialect metahooks knows ({})",
+            KNOWN_DIALECTS.join(", ")
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A JSON pointer as a person reads it: `paths → /pets/{id} → get`.
+pub(super) fn location(pointer: &str) -> String {
+    if pointer.is_empty() {
+        return "the top level".to_owned();
+    }
+    pointer
+        .trim_start_matches('/')
+        .split('/')
+        .map(|segment| segment.replace("~1", "/").replace("~0", "~"))
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+/// Validator messages quote whole sub-documents; keep condition messages readable.
+pub(super) fn short(message: &str) -> String {
+    const LIMIT: usize = 300;
+    if message.len() <= LIMIT {
+        return message.to_owned();
+    }
+    let mut end = LIMIT;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}

@@ -1,0 +1,312 @@
+//! Validation of a parsed OpenAPI document: the OpenAPI Initiative's meta-schema for its
+//! version, then the checks a schema cannot express (what `openapi-spec-validator`, our
+//! reference oracle, also checks): local `$ref`s resolve, path templates and path
+//! parameters agree, operation ids are unique, parameters are not repeated, and `default`
+//! values fit their schema's type and enum.
+//!
+//! 3.0 documents are also read with `openapiv3`, the typed model the rest of the Rust
+//! ecosystem uses, so what it cannot read is reported too.
+//!
+//! - [`metaschema`]: the OpenAPI Initiative's JSON schemas, and readable locations;
+//! - [`refs`]: every local `$ref` resolves and reaches a value;
+//! - [`paths`]: path templates, path parameters, unique operation ids and parameters;
+//! - [`defaults`]: `default` values fit their schema.
+
+mod defaults;
+mod metaschema;
+mod paths;
+mod refs;
+
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+pub(super) use self::refs::percent_decode;
+use super::verdict::{Generation, Invalid};
+
+const REASON: &str = "InvalidDocument";
+
+/// Documents above this size are checked on two threads.
+const PARALLEL_ABOVE_BYTES: usize = 128 * 1024;
+
+/// `size_hint` is the document's text length (the cost driver).
+pub fn validate(document: &Value, generation: Generation, size_hint: usize) -> Result<(), Invalid> {
+    let label = match generation {
+        Generation::Swagger2 => "Swagger 2.0",
+        Generation::OpenApi30 => "OpenAPI 3.0",
+        Generation::OpenApi31 => "OpenAPI 3.1",
+    };
+    let fail =
+        |message: String| Invalid::new(REASON, format!("not a valid {label} document: {message}"));
+    let validator = metaschema::validator(generation).map_err(|e| {
+        Invalid::new(
+            "ValidatorUnavailable",
+            format!("the {label} meta-schema failed to load: {e}"),
+        )
+    })?;
+    // The typed 3.0 model is the slowest reader (serde's flatten buffers every object),
+    // so on large documents it runs on its own thread beside the meta-schema and the
+    // semantic checks; the verdict is the same, the wait is shorter.
+    let typed_check = |document: &Value| -> Result<(), Invalid> {
+        if generation == Generation::OpenApi30
+            && openapiv3::OpenAPI::deserialize(document).is_err()
+            && let Err(error) = serde_path_to_error::deserialize::<_, openapiv3::OpenAPI>(document)
+        {
+            return Err(fail(format!("at {}: {}", error.path(), error.inner())));
+        }
+        Ok(())
+    };
+    let structural_check = |document: &Value| -> Result<(), Invalid> {
+        // `is_valid` skips building error values; the error is computed only on failure.
+        if !validator.is_valid(document)
+            && let Err(error) = validator.validate(document)
+        {
+            return Err(fail(format!(
+                "at {}: {}",
+                metaschema::location(error.instance_path().as_str()),
+                metaschema::short(&error.to_string())
+            )));
+        }
+        if generation == Generation::OpenApi31 {
+            metaschema::check_dialect(document).map_err(fail)?;
+        }
+        let mut checker = Checker {
+            root: document,
+            generation,
+            operation_ids: BTreeSet::new(),
+            reaching: std::cell::RefCell::new(BTreeSet::new()),
+        };
+        checker
+            .references(document, &mut Vec::new())
+            .map_err(fail)?;
+        checker.paths().map_err(fail)?;
+        checker.schemas().map_err(fail)?;
+        Ok(())
+    };
+    if size_hint < PARALLEL_ABOVE_BYTES {
+        structural_check(document)?;
+        return typed_check(document);
+    }
+    std::thread::scope(|scope| {
+        let typed = scope.spawn(|| typed_check(document));
+        let structural = structural_check(document);
+        let typed = typed
+            .join()
+            .unwrap_or_else(|_| Err(Invalid::new(REASON, "the OpenAPI 3.0 model reader failed")));
+        structural.and(typed)
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn render(path: &[Segment<'_>]) -> String {
+    path.iter()
+        .map(|segment| match segment {
+            Segment::Key(key) => (*key).to_owned(),
+            Segment::Index(index) => index.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+struct Checker<'a> {
+    root: &'a Value,
+    generation: Generation,
+    operation_ids: BTreeSet<String>,
+    /// `$ref` targets already known to reach a value (each chain is walked once).
+    reaching: std::cell::RefCell<BTreeSet<&'a str>>,
+}
+
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::paths::template_parameters;
+    use super::*;
+
+    fn v30(paths: Value, components: Value) -> Value {
+        json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": paths, "components": components})
+    }
+
+    fn ok() -> Value {
+        json!({"200": {"description": "ok"}})
+    }
+
+    #[test]
+    fn accepts_a_small_valid_document() {
+        let doc = v30(
+            json!({"/pets/{id}": {"get": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}], "responses": ok()}}}),
+            json!({}),
+        );
+        validate(&doc, Generation::OpenApi30, 0).unwrap();
+    }
+
+    #[test]
+    fn dangling_ref_names_its_location() {
+        let doc = v30(
+            json!({"/a": {"get": {"responses": {"200": {"description": "x", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Missing"}}}}}}}}),
+            json!({}),
+        );
+        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
+        assert!(
+            error.message.contains("#/components/schemas/Missing"),
+            "{}",
+            error.message
+        );
+        assert!(
+            error.message.contains("paths → /a → get"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn reference_cycles_that_name_nothing_are_refused() {
+        let get = json!({"/a": {"get": {"parameters": [{"$ref": "#/components/parameters/P0"}], "responses": {"200": {"description": "x"}}}}});
+        for parameters in [
+            json!({"P0": {"$ref": "#/components/parameters/P0"}}),
+            json!({"P0": {"$ref": "#/components/parameters/P1"}, "P1": {"$ref": "#/components/parameters/P2"}, "P2": {"$ref": "#/components/parameters/P0"}}),
+        ] {
+            let error = validate(
+                &v30(get.clone(), json!({"parameters": parameters})),
+                Generation::OpenApi30,
+                0,
+            )
+            .unwrap_err();
+            assert!(
+                error.message.contains("cycle of references"),
+                "{}",
+                error.message
+            );
+            assert!(
+                error.message.contains("at components → parameters → P"),
+                "{}",
+                error.message
+            );
+        }
+        let chained = json!({"P0": {"$ref": "#/components/parameters/P1"}, "P1": {"$ref": "#/components/parameters/Gone"}});
+        let error = validate(
+            &v30(get, json!({"parameters": chained})),
+            Generation::OpenApi30,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            error
+                .message
+                .contains("leads to '#/components/parameters/Gone'"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn recursive_schemas_that_reach_content_stay_valid() {
+        let paths = json!({"/a": {"get": {"responses": {"200": {"description": "x", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Alias"}}}}}}}});
+        let schemas = json!({
+            "Alias": {"$ref": "#/components/schemas/Node"},
+            "Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"},
+                     "children": {"type": "array", "items": {"$ref": "#/components/schemas/Alias"}}}}
+        });
+        assert!(
+            validate(
+                &v30(paths, json!({"schemas": schemas})),
+                Generation::OpenApi30,
+                0
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn undeclared_path_parameter_is_refused() {
+        let doc = v30(
+            json!({"/pets/{id}": {"get": {"responses": ok()}}}),
+            json!({}),
+        );
+        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
+        assert!(error.message.contains("'id'"), "{}", error.message);
+    }
+
+    #[test]
+    fn references_to_other_files_are_left_to_whoever_resolves_them() {
+        // Parameters kept in other files are not known here: one of them may declare the
+        // path's `{id}`, and two of them are not "the same parameter twice".
+        let external = json!([{"$ref": "params.yaml#/id"}, {"$ref": "params.yaml#/limit"}]);
+        let doc = v30(
+            json!({"/pets/{id}": {"get": {"parameters": external, "responses": ok()}}}),
+            json!({"schemas": {"Pet": {"$ref": "schemas.yaml#/Pet"}}}),
+        );
+        assert!(validate(&doc, Generation::OpenApi30, 0).is_ok());
+        // What this document does say is still checked.
+        let own = json!([{"$ref": "params.yaml#/id"}, {"name": "q", "in": "path", "required": true, "schema": {"type": "string"}}]);
+        let extra = v30(
+            json!({"/pets/{id}": {"get": {"parameters": own, "responses": ok()}}}),
+            json!({}),
+        );
+        assert!(validate(&extra, Generation::OpenApi30, 0).is_err());
+    }
+
+    #[test]
+    fn duplicate_operation_ids_are_refused() {
+        let doc = v30(
+            json!({"/a": {"get": {"operationId": "x", "responses": ok()}}, "/b": {"get": {"operationId": "x", "responses": ok()}}}),
+            json!({}),
+        );
+        assert!(
+            validate(&doc, Generation::OpenApi30, 0)
+                .unwrap_err()
+                .message
+                .contains("operationId 'x'")
+        );
+    }
+
+    #[test]
+    fn defaults_must_fit_their_schema() {
+        let bad_enum = v30(
+            json!({}),
+            json!({"schemas": {"S": {"type": "integer", "enum": ["6"], "default": 6}}}),
+        );
+        assert!(validate(&bad_enum, Generation::OpenApi30, 0).is_err());
+        let bad_type = v30(
+            json!({}),
+            json!({"schemas": {"S": {"type": "object", "properties": {"n": {"type": "integer", "default": "10"}}}}}),
+        );
+        assert!(
+            validate(&bad_type, Generation::OpenApi30, 0)
+                .unwrap_err()
+                .message
+                .contains("S → n")
+        );
+        let nullable = v30(
+            json!({}),
+            json!({"schemas": {"S": {"type": "string", "nullable": true, "default": null}}}),
+        );
+        validate(&nullable, Generation::OpenApi30, 0).unwrap();
+    }
+
+    #[test]
+    fn meta_schema_errors_say_where() {
+        let doc = json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {"items": {}}});
+        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
+        assert!(error.message.contains("paths"), "{}", error.message);
+    }
+
+    #[test]
+    fn template_parameters_are_extracted() {
+        assert_eq!(
+            template_parameters("/a/{x}/b/{y}"),
+            BTreeSet::from(["x".to_owned(), "y".to_owned()])
+        );
+        assert!(template_parameters("/a/{").is_empty());
+    }
+}
