@@ -1,5 +1,5 @@
 //! The surfaces that take untrusted bytes, as plain functions for the fuzz targets
-//! (`fuzz/`) and for the test that replays their corpus (`tests/fuzz_replay.rs`). Each
+//! (`fuzz/`) and for the test that replays their corpus (`tests/it/fuzz_replay.rs`). Each
 //! must return for any input, never panic, and stay within the bounds the rest of the
 //! code documents.
 

@@ -3,9 +3,7 @@
 //! snapshots that are not re-read when nothing changed. Real `git daemon` and HTTP
 //! servers on loopback; the fetcher is driven directly (no emulator).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::Path;

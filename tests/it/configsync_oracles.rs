@@ -1,9 +1,7 @@
 //! Every attachment configsync emits passes `kubernetes-validate --strict`, and the
 //! example workload opted into configsync is a valid Deployment.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use serde_json::json;
 

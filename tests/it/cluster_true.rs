@@ -3,9 +3,7 @@
 //! across namespaces, the customize answer cache, children kept while no config exists,
 //! and keep-last-good under both apply strategies.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use metahooks::source::fetcher::Fetcher;
 use serde_json::{Value, json};

@@ -1,9 +1,7 @@
 //! The real binary: `serve` logs one JSON line per hook call, turns readiness to 503 on
 //! SIGTERM while still answering hooks, then exits 0; `version`, `crds` and `render` work.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -2,9 +2,7 @@
 //! change, fetch failure (the last ConfigMap stays), and opt-out by removing the
 //! annotation (finalize removes the attachment and the annotations).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -1,9 +1,7 @@
 //! MonitoredService objects checked against `kubernetes-validate --strict`, and the
 //! config-monitor sample CR against the generated CRD schema.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

@@ -4,9 +4,7 @@
 //! program inside the default image). Only the mount path, host and port are rewritten,
 //! so nothing binds beyond loopback and parallel runs do not collide.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -3,9 +3,7 @@
 //! for each fault and a failing exit code; and calling our own server over HTTP gives
 //! the same final objects as running the controllers in-process.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Output;

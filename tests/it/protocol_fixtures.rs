@@ -2,9 +2,7 @@
 //! parses into our request types, every response survives a round trip through our
 //! response types without gaining or losing a field, and only documented keys appear.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use metahooks::controllers::parse_request;
 use metahooks::protocol::{

@@ -2,9 +2,7 @@
 //! off, TLS and mTLS, ETag/304, probes and metrics. Test controllers stand in for real
 //! ones where a behaviour (slowness, a panic, an internal error) must be provoked.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;

@@ -2,9 +2,7 @@
 //! edit → pods roll → Running, break → Error with the old mock kept, fix → Running,
 //! delete → finalized; no hot loop at any point.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use metahooks::server::Clock;
 use serde_json::{Value, json};

@@ -2,9 +2,7 @@
 //! every object it emits, the CRD's own schema on every example CR, and
 //! `openapi-spec-validator`'s verdicts on the OpenAPI corpus.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

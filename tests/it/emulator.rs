@@ -1,9 +1,7 @@
 //! The emulator's own tests: it must catch every protocol violation the real
 //! Metacontroller would reject or loop on, and accept a well-behaved controller.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

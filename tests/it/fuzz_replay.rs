@@ -2,9 +2,7 @@
 //! fuzzers found interesting) through the same functions the fuzz targets call, so CI
 //! guards against regressions without running a fuzzer.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use metahooks::fuzz_surfaces;
 

@@ -6,9 +6,7 @@
 //! Requests are built by `build_cases` below; set `METAHOOKS_UPDATE_GOLDEN=1` to rewrite
 //! the files after an intended change, then review the diff.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

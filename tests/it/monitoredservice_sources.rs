@@ -3,9 +3,7 @@
 //! The Metacontroller emulator applies the answers, so rollouts are observed as a
 //! cluster would see them.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
-
-mod support;
+use crate::support;
 
 use axum::http::StatusCode;
 use metahooks::source::policy::Policy;

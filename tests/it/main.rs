@@ -1,0 +1,24 @@
+//! Every integration test, in one binary: the server, the emulator and the oracle
+//! helpers are compiled and linked once. Each module is one suite (the file names say
+//! which); `support` holds what they share.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed expectation is the point
+
+mod support;
+
+mod apimock_emulator;
+mod apimock_oracles;
+mod apimock_prism;
+mod cluster_true;
+mod configsync_oracles;
+mod configsync_sources;
+mod emulate_cmd;
+mod emulator;
+mod fuzz_replay;
+mod golden;
+mod http;
+mod monitoredservice_oracles;
+mod monitoredservice_sources;
+mod process;
+mod protocol_fixtures;
+mod source_hardening;
