@@ -1,0 +1,283 @@
+//! Applying an answer: children created, updated and deleted, attachments, status; and
+//! workloads becoming ready.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+impl Emulator {
+    pub(super) fn manage_children(
+        &mut self,
+        registration: &Registration,
+        parent: &Value,
+        owned: Vec<Key>,
+        desired: Vec<Value>,
+        report: &mut RoundReport,
+    ) -> Result<Vec<Key>, Problem> {
+        let parent_namespace = key_of(parent).2;
+        let identity = parent_identity(parent);
+        let mut dropped = Vec::new();
+        let mut desired_by_key = BTreeMap::new();
+        for mut child in desired {
+            if child.pointer("/metadata/namespace").is_none() {
+                child["metadata"]["namespace"] = json!(parent_namespace);
+            }
+            desired_by_key.insert(key_of(&child), child);
+        }
+        for key in owned {
+            if !desired_by_key.contains_key(&key) {
+                let terminating = self
+                    .objects
+                    .get(&key)
+                    .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
+                if !terminating {
+                    if self.desired_under.get(&key) == Some(&identity) {
+                        dropped.push(key.clone());
+                    }
+                    self.desired_under.remove(&key);
+                    self.remove_with_dependents(&key);
+                    report.deleted.push(key);
+                }
+            }
+        }
+        for (key, child) in desired_by_key {
+            self.desired_under.insert(key.clone(), identity.clone());
+            let strategy = registration
+                .child_rule(&key.0, &key.1)
+                .map(|r| r.strategy.clone())
+                .unwrap_or_default();
+            match self.objects.get(&key).cloned() {
+                None => {
+                    let created = self.create_child(registration, parent, child.clone());
+                    self.annotate_applied(&created, &child);
+                    self.last_applied.insert(key.clone(), child);
+                    report.created.push(created);
+                }
+                Some(live) => {
+                    if owner_uid(&live)
+                        != parent
+                            .pointer("/metadata/uid")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    {
+                        return Err((
+                            Rule::OwnershipConflict,
+                            format!(
+                                "{} exists but belongs to another owner; Metacontroller will not adopt it",
+                                describe(&key)
+                            ),
+                        ));
+                    }
+                    let previous = self.last_applied.get(&key).cloned().unwrap_or(Value::Null);
+                    let merged = three_way(&live, &previous, &child);
+                    if merged == live {
+                        continue;
+                    }
+                    match strategy.as_str() {
+                        "OnDelete" => {}
+                        "Recreate" | "RollingRecreate" => {
+                            self.remove_with_dependents(&key);
+                            report.deleted.push(key);
+                        }
+                        _ => {
+                            let updated = self.update_child(&key, &live, merged);
+                            self.put(key.clone(), updated);
+                            self.annotate_applied(&key, &child);
+                            self.last_applied.insert(key.clone(), child);
+                            report.updated.push(key);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(dropped)
+    }
+
+    pub(super) fn create_child(
+        &mut self,
+        registration: &Registration,
+        parent: &Value,
+        mut child: Value,
+    ) -> Key {
+        let parent_uid = parent
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let reference = json!([{
+            "apiVersion": parent["apiVersion"], "kind": parent["kind"],
+            "name": parent["metadata"]["name"], "uid": parent_uid,
+            "controller": true, "blockOwnerDeletion": true,
+        }]);
+        let uid = format!("uid-{:04}", self.next_uid);
+        self.next_uid += 1;
+        let version = self.bump_version();
+        let now = self.now_text();
+        let key = key_of(&child);
+        let Some(meta) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return key;
+        };
+        meta.insert("ownerReferences".to_owned(), reference);
+        meta.insert("uid".to_owned(), json!(uid));
+        meta.insert("generation".to_owned(), json!(1));
+        meta.insert("resourceVersion".to_owned(), json!(version));
+        meta.insert("creationTimestamp".to_owned(), json!(now));
+        if registration.generate_selector
+            && let Some(labels) = meta
+                .entry("labels")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        {
+            labels.insert("controller-uid".to_owned(), json!(parent_uid));
+        }
+        if registration.type_ == ControllerType::Decorator
+            && let Some(annotations) = meta
+                .entry("annotations")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        {
+            annotations.insert(
+                "metacontroller.k8s.io/decorator-controller".to_owned(),
+                json!(registration.name),
+            );
+        }
+        apply_server_defaults(&mut child);
+        self.put(key.clone(), child);
+        key
+    }
+
+    pub(super) fn update_child(&mut self, _key: &Key, live: &Value, mut merged: Value) -> Value {
+        apply_server_defaults(&mut merged);
+        let version = self.bump_version();
+        let generation = live
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let spec_changed = live.get("spec") != merged.get("spec");
+        merged["metadata"]["resourceVersion"] = json!(version);
+        merged["metadata"]["generation"] = json!(if spec_changed {
+            generation + 1
+        } else {
+            generation
+        });
+        merged
+    }
+
+    pub(super) fn write_composite_status(
+        &mut self,
+        parent_key: &Key,
+        response: &Value,
+        report: &mut RoundReport,
+    ) {
+        let Some(parent) = self.objects.get_mut(parent_key) else {
+            return;
+        };
+        let generation = parent
+            .pointer("/metadata/generation")
+            .cloned()
+            .unwrap_or(json!(1));
+        let mut status = response.get("status").cloned().unwrap_or(json!({}));
+        if let Some(map) = status.as_object_mut() {
+            map.insert("observedGeneration".to_owned(), generation);
+        }
+        if parent.get("status") != Some(&status) {
+            parent["status"] = status;
+            self.next_version += 1;
+            parent["metadata"]["resourceVersion"] = json!(self.next_version.to_string());
+            report.status_changed.push(parent_key.clone());
+        }
+    }
+
+    pub(super) fn write_decorator_result(
+        &mut self,
+        target_key: &Key,
+        response: &Value,
+        report: &mut RoundReport,
+    ) {
+        let Some(target) = self.objects.get_mut(target_key) else {
+            return;
+        };
+        let before = target.clone();
+        for field in ["labels", "annotations"] {
+            for (key, value) in response
+                .get(field)
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                let Some(map) = target
+                    .get_mut("metadata")
+                    .and_then(Value::as_object_mut)
+                    .and_then(|meta| {
+                        meta.entry(field)
+                            .or_insert_with(|| json!({}))
+                            .as_object_mut()
+                    })
+                else {
+                    continue;
+                };
+                match value {
+                    Value::Null => {
+                        map.remove(key);
+                    }
+                    other => {
+                        map.insert(key.clone(), other.clone());
+                    }
+                }
+            }
+        }
+        if let Some(status) = response.get("status").filter(|s| s.is_object())
+            && let Some(map) = target.as_object_mut()
+        {
+            map.insert("status".to_owned(), status.clone());
+        }
+        if *target != before {
+            report.status_changed.push(target_key.clone());
+        }
+    }
+
+    /// Fake kube-controller-manager: a Deployment first reports its new generation with no
+    /// ready pods, then on the next tick all replicas ready. Returns whether anything moved.
+    pub fn tick_workloads(&mut self) -> bool {
+        let mut moved = false;
+        let hold_unready = self.hold_unready;
+        for (key, object) in self.objects.iter_mut() {
+            if key.1 != "Deployment" && key.1 != "StatefulSet" {
+                continue;
+            }
+            let generation = object
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let replicas = object
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let observed = object
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64);
+            let ready = object
+                .pointer("/status/readyReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if observed != Some(generation) {
+                object["status"] = json!({
+                    "observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+                    "readyReplicas": 0, "availableReplicas": 0,
+                    "conditions": [{"type": "Available", "status": if replicas == 0 { "True" } else { "False" }, "reason": "MinimumReplicasUnavailable"}]
+                });
+                moved = true;
+            } else if ready != replicas && !hold_unready {
+                object["status"] = json!({
+                    "observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+                    "readyReplicas": replicas, "availableReplicas": replicas,
+                    "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]
+                });
+                moved = true;
+            }
+        }
+        moved
+    }
+}

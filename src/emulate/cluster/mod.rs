@@ -1,0 +1,513 @@
+//! The emulated cluster: objects, and Metacontroller's reconcile loop over them.
+//!
+//! - this module: the objects, the clock, rounds and convergence;
+//! - [`reconcile`]: one parent's sync or finalize call, as Metacontroller makes it;
+//! - [`related`]: the customize hook and the related objects it selects;
+//! - [`children`]: applying an answer (children, attachments, status) and workloads;
+//! - [`checks`]: what Metacontroller refuses in an answer or a child.
+
+mod checks;
+mod children;
+mod reconcile;
+mod related;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::answers::same_answer;
+use super::findings::{Finding, Problem, Rule};
+use super::objects::{
+    add_finalizer, apply_server_defaults, has_finalizer, labels_match, matches_rule, owner_uid,
+    remove_finalizer, three_way,
+};
+use super::registration::{ControllerType, Hook, HookName, Kinds, Registration, str_at};
+use super::transport::Transport;
+use super::{Key, key_of};
+
+/// A message for the test suite, which stops at the first problem.
+pub type Violation = String;
+
+/// Everything that happened in one round, for assertions and messages.
+#[derive(Debug, Default, Clone)]
+pub struct RoundReport {
+    pub created: Vec<Key>,
+    pub updated: Vec<Key>,
+    pub deleted: Vec<Key>,
+    pub status_changed: Vec<Key>,
+    pub resync_after: Vec<(Key, f64)>,
+    pub finalizers_removed: Vec<Key>,
+}
+
+impl RoundReport {
+    pub fn changed(&self) -> bool {
+        !(self.created.is_empty()
+            && self.updated.is_empty()
+            && self.deleted.is_empty()
+            && self.status_changed.is_empty())
+    }
+}
+
+/// One hook call as the emulator made it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CallRecord {
+    pub round: usize,
+    pub controller: String,
+    pub hook: &'static str,
+    /// `namespace/name` of the parent or decorated object.
+    pub parent: String,
+    pub status: u16,
+    pub replica: usize,
+    pub millis: f64,
+}
+
+pub struct Emulator {
+    pub transport: Transport,
+    pub registrations: Vec<Registration>,
+    /// Plural resource names → kinds, for customize rules.
+    pub kinds: Kinds,
+    pub objects: BTreeMap<Key, Value>,
+    /// What each child was last applied as, for the 3-way merge.
+    last_applied: BTreeMap<Key, Value>,
+    /// Objects by the UID of their controlling owner, kept by `put` and `take`: finding a
+    /// parent's children must not scan the whole cluster (tens of thousands of objects
+    /// in the scale-out benchmark).
+    by_owner: BTreeMap<String, BTreeSet<Key>>,
+    /// For each child, its parent as it was when an answer last asked for the child
+    /// (without status and server fields): a child left out while its parent is still
+    /// the same is a [`Rule::ChildDropped`].
+    desired_under: BTreeMap<Key, Value>,
+    next_uid: u64,
+    next_version: u64,
+    /// Every hook call made.
+    pub calls: Vec<CallRecord>,
+    /// Metacontroller's customize cache: answers by (parent UID, generation), kept for
+    /// `CUSTOMIZE_CACHE_TTL` of simulated time.
+    customize_cache: BTreeMap<(String, String, i64), (Value, Duration)>,
+    /// Simulated time since the emulator started (advanced by `advance`).
+    pub clock: Duration,
+    /// Each parent's sync goes to one replica (customize and the calls that check the
+    /// answer is stable too), the next sync to the next replica.
+    next_replica: usize,
+    current_replica: usize,
+    /// Metacontroller's `--apply-strategy`: client-side (the default, which records each
+    /// child's last applied state in an annotation) or server-side apply (no annotation).
+    pub server_side_apply: bool,
+    /// Deployments and StatefulSets never report ready replicas (a stuck rollout).
+    pub hold_unready: bool,
+    /// Stop at the first problem (the test suite) or record it and go on (`emulate`).
+    pub stop_at_first: bool,
+    pub findings: Vec<Finding>,
+    /// Rounds run so far.
+    pub rounds: usize,
+    /// The last resyncAfterSeconds each parent asked for.
+    pub resync_requests: BTreeMap<(String, Key), f64>,
+    /// Report unknown answer fields even where Metacontroller decodes loosely (v1 hooks),
+    /// since it then drops them without a word.
+    pub strict_everywhere: bool,
+    /// What each round changed, by round number.
+    pub timeline: Vec<(usize, RoundReport)>,
+}
+
+/// Where client-side apply records what it applied (pkg/dynamic/apply).
+pub const LAST_APPLIED: &str = "metacontroller.k8s.io/last-applied-configuration";
+
+/// How long Metacontroller keeps a customize answer (pkg/controller/common/customize:
+/// a 20-minute cache keyed by parent UID and generation).
+pub const CUSTOMIZE_CACHE_TTL: Duration = Duration::from_secs(20 * 60);
+
+/// The instant simulated time starts at; timestamps in the cluster count from it.
+pub const EPOCH: &str = "2026-01-01T00:00:00Z";
+
+impl Emulator {
+    /// An emulator calling the hooks of `registrations` over HTTP at `base_url`, that
+    /// stops at the first problem.
+    pub fn new(base_url: &str, registrations: Vec<Registration>) -> Emulator {
+        Emulator::with_transport(Transport::http(vec![base_url.to_owned()]), registrations)
+    }
+
+    pub fn with_transport(transport: Transport, registrations: Vec<Registration>) -> Emulator {
+        Emulator {
+            transport,
+            registrations,
+            kinds: Kinds::default(),
+            objects: BTreeMap::new(),
+            last_applied: BTreeMap::new(),
+            by_owner: BTreeMap::new(),
+            desired_under: BTreeMap::new(),
+            next_uid: 1,
+            next_version: 1,
+            calls: Vec::new(),
+            customize_cache: BTreeMap::new(),
+            clock: Duration::ZERO,
+            server_side_apply: false,
+            hold_unready: false,
+            stop_at_first: true,
+            findings: Vec::new(),
+            rounds: 0,
+            resync_requests: BTreeMap::new(),
+            strict_everywhere: false,
+            timeline: Vec::new(),
+            next_replica: 0,
+            current_replica: 0,
+        }
+    }
+
+    /// The simulated time now, as a timestamp.
+    pub fn now(&self) -> jiff::Timestamp {
+        let epoch: jiff::Timestamp = EPOCH.parse().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let since = jiff::SignedDuration::try_from(self.clock).unwrap_or_default();
+        epoch.checked_add(since).unwrap_or(epoch)
+    }
+
+    fn now_text(&self) -> String {
+        self.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
+    /// Client-side apply keeps the applied object in an annotation on the live one;
+    /// server-side apply keeps nothing the hook can see.
+    fn annotate_applied(&mut self, key: &Key, applied: &Value) {
+        if self.server_side_apply {
+            return;
+        }
+        let text = applied.to_string();
+        if let Some(object) = self.objects.get_mut(key)
+            && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED] = json!(text);
+        }
+    }
+
+    /// Moves simulated time forward (customize answers expire with it).
+    pub fn advance(&mut self, by: Duration) {
+        self.clock += by;
+    }
+
+    fn bump_version(&mut self) -> String {
+        self.next_version += 1;
+        self.next_version.to_string()
+    }
+
+    /// Creates or edits an object as a user would (`kubectl apply`): spec changes bump
+    /// `metadata.generation`; status and server fields are kept. An object without
+    /// `metadata` gets an empty one (and so an empty name).
+    pub fn apply(&mut self, mut object: Value) -> Key {
+        if !object.get("metadata").is_some_and(Value::is_object)
+            && let Some(map) = object.as_object_mut()
+        {
+            map.insert("metadata".to_owned(), json!({}));
+        }
+        let cluster_scoped = object.get("kind").and_then(Value::as_str) == Some("Namespace");
+        if !cluster_scoped
+            && object.pointer("/metadata/namespace").is_none()
+            && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.insert("namespace".to_owned(), json!("default"));
+        }
+        let now = self.now_text();
+        let key = key_of(&object);
+        let version = self.bump_version();
+        match self.objects.get(&key).cloned() {
+            Some(existing) => {
+                let generation = existing
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
+                let spec_changed = existing.get("spec") != object.get("spec")
+                    || existing.get("data") != object.get("data");
+                let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+                    return key;
+                };
+                for field in [
+                    "uid",
+                    "creationTimestamp",
+                    "finalizers",
+                    "ownerReferences",
+                    "deletionTimestamp",
+                ] {
+                    if let Some(v) = existing.pointer(&format!("/metadata/{field}")) {
+                        meta.insert(field.to_owned(), v.clone());
+                    }
+                }
+                meta.insert(
+                    "generation".to_owned(),
+                    json!(if spec_changed {
+                        generation + 1
+                    } else {
+                        generation
+                    }),
+                );
+                meta.insert("resourceVersion".to_owned(), json!(version));
+                if let Some(status) = existing.get("status")
+                    && let Some(map) = object.as_object_mut()
+                {
+                    map.insert("status".to_owned(), status.clone());
+                }
+            }
+            None => {
+                let uid = format!("uid-{:04}", self.next_uid);
+                self.next_uid += 1;
+                let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+                    return key;
+                };
+                meta.insert("uid".to_owned(), json!(uid));
+                meta.insert("generation".to_owned(), json!(1));
+                meta.insert("resourceVersion".to_owned(), json!(version));
+                meta.insert("creationTimestamp".to_owned(), json!(now));
+            }
+        }
+        self.put(key.clone(), object);
+        key
+    }
+
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&Value> {
+        self.objects.get(&(
+            api_version.to_owned(),
+            kind.to_owned(),
+            namespace.to_owned(),
+            name.to_owned(),
+        ))
+    }
+
+    /// `kubectl delete`: objects with finalizers get a deletionTimestamp, others go (with
+    /// their owned objects, as the garbage collector would).
+    pub fn delete(&mut self, key: &Key) {
+        let now = self.now_text();
+        let Some(object) = self.objects.get_mut(key) else {
+            return;
+        };
+        let has_finalizers = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            object["metadata"]["deletionTimestamp"] = json!(now);
+        } else {
+            self.remove_with_dependents(key);
+        }
+    }
+
+    /// Stores an object (replacing any with its key), keeping the owner index.
+    fn put(&mut self, key: Key, object: Value) {
+        self.take(&key);
+        if let Some(owner) = owner_uid(&object) {
+            self.by_owner.entry(owner).or_default().insert(key.clone());
+        }
+        self.objects.insert(key, object);
+    }
+
+    /// Removes an object, keeping the owner index.
+    fn take(&mut self, key: &Key) -> Option<Value> {
+        let object = self.objects.remove(key)?;
+        if let Some(owner) = owner_uid(&object)
+            && let Some(owned) = self.by_owner.get_mut(&owner)
+        {
+            owned.remove(key);
+            if owned.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+        Some(object)
+    }
+
+    fn remove_with_dependents(&mut self, key: &Key) {
+        let Some(object) = self.take(key) else {
+            return;
+        };
+        self.last_applied.remove(key);
+        let uid = object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let dependents: Vec<Key> = self
+            .by_owner
+            .get(&uid)
+            .map(|owned| owned.iter().cloned().collect())
+            .unwrap_or_default();
+        for dependent in dependents {
+            self.remove_with_dependents(&dependent);
+        }
+    }
+
+    /// Runs rounds (every controller, every parent, then one tick of fake workload
+    /// progress, then any source fetches the hooks started) until nothing changes.
+    /// Returns the rounds run. A round limit reached means a hot loop: with
+    /// `stop_at_first` that is an error, otherwise it is recorded as a finding.
+    ///
+    /// # Errors
+    /// With `stop_at_first`, the first problem seen.
+    pub async fn converge(&mut self, max_rounds: usize) -> Result<usize, Violation> {
+        let mut last = RoundReport::default();
+        let mut status_changed_every_round = true;
+        for round in 1..=max_rounds {
+            let report = self.round().await?;
+            let ticked = self.tick_workloads();
+            self.transport.settle_sources().await;
+            if !report.changed() && !ticked {
+                return Ok(round);
+            }
+            status_changed_every_round &= !report.status_changed.is_empty();
+            last = report;
+        }
+        let churning: Vec<String> = last
+            .created
+            .iter()
+            .chain(&last.updated)
+            .chain(&last.deleted)
+            .map(describe)
+            .collect();
+        let (rule, message) = if churning.is_empty() && status_changed_every_round {
+            let parents: Vec<String> = last.status_changed.iter().map(describe).collect();
+            (
+                Rule::StatusNeverSettles,
+                format!(
+                    "the status of {} changed in every one of {max_rounds} rounds; Metacontroller would write it on every sync, forever",
+                    parents.join(", ")
+                ),
+            )
+        } else {
+            (
+                Rule::HotLoop,
+                format!(
+                    "no steady state after {max_rounds} rounds; the last round still changed {}",
+                    if churning.is_empty() {
+                        last.status_changed
+                            .iter()
+                            .map(describe)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    } else {
+                        churning.join(", ")
+                    }
+                ),
+            )
+        };
+        let subject = last
+            .created
+            .iter()
+            .chain(&last.updated)
+            .chain(&last.deleted)
+            .chain(&last.status_changed)
+            .next()
+            .map(describe)
+            .unwrap_or_default();
+        self.record(rule, subject, message)?;
+        Ok(max_rounds)
+    }
+
+    /// One pass over every parent of every registration.
+    ///
+    /// # Errors
+    /// With `stop_at_first`, the first problem seen.
+    pub async fn round(&mut self) -> Result<RoundReport, Violation> {
+        self.rounds += 1;
+        let mut report = RoundReport::default();
+        for registration in self.registrations.clone() {
+            let parents: Vec<Key> = self
+                .objects
+                .iter()
+                .filter(|(_, object)| self.selects(&registration, object))
+                .map(|(key, _)| key.clone())
+                .collect();
+            for parent in parents {
+                if let Err((rule, message)) =
+                    self.reconcile(&registration, &parent, &mut report).await
+                {
+                    let subject = format!("{} {}", registration.name, describe(&parent));
+                    self.record(rule, subject, message)?;
+                }
+            }
+        }
+        self.timeline.push((self.rounds, report.clone()));
+        Ok(report)
+    }
+
+    /// Records a finding (once per rule and subject), or with `stop_at_first` returns it
+    /// as the error.
+    ///
+    /// # Errors
+    /// With `stop_at_first`, the finding itself.
+    pub fn record(
+        &mut self,
+        rule: Rule,
+        subject: String,
+        message: String,
+    ) -> Result<(), Violation> {
+        let finding = Finding {
+            rule,
+            subject,
+            message,
+            round: self.rounds,
+        };
+        if self.stop_at_first {
+            return Err(finding.to_string());
+        }
+        if !self
+            .findings
+            .iter()
+            .any(|f| f.rule == finding.rule && f.subject == finding.subject)
+        {
+            self.findings.push(finding);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn selects(&self, registration: &Registration, object: &Value) -> bool {
+        let (api_version, kind, ..) = key_of(object);
+        let finalizer = registration.finalizer();
+        let carries_finalizer = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(finalizer.as_str())));
+        registration.parents.iter().any(|(v, k, rule)| {
+            *v == api_version && *k == kind && (carries_finalizer || matches_rule(rule, object))
+        })
+    }
+}
+
+/// `Kind namespace/name` (or `Kind name` when cluster-scoped), for messages.
+pub fn describe(key: &Key) -> String {
+    if key.2.is_empty() {
+        format!("{} {}", key.1, key.3)
+    } else {
+        format!("{} {}/{}", key.1, key.2, key.3)
+    }
+}
+
+/// A parent as the user wrote it: without status and the fields the API server and
+/// Metacontroller change on their own (versions, finalizers, the deletion mark).
+fn parent_identity(parent: &Value) -> Value {
+    let mut identity = parent.clone();
+    if let Some(map) = identity.as_object_mut() {
+        map.remove("status");
+    }
+    if let Some(meta) = identity.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "resourceVersion",
+            "finalizers",
+            "deletionTimestamp",
+            "managedFields",
+        ] {
+            meta.remove(field);
+        }
+    }
+    identity
+}
+
+/// `namespace/name`, or `name` for a cluster-scoped object.
+fn qualified_name(object: &Value) -> String {
+    let key = key_of(object);
+    if key.2.is_empty() {
+        key.3
+    } else {
+        format!("{}/{}", key.2, key.3)
+    }
+}

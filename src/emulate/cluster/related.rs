@@ -1,0 +1,259 @@
+//! The customize hook (cached per parent UID and generation, as Metacontroller does) and
+//! the related objects its rules select; which children a parent owns.
+
+use serde_json::{Map, Value, json};
+
+use super::*;
+
+impl Emulator {
+    /// The related objects a parent's customize answer selects, keyed as Metacontroller
+    /// sends them (`{}` without a customize hook).
+    pub(super) async fn related(
+        &mut self,
+        registration: &Registration,
+        parent: &Value,
+    ) -> Result<Value, Problem> {
+        let Some(mut hook) = registration.hooks.get(&HookName::Customize).cloned() else {
+            return Ok(json!({}));
+        };
+        hook.strict |= self.strict_everywhere;
+        let response = self.customize_answer(registration, &hook, parent).await?;
+        let mut groups = Map::new();
+        let parent_namespace = key_of(parent).2;
+        let v1_namespaced = hook.version != "v2" && !parent_namespace.is_empty();
+        for rule in response
+            .get("relatedResources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let rule = RelatedRule::read(rule, &self.kinds, &parent_namespace, v1_namespaced)?;
+            let group = groups
+                .entry(format!("{}.{}", rule.kind, rule.api_version))
+                .or_insert_with(|| json!({}));
+            for (key, object) in self.selected(&rule) {
+                let map_key = if hook.version == "v2"
+                    || parent_namespace.is_empty()
+                    || key.2 != parent_namespace
+                {
+                    format!("{}/{}", key.2, key.3)
+                } else {
+                    key.3.clone()
+                };
+                group[map_key] = object.clone();
+            }
+        }
+        Ok(Value::Object(groups))
+    }
+
+    /// Metacontroller asks customize once per (parent UID, generation) and reuses the
+    /// answer for 20 minutes: label and annotation edits do not bump the generation.
+    async fn customize_answer(
+        &mut self,
+        registration: &Registration,
+        hook: &Hook,
+        parent: &Value,
+    ) -> Result<Value, Problem> {
+        let cache_key = (
+            registration.name.clone(),
+            parent
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            parent
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or_default(),
+        );
+        let cached = self
+            .customize_cache
+            .get(&cache_key)
+            .filter(|(_, at)| self.clock.saturating_sub(*at) < CUSTOMIZE_CACHE_TTL)
+            .map(|(answer, _)| answer.clone());
+        let response = match cached {
+            Some(answer) => answer,
+            None => {
+                let request = json!({"controller": registration.raw, "parent": parent});
+                let (_, response) = self
+                    .call(
+                        registration,
+                        hook,
+                        HookName::Customize,
+                        &request,
+                        &qualified_name(parent),
+                    )
+                    .await?;
+                self.customize_cache
+                    .insert(cache_key, (response.clone(), self.clock));
+                response
+            }
+        };
+        if hook.strict
+            && let Some(field) = response
+                .as_object()
+                .and_then(|object| object.keys().find(|field| *field != "relatedResources"))
+        {
+            return Err((
+                Rule::StrictDecoding,
+                format!("customize answer has unknown field {field:?} (strict decoding)"),
+            ));
+        }
+        Ok(response)
+    }
+
+    /// The objects of the rule's type (and namespace) that its names or labels select.
+    /// Keys sort by (apiVersion, kind, namespace, name), so only that range is read.
+    fn selected<'s>(
+        &'s self,
+        rule: &'s RelatedRule<'_>,
+    ) -> impl Iterator<Item = (&'s Key, &'s Value)> {
+        let start: Key = (
+            rule.api_version.clone(),
+            rule.kind.clone(),
+            rule.listed.unwrap_or_default().to_owned(),
+            String::new(),
+        );
+        self.objects
+            .range(start..)
+            .take_while(move |(key, _)| {
+                key.0 == rule.api_version
+                    && key.1 == rule.kind
+                    && rule.listed.is_none_or(|ns| ns == key.2)
+            })
+            .filter(move |(key, object)| {
+                rule.names
+                    .as_ref()
+                    .is_none_or(|n| n.contains(&key.3.as_str()))
+                    && rule
+                        .label_selector
+                        .is_none_or(|selector| labels_match(selector, object))
+            })
+    }
+
+    pub(super) fn owned_by(&self, registration: &Registration, parent: &Value) -> Vec<Key> {
+        let uid = parent
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        self.by_owner
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.objects.get(key).map(|object| (key, object)))
+            .filter(|(key, object)| {
+                registration.child_rule(&key.0, &key.1).is_some()
+                    && (registration.type_ == ControllerType::Composite
+                        || object
+                            .pointer(
+                                "/metadata/annotations/metacontroller.k8s.io~1decorator-controller",
+                            )
+                            .and_then(Value::as_str)
+                            == Some(registration.name.as_str()))
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    pub(super) fn object_map(
+        &self,
+        registration: &Registration,
+        parent: &Value,
+        owned: &[Key],
+        version: &str,
+    ) -> Value {
+        let mut groups = Map::new();
+        for rule in &registration.children {
+            groups.insert(format!("{}.{}", rule.kind, rule.api_version), json!({}));
+        }
+        let parent_namespace = key_of(parent).2;
+        for key in owned {
+            let Some(object) = self.objects.get(key) else {
+                continue;
+            };
+            let map_key = if version == "v2" || parent_namespace.is_empty() {
+                format!("{}/{}", key.2, key.3)
+            } else {
+                key.3.clone()
+            };
+            groups[&format!("{}.{}", key.1, key.0)][map_key] = object.clone();
+        }
+        Value::Object(groups)
+    }
+}
+
+/// One `relatedResources` rule, read and checked as Metacontroller does
+/// (customize/manager.go, v4.17).
+pub(super) struct RelatedRule<'a> {
+    api_version: String,
+    kind: String,
+    names: Option<Vec<&'a str>>,
+    label_selector: Option<&'a Value>,
+    /// The namespace listed; None lists every namespace.
+    listed: Option<&'a str>,
+}
+
+impl<'a> RelatedRule<'a> {
+    fn read(
+        rule: &'a Value,
+        kinds: &Kinds,
+        parent_namespace: &'a str,
+        v1_namespaced: bool,
+    ) -> Result<RelatedRule<'a>, Problem> {
+        let customize = |message: String| (Rule::InvalidCustomize, message);
+        let api_version = str_at(rule, "/apiVersion").map_err(customize)?.to_owned();
+        let resource = str_at(rule, "/resource").map_err(customize)?;
+        let kind = kinds
+            .kind_of(resource)
+            .map_err(|e| (Rule::NotEmulated, e))?
+            .to_owned();
+        let namespace = rule
+            .get("namespace")
+            .and_then(Value::as_str)
+            .filter(|ns| !ns.is_empty());
+        let names: Option<Vec<&str>> = rule
+            .get("names")
+            .and_then(Value::as_array)
+            .map(|n| n.iter().filter_map(Value::as_str).collect())
+            .filter(|n: &Vec<&str>| !n.is_empty());
+        let label_selector = rule.get("labelSelector").filter(|s| !s.is_null());
+        let namespace_selector = rule.get("namespaceSelector").filter(|s| !s.is_null());
+        if names.is_some() && (label_selector.is_some() || namespace_selector.is_some()) {
+            return Err(customize(format!(
+                "related rule cannot have both names and labelSelector/namespaceSelector specified: {rule}"
+            )));
+        }
+        if namespace.is_some() && namespace_selector.is_some() {
+            return Err(customize(format!(
+                "related rule cannot have both namespace and namespaceSelector specified: {rule}"
+            )));
+        }
+        if namespace_selector.is_some() {
+            return Err((
+                Rule::NotEmulated,
+                "namespaceSelector rules are not emulated".to_owned(),
+            ));
+        }
+        if v1_namespaced && namespace.is_some_and(|ns| ns != parent_namespace) {
+            return Err(customize(format!(
+                "requested related object namespace {namespace:?} differs from parent object namespace {parent_namespace}"
+            )));
+        }
+        // Which namespace is listed: a label-selector rule without a namespace lists the
+        // parent's namespace for v1 hooks and every namespace for v2; a rule with a
+        // namespace lists that one; a names rule without one lists every namespace,
+        // whatever the hook version.
+        let listed = match (namespace, label_selector.is_some() || names.is_none()) {
+            (Some(ns), _) => Some(ns),
+            (None, true) if v1_namespaced && names.is_none() => Some(parent_namespace),
+            (None, _) => None,
+        };
+        Ok(RelatedRule {
+            api_version,
+            kind,
+            names,
+            label_selector,
+            listed,
+        })
+    }
+}
