@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod children;
+mod decide;
 pub mod definition;
 mod held;
 mod origin;
@@ -19,17 +20,16 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use self::children::{DEFINITION_HASH_ANNOTATION, Plan, REVISION_ANNOTATION};
-use self::definition::{Analysis, Memo};
-use self::origin::{Candidate, Origin};
-use self::spec::DefinitionStatus;
+use self::children::{DEFINITION_HASH_ANNOTATION, Plan};
+use self::decide::{Decision, definition_status};
+use self::definition::Memo;
+use self::origin::Origin;
 use self::status::{Facts, SourceFacts};
 use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::polling;
-use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
@@ -132,25 +132,7 @@ impl CompositeHooks for ApiMock {
         };
         let reading = self.read(&origin, &request.related, namespace, ctx);
         let decision = self.decide(&call, &reading, ctx)?;
-        let mut resync_seconds = reading.resync_seconds;
-        let mut fetched = reading.fetched;
-        if decision.behind
-            && let (Origin::Fetched { request, .. }, Some(served)) = (&origin, &decision.served)
-        {
-            // Another replica has already read a newer copy of the same ref: keep it,
-            // and refresh this server's copy now rather than at the next interval.
-            let _ = ctx.sources.lookup(request, std::time::Duration::ZERO);
-            resync_seconds = polling::PENDING_RESYNC_SECONDS;
-            fetched = Some(Decided::new(
-                "Fetched",
-                true,
-                "Fetched",
-                format!(
-                    "running {}, read more recently than this server's copy; refreshing",
-                    served.revision.as_deref().unwrap_or("unknown")
-                ),
-            ));
-        }
+        let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, ctx);
         let source = origin::describe(&origin)
             .zip(fetched)
             .map(|(description, fetched)| SourceFacts {
@@ -164,7 +146,7 @@ impl CompositeHooks for ApiMock {
             let response = call.keep_running(decision.validated, source, false)?;
             return Ok(response.with_resync_after(resync_seconds));
         };
-        let plan = Plan {
+        let children = self.children(&Plan {
             name,
             spec: &spec,
             served: served.files(),
@@ -177,8 +159,7 @@ impl CompositeHooks for ApiMock {
                 .filter(|i| !i.is_empty())
                 .unwrap_or(&self.mock_image),
             docs_image: &self.docs_image,
-        };
-        let children = self.children(&plan)?;
+        })?;
         let urls = Urls::of(name, namespace, &spec);
         let facts = Facts {
             validated: decision.validated,
@@ -284,115 +265,7 @@ impl Call<'_> {
     }
 }
 
-/// The definition the children are built from, and the verdict on the wanted one.
-struct Decision<'r> {
-    validated: Decided,
-    served: Option<Served<'r>>,
-    /// What runs is newer than this server's copy of the source.
-    behind: bool,
-}
-
-/// A valid definition and where it came from.
-struct Served<'r> {
-    analysis: Arc<Analysis>,
-    candidate: Candidate<'r>,
-    revision: Option<String>,
-    made_at: Option<i64>,
-}
-
-impl Served<'_> {
-    fn files(&self) -> children::Served<'_> {
-        match &self.candidate {
-            Candidate::Text(text) => children::Served::Text {
-                text,
-                format: self.analysis.format,
-            },
-            Candidate::Bundle(bundle) if bundle.is_single() => children::Served::Text {
-                text: bundle.root_text(),
-                format: self.analysis.format,
-            },
-            Candidate::Bundle(bundle) => children::Served::Bundle(bundle),
-        }
-    }
-}
-
 impl ApiMock {
-    /// Serve the wanted definition when it is valid and not older than what runs; else
-    /// the last good one still held in the observed ConfigMap.
-    fn decide<'r>(
-        &self,
-        call: &Call<'r>,
-        reading: &origin::Reading<'r>,
-        ctx: &Context,
-    ) -> Result<Decision<'r>, HookError> {
-        let wanted = match &reading.candidate {
-            Some(Ok(candidate)) => Ok((candidate, self.analysis_of(candidate, ctx)?)),
-            Some(Err(invalid)) => Err(Some(invalid.clone())),
-            None => Err(None),
-        };
-        let invalid = match wanted {
-            Ok((candidate, analysis)) => match &analysis.outcome {
-                Ok(summary) => {
-                    let validated =
-                        Decided::new("Validated", true, "ValidDefinition", valid_message(summary));
-                    let fresh = Served {
-                        analysis: analysis.clone(),
-                        candidate: candidate.clone(),
-                        revision: reading.revision.clone(),
-                        made_at: reading.made_at,
-                    };
-                    let running = match reading.revision {
-                        Some(_) => self.last_good(call, ctx)?,
-                        None => None,
-                    };
-                    return Ok(match running {
-                        Some(running) if newer_than(&running, &fresh) => Decision {
-                            validated,
-                            served: Some(running),
-                            behind: true,
-                        },
-                        _ => Decision {
-                            validated,
-                            served: Some(fresh),
-                            behind: false,
-                        },
-                    });
-                }
-                Err(invalid) => Some(invalid.clone()),
-            },
-            Err(invalid) => invalid,
-        };
-        let last_good = self.last_good(call, ctx)?;
-        let validated = match (invalid, &last_good) {
-            (Some(invalid), _) => Decided::new("Validated", false, invalid.reason, invalid.message),
-            (None, Some(running)) => match &running.analysis.outcome {
-                Ok(summary) => Decided::new(
-                    "Validated",
-                    true,
-                    "ValidDefinition",
-                    format!("{} (kept from the last good read)", valid_message(summary)),
-                ),
-                Err(_) => Decided::new(
-                    "Validated",
-                    false,
-                    "NoDefinition",
-                    "no definition has been read yet",
-                ),
-            },
-            (None, None) => Decided::new(
-                "Validated",
-                false,
-                "NoDefinition",
-                "no definition has been read yet",
-            ),
-        };
-        Ok(Decision {
-            validated,
-            served: last_good,
-            behind: false,
-        })
-    }
-
     /// `children::build`, memoised on the inputs it reads: the name, the served
     /// definition's hash, root path and revision, the images, and every spec field but
     /// the definition.
@@ -424,134 +297,33 @@ impl ApiMock {
         self.built.insert(key, Arc::new(built.clone()));
         Ok(built)
     }
-
-    /// The definition held in the observed ConfigMap, if it is one we can serve.
-    fn last_good<'r>(
-        &self,
-        call: &Call<'r>,
-        ctx: &Context,
-    ) -> Result<Option<Served<'r>>, HookError> {
-        let Some(config_map) = call
-            .request
-            .children
-            .find("ConfigMap", "v1", None, call.name)
-        else {
-            return Ok(None);
-        };
-        let Some(candidate) = held::candidate(config_map) else {
-            return Ok(None);
-        };
-        let analysis = self.analysis_of(&candidate, ctx)?;
-        Ok(analysis.outcome.is_ok().then(|| Served {
-            analysis,
-            candidate,
-            revision: held::annotation(config_map, REVISION_ANNOTATION).map(str::to_owned),
-            made_at: held::made_at(config_map),
-        }))
-    }
-
-    /// The memoised analysis of a definition, of one file or several.
-    fn analysis_of(
-        &self,
-        candidate: &Candidate<'_>,
-        ctx: &Context,
-    ) -> Result<Arc<Analysis>, HookError> {
-        match candidate {
-            Candidate::Text(text) => self.analysis(text, ctx),
-            Candidate::Bundle(bundle) if bundle.is_single() => {
-                self.analysis(bundle.root_text(), ctx)
-            }
-            Candidate::Bundle(bundle) => {
-                let key = *blake3::Hasher::new()
-                    .update(b"bundle\0")
-                    .update(&bundle.encoded())
-                    .finalize()
-                    .as_bytes();
-                if let Some(hit) = self.memo.remembered(&key) {
-                    return Ok(hit);
-                }
-                if ctx.cheap_only {
-                    return Err(HookError::NeedsBlockingPool);
-                }
-                let root = self.analysis(bundle.root_text(), ctx)?;
-                let outcome = match (&root.outcome, bundle::recheck(bundle)) {
-                    (Ok(summary), Ok(elsewhere)) => Ok(definition::Summary {
-                        operations: summary.operations.saturating_add(elsewhere),
-                        ..summary.clone()
-                    }),
-                    (Err(invalid), _) => Err(invalid.clone()),
-                    (_, Err(invalid)) => Err(invalid),
-                };
-                Ok(self.memo.remember(
-                    key,
-                    Analysis {
-                        sha256: bundle.sha256(),
-                        format: root.format,
-                        outcome,
-                    },
-                ))
-            }
-        }
-    }
-
-    /// The memoised analysis of a definition. Validating one not seen before is the only
-    /// slow step of an APIMock hook, so that is where a cheap-only call stops.
-    fn analysis(&self, text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
-        if ctx.cheap_only {
-            return self.memo.lookup(text).ok_or(HookError::NeedsBlockingPool);
-        }
-        self.memo
-            .analyze_by(text, ctx.deadline)
-            .ok_or_else(saturated)
-    }
 }
 
-/// True when what runs came from the same ref of the source, later than `fresh`.
-fn newer_than(running: &Served<'_>, fresh: &Served<'_>) -> bool {
-    let (Some(running_revision), Some(fresh_revision)) = (&running.revision, &fresh.revision)
+/// The `Fetched` condition and when to sync again. When another replica has already
+/// read a newer copy of the same ref, what runs is kept and this server's copy is
+/// refreshed now rather than at the next interval.
+fn refresh_if_behind(
+    origin: &Origin<'_>,
+    decision: &Decision<'_>,
+    reading: origin::Reading<'_>,
+    ctx: &Context,
+) -> (Option<Decided>, u64) {
+    let (Origin::Fetched { request, .. }, Some(served), true) =
+        (origin, &decision.served, decision.behind)
     else {
-        return false;
+        return (reading.fetched, reading.resync_seconds);
     };
-    running_is_newer(
-        Seen {
-            revision: fresh_revision,
-            made_at: fresh.made_at,
-        },
-        Seen {
-            revision: running_revision,
-            made_at: running.made_at,
-        },
-    )
-}
-
-fn valid_message(summary: &definition::Summary) -> String {
-    let plural = if summary.operations == 1 { "" } else { "s" };
-    format!(
-        "{} {} with {} operation{plural} is a valid definition",
-        summary.title, summary.version, summary.operations
-    )
-}
-
-fn definition_status(analysis: &Analysis) -> Option<DefinitionStatus> {
-    analysis
-        .outcome
-        .as_ref()
-        .ok()
-        .map(|summary| DefinitionStatus {
-            version: summary.version.clone(),
-            title: summary.title.clone(),
-            operations: summary.operations,
-            sha256: analysis.sha256.clone(),
-        })
-}
-
-/// No heavy-validation slot came free before the call's deadline (the server has answered
-/// 503 by then; this only stops work nobody waits for).
-fn saturated() -> HookError {
-    HookError::Saturated(
-        "every slot for validating large definitions stayed busy until the deadline; retry later"
-            .to_owned(),
-    )
+    let _ = ctx.sources.lookup(request, std::time::Duration::ZERO);
+    let fetched = Decided::new(
+        "Fetched",
+        true,
+        "Fetched",
+        format!(
+            "running {}, read more recently than this server's copy; refreshing",
+            served.revision.as_deref().unwrap_or("unknown")
+        ),
+    );
+    (Some(fetched), polling::PENDING_RESYNC_SECONDS)
 }
 
 /// Where the mock answers: in the cluster, and through the Ingress when there is one.

@@ -1,0 +1,251 @@
+//! Which definition to serve: the wanted one when it is valid (and not older than what
+//! runs), else the last good one held in the observed ConfigMap; analyses memoised.
+
+use std::sync::Arc;
+
+use super::children::{self, REVISION_ANNOTATION};
+use super::definition::{self, Analysis};
+use super::origin::{self, Candidate};
+use super::spec::DefinitionStatus;
+use super::{ApiMock, Call, bundle, held};
+use crate::controllers::Context;
+use crate::controllers::common::conditions::Decided;
+use crate::controllers::common::revisions::{Seen, running_is_newer};
+use crate::error::HookError;
+
+/// The definition the children are built from, and the verdict on the wanted one.
+pub(super) struct Decision<'r> {
+    pub(super) validated: Decided,
+    pub(super) served: Option<Served<'r>>,
+    /// What runs is newer than this server's copy of the source.
+    pub(super) behind: bool,
+}
+
+/// A valid definition and where it came from.
+pub(super) struct Served<'r> {
+    pub(super) analysis: Arc<Analysis>,
+    pub(super) candidate: Candidate<'r>,
+    pub(super) revision: Option<String>,
+    pub(super) made_at: Option<i64>,
+}
+
+impl Served<'_> {
+    pub(super) fn files(&self) -> children::Served<'_> {
+        match &self.candidate {
+            Candidate::Text(text) => children::Served::Text {
+                text,
+                format: self.analysis.format,
+            },
+            Candidate::Bundle(bundle) if bundle.is_single() => children::Served::Text {
+                text: bundle.root_text(),
+                format: self.analysis.format,
+            },
+            Candidate::Bundle(bundle) => children::Served::Bundle(bundle),
+        }
+    }
+}
+
+impl ApiMock {
+    /// Serve the wanted definition when it is valid and not older than what runs; else
+    /// the last good one still held in the observed ConfigMap.
+    pub(super) fn decide<'r>(
+        &self,
+        call: &Call<'r>,
+        reading: &origin::Reading<'r>,
+        ctx: &Context,
+    ) -> Result<Decision<'r>, HookError> {
+        let wanted = match &reading.candidate {
+            Some(Ok(candidate)) => Ok((candidate, self.analysis_of(candidate, ctx)?)),
+            Some(Err(invalid)) => Err(Some(invalid.clone())),
+            None => Err(None),
+        };
+        let invalid = match wanted {
+            Ok((candidate, analysis)) => match &analysis.outcome {
+                Ok(summary) => {
+                    let validated =
+                        Decided::new("Validated", true, "ValidDefinition", valid_message(summary));
+                    let fresh = Served {
+                        analysis: analysis.clone(),
+                        candidate: candidate.clone(),
+                        revision: reading.revision.clone(),
+                        made_at: reading.made_at,
+                    };
+                    let running = match reading.revision {
+                        Some(_) => self.last_good(call, ctx)?,
+                        None => None,
+                    };
+                    return Ok(match running {
+                        Some(running) if newer_than(&running, &fresh) => Decision {
+                            validated,
+                            served: Some(running),
+                            behind: true,
+                        },
+                        _ => Decision {
+                            validated,
+                            served: Some(fresh),
+                            behind: false,
+                        },
+                    });
+                }
+                Err(invalid) => Some(invalid.clone()),
+            },
+            Err(invalid) => invalid,
+        };
+        let last_good = self.last_good(call, ctx)?;
+        let validated = match (invalid, &last_good) {
+            (Some(invalid), _) => Decided::new("Validated", false, invalid.reason, invalid.message),
+            (None, Some(running)) => match &running.analysis.outcome {
+                Ok(summary) => Decided::new(
+                    "Validated",
+                    true,
+                    "ValidDefinition",
+                    format!("{} (kept from the last good read)", valid_message(summary)),
+                ),
+                Err(_) => Decided::new(
+                    "Validated",
+                    false,
+                    "NoDefinition",
+                    "no definition has been read yet",
+                ),
+            },
+            (None, None) => Decided::new(
+                "Validated",
+                false,
+                "NoDefinition",
+                "no definition has been read yet",
+            ),
+        };
+        Ok(Decision {
+            validated,
+            served: last_good,
+            behind: false,
+        })
+    }
+
+    /// The definition held in the observed ConfigMap, if it is one we can serve.
+    fn last_good<'r>(
+        &self,
+        call: &Call<'r>,
+        ctx: &Context,
+    ) -> Result<Option<Served<'r>>, HookError> {
+        let Some(config_map) = call
+            .request
+            .children
+            .find("ConfigMap", "v1", None, call.name)
+        else {
+            return Ok(None);
+        };
+        let Some(candidate) = held::candidate(config_map) else {
+            return Ok(None);
+        };
+        let analysis = self.analysis_of(&candidate, ctx)?;
+        Ok(analysis.outcome.is_ok().then(|| Served {
+            analysis,
+            candidate,
+            revision: held::annotation(config_map, REVISION_ANNOTATION).map(str::to_owned),
+            made_at: held::made_at(config_map),
+        }))
+    }
+
+    /// The memoised analysis of a definition, of one file or several.
+    fn analysis_of(
+        &self,
+        candidate: &Candidate<'_>,
+        ctx: &Context,
+    ) -> Result<Arc<Analysis>, HookError> {
+        match candidate {
+            Candidate::Text(text) => self.analysis(text, ctx),
+            Candidate::Bundle(bundle) if bundle.is_single() => {
+                self.analysis(bundle.root_text(), ctx)
+            }
+            Candidate::Bundle(bundle) => {
+                let key = *blake3::Hasher::new()
+                    .update(b"bundle\0")
+                    .update(&bundle.encoded())
+                    .finalize()
+                    .as_bytes();
+                if let Some(hit) = self.memo.remembered(&key) {
+                    return Ok(hit);
+                }
+                if ctx.cheap_only {
+                    return Err(HookError::NeedsBlockingPool);
+                }
+                let root = self.analysis(bundle.root_text(), ctx)?;
+                let outcome = match (&root.outcome, bundle::recheck(bundle)) {
+                    (Ok(summary), Ok(elsewhere)) => Ok(definition::Summary {
+                        operations: summary.operations.saturating_add(elsewhere),
+                        ..summary.clone()
+                    }),
+                    (Err(invalid), _) => Err(invalid.clone()),
+                    (_, Err(invalid)) => Err(invalid),
+                };
+                Ok(self.memo.remember(
+                    key,
+                    Analysis {
+                        sha256: bundle.sha256(),
+                        format: root.format,
+                        outcome,
+                    },
+                ))
+            }
+        }
+    }
+
+    /// The memoised analysis of a definition. Validating one not seen before is the only
+    /// slow step of an APIMock hook, so that is where a cheap-only call stops.
+    fn analysis(&self, text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
+        if ctx.cheap_only {
+            return self.memo.lookup(text).ok_or(HookError::NeedsBlockingPool);
+        }
+        self.memo
+            .analyze_by(text, ctx.deadline)
+            .ok_or_else(saturated)
+    }
+}
+/// True when what runs came from the same ref of the source, later than `fresh`.
+fn newer_than(running: &Served<'_>, fresh: &Served<'_>) -> bool {
+    let (Some(running_revision), Some(fresh_revision)) = (&running.revision, &fresh.revision)
+    else {
+        return false;
+    };
+    running_is_newer(
+        Seen {
+            revision: fresh_revision,
+            made_at: fresh.made_at,
+        },
+        Seen {
+            revision: running_revision,
+            made_at: running.made_at,
+        },
+    )
+}
+
+pub(super) fn valid_message(summary: &definition::Summary) -> String {
+    let plural = if summary.operations == 1 { "" } else { "s" };
+    format!(
+        "{} {} with {} operation{plural} is a valid definition",
+        summary.title, summary.version, summary.operations
+    )
+}
+
+pub(super) fn definition_status(analysis: &Analysis) -> Option<DefinitionStatus> {
+    analysis
+        .outcome
+        .as_ref()
+        .ok()
+        .map(|summary| DefinitionStatus {
+            version: summary.version.clone(),
+            title: summary.title.clone(),
+            operations: summary.operations,
+            sha256: analysis.sha256.clone(),
+        })
+}
+
+/// No heavy-validation slot came free before the call's deadline (the server has answered
+/// 503 by then; this only stops work nobody waits for).
+fn saturated() -> HookError {
+    HookError::Saturated(
+        "every slot for validating large definitions stayed busy until the deadline; retry later"
+            .to_owned(),
+    )
+}
