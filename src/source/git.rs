@@ -72,7 +72,9 @@ pub fn deadline(policy: &Policy) -> Instant {
     Instant::now() + Duration::from_secs(policy.limits.timeout_seconds)
 }
 
-/// Resolves `reference` on the remote and makes sure its commit is in the local cache.
+/// Resolves `reference` on the remote and makes sure its commit is in the local cache:
+/// check the URL and host → connect through the guard → list the remote's refs →
+/// download the commit unless the cache already holds it.
 pub fn fetch(
     cache_dir: &Path,
     raw_url: &str,
@@ -81,10 +83,6 @@ pub fn fetch(
     policy: &Policy,
     deadline: Instant,
 ) -> Result<Resolved, FetchError> {
-    // Everything shown to people (conditions, events, logs) names the URL without the
-    // user-info someone may have written into it.
-    let shown = super::redact_url(raw_url);
-    let url = shown.as_str();
     let parsed = policy
         .check_url(raw_url)
         .map_err(|e| redact_error(e, raw_url))?;
@@ -92,53 +90,137 @@ pub fn fetch(
     set_network_timeouts();
     let dir = repo_dir(cache_dir, raw_url);
     let repo = open_or_init(&dir)?;
-    let outcome = Outcome::default();
-    // http(s): every connection libgit2 makes (redirects included) goes through a guard
-    // that connects only to checked addresses. git://: the address is resolved and
-    // checked once here and libgit2 is given that address.
-    let guard = match parsed.scheme() {
-        "http" | "https" => Some(ConnectGuard::start(
+    let session = Session::connect(&parsed, raw_url, credentials, policy, deadline)?;
+    let (commit, display_ref, remote_ref) = {
+        let heads = session.list_heads(&repo)?;
+        resolve(&heads, reference, &session.shown)?
+    };
+    let resolved = |commit: String, downloaded: bool, received_bytes: u64| Resolved {
+        repo_dir: dir.clone(),
+        commit,
+        display_ref: display_ref.clone(),
+        downloaded,
+        received_bytes,
+    };
+    if let Some(have) = commit_in(&repo, commit)? {
+        return Ok(resolved(have, false, 0));
+    }
+    let shallow = !matches!(parsed.scheme(), "file");
+    session.download(&repo, remote_ref.as_deref(), shallow)?;
+    let object = repo
+        .find_object(commit, None)
+        .map_err(|_| FetchError::RefNotFound {
+            url: session.shown.clone(),
+            reference: reference.unwrap_or("HEAD").to_owned(),
+        })?;
+    let commit_id = object
+        .peel_to_commit()
+        .map_err(|e| FetchError::Other(e.to_string()))?
+        .id()
+        .to_string();
+    Ok(resolved(commit_id, true, session.outcome.received.get()))
+}
+
+/// The commit's id when the cache already holds it.
+fn commit_in(repo: &Repository, commit: Oid) -> Result<Option<String>, FetchError> {
+    let Ok(object) = repo.find_object(commit, None) else {
+        return Ok(None);
+    };
+    match object.peel_to_commit() {
+        Ok(found) => Ok(Some(found.id().to_string())),
+        Err(_) => Ok(None),
+    }
+}
+
+/// One fetch's way to the remote: the URL libgit2 is given (through the connect guard
+/// for http(s), pinned to a checked address for git://), credentials and bounds.
+struct Session<'a> {
+    /// The URL as people see it (conditions, events, logs): without user-info.
+    shown: String,
+    remote_url: String,
+    guard: Option<ConnectGuard>,
+    credentials: Option<&'a Credentials>,
+    policy: &'a Policy,
+    deadline: Instant,
+    outcome: Outcome,
+}
+
+impl<'a> Session<'a> {
+    fn connect(
+        parsed: &url::Url,
+        raw_url: &str,
+        credentials: Option<&'a Credentials>,
+        policy: &'a Policy,
+        deadline: Instant,
+    ) -> Result<Session<'a>, FetchError> {
+        // http(s): every connection libgit2 makes (redirects included) goes through a
+        // guard that connects only to checked addresses. git://: the address is resolved
+        // and checked once here and libgit2 is given that address.
+        let guard = match parsed.scheme() {
+            "http" | "https" => Some(ConnectGuard::start(
+                policy,
+                parsed,
+                credentials.is_some(),
+                deadline,
+            )?),
+            _ => None,
+        };
+        let remote_url = match (&guard, parsed.scheme()) {
+            (Some(guard), _) => guard.remote_url(parsed),
+            (None, "git") => pin_address(parsed, policy)?,
+            (None, _) => raw_url.to_owned(),
+        };
+        Ok(Session {
+            shown: super::redact_url(raw_url),
+            remote_url,
+            guard,
+            credentials,
             policy,
-            &parsed,
-            credentials.is_some(),
             deadline,
-        )?),
-        _ => None,
-    };
-    let remote_url = match (&guard, parsed.scheme()) {
-        (Some(guard), _) => guard.remote_url(&parsed),
-        (None, "git") => pin_address(&parsed, policy)?,
-        (None, _) => raw_url.to_owned(),
-    };
-    let raw_url = remote_url.as_str();
-    let proxy = || {
+            outcome: Outcome::default(),
+        })
+    }
+
+    fn proxy(&self) -> ProxyOptions<'static> {
         let mut options = ProxyOptions::new();
-        if let Some(url) = guard.as_ref().and_then(ConnectGuard::proxy_url) {
+        if let Some(url) = self.guard.as_ref().and_then(ConnectGuard::proxy_url) {
             options.url(&url);
         }
         options
-    };
-    let map_error = |e: git2::Error, url: &str, outcome: &Outcome, policy: &Policy| {
-        guard
+    }
+
+    /// What went wrong: the guard's refusal when it refused a connection, else what
+    /// libgit2 and the transfer bounds say.
+    fn fail(&self, error: git2::Error) -> FetchError {
+        self.guard
             .as_ref()
             .and_then(ConnectGuard::refusal)
-            .unwrap_or_else(|| map_error(e, url, outcome, policy))
-    };
+            .unwrap_or_else(|| map_error(error, &self.shown, &self.outcome, self.policy))
+    }
 
-    let (commit, display_ref, remote_ref) = {
+    /// The remote's refs: (name, commit, symbolic target).
+    fn list_heads(
+        &self,
+        repo: &Repository,
+    ) -> Result<Vec<(String, Oid, Option<String>)>, FetchError> {
         let mut remote = repo
-            .remote_anonymous(raw_url)
-            .map_err(|e| map_error(e, url, &outcome, policy))?;
+            .remote_anonymous(&self.remote_url)
+            .map_err(|e| self.fail(e))?;
         let connection = remote
             .connect_auth(
                 Direction::Fetch,
-                Some(callbacks(credentials, deadline, policy, &outcome)),
-                Some(proxy()),
+                Some(callbacks(
+                    self.credentials,
+                    self.deadline,
+                    self.policy,
+                    &self.outcome,
+                )),
+                Some(self.proxy()),
             )
-            .map_err(|e| map_error(e, url, &outcome, policy))?;
-        let heads: Vec<(String, Oid, Option<String>)> = connection
+            .map_err(|e| self.fail(e))?;
+        let heads = connection
             .list()
-            .map_err(|e| map_error(e, url, &outcome, policy))?
+            .map_err(|e| self.fail(e))?
             .iter()
             .map(|h| {
                 (
@@ -148,66 +230,44 @@ pub fn fetch(
                 )
             })
             .collect();
-        resolve(&heads, reference, url)?
-    };
-
-    if let Ok(object) = repo.find_object(commit, None)
-        && object.peel_to_commit().is_ok()
-    {
-        let commit = object
-            .peel_to_commit()
-            .map_err(|e| FetchError::Other(e.to_string()))?
-            .id()
-            .to_string();
-        return Ok(Resolved {
-            repo_dir: dir,
-            commit,
-            display_ref,
-            downloaded: false,
-            received_bytes: 0,
-        });
+        Ok(heads)
     }
 
-    let mut remote = repo
-        .remote_anonymous(raw_url)
-        .map_err(|e| map_error(e, url, &outcome, policy))?;
-    let mut options = FetchOptions::new();
-    options.remote_callbacks(callbacks(credentials, deadline, policy, &outcome));
-    options.proxy_options(proxy());
-    options.download_tags(AutotagOption::None);
-    let shallow_local = !matches!(parsed.scheme(), "file");
-    let refspec = match &remote_ref {
-        Some(name) => format!("+{name}:{LOCAL_REF}"),
-        None => format!("+refs/heads/*:{LOCAL_ALL}/*"),
-    };
-    if remote_ref.is_some() && shallow_local {
-        options.depth(1);
-    } else if remote_ref.is_none() && repo.is_shallow() {
-        // A commit no ref advertises lies somewhere in history, and an earlier shallow
-        // fetch for a branch cut that history off: ask for all of it.
-        options.depth(i32::MAX);
+    /// Downloads the wanted ref (shallow where the transport allows), or every branch
+    /// when a commit was asked for that no ref advertises.
+    fn download(
+        &self,
+        repo: &Repository,
+        remote_ref: Option<&str>,
+        shallow: bool,
+    ) -> Result<(), FetchError> {
+        let mut remote = repo
+            .remote_anonymous(&self.remote_url)
+            .map_err(|e| self.fail(e))?;
+        let mut options = FetchOptions::new();
+        options.remote_callbacks(callbacks(
+            self.credentials,
+            self.deadline,
+            self.policy,
+            &self.outcome,
+        ));
+        options.proxy_options(self.proxy());
+        options.download_tags(AutotagOption::None);
+        let refspec = match remote_ref {
+            Some(name) => format!("+{name}:{LOCAL_REF}"),
+            None => format!("+refs/heads/*:{LOCAL_ALL}/*"),
+        };
+        if remote_ref.is_some() && shallow {
+            options.depth(1);
+        } else if remote_ref.is_none() && repo.is_shallow() {
+            // A commit no ref advertises lies somewhere in history, and an earlier
+            // shallow fetch for a branch cut that history off: ask for all of it.
+            options.depth(i32::MAX);
+        }
+        remote
+            .fetch(&[refspec.as_str()], Some(&mut options), None)
+            .map_err(|e| self.fail(e))
     }
-    remote
-        .fetch(&[refspec.as_str()], Some(&mut options), None)
-        .map_err(|e| map_error(e, url, &outcome, policy))?;
-    let object = repo
-        .find_object(commit, None)
-        .map_err(|_| FetchError::RefNotFound {
-            url: url.to_owned(),
-            reference: reference.unwrap_or("HEAD").to_owned(),
-        })?;
-    let commit_id = object
-        .peel_to_commit()
-        .map_err(|e| FetchError::Other(e.to_string()))?
-        .id()
-        .to_string();
-    Ok(Resolved {
-        repo_dir: dir,
-        commit: commit_id,
-        display_ref,
-        downloaded: true,
-        received_bytes: outcome.received.get(),
-    })
 }
 
 /// The git:// URL with its host replaced by the one address it was checked as, so that
