@@ -153,6 +153,40 @@ pub struct Registration {
     pub resync_period_seconds: Option<f64>,
 }
 
+impl Hook {
+    /// One `spec.hooks.<hook>`: its path, version, and whether answers are decoded
+    /// strictly (v2 unless `responseUnMarshallMode` says otherwise).
+    fn parse(config: &Value) -> Result<Hook, String> {
+        let version = config
+            .get("version")
+            .and_then(Value::as_str)
+            .unwrap_or("v1")
+            .to_owned();
+        let webhook = config.get("webhook").ok_or("hook without webhook")?;
+        let path = match webhook.get("url").and_then(Value::as_str) {
+            Some(url) => url_path(url)?,
+            None => webhook
+                .get("path")
+                .and_then(Value::as_str)
+                .ok_or("webhook needs url, or service and path")?
+                .to_owned(),
+        };
+        let strict = match webhook
+            .get("responseUnMarshallMode")
+            .and_then(Value::as_str)
+        {
+            Some("strict") => true,
+            Some("loose") => false,
+            _ => version == "v2",
+        };
+        Ok(Hook {
+            path,
+            version,
+            strict,
+        })
+    }
+}
+
 impl Registration {
     /// Reads one registration; `kinds` turns its plural resource names into kinds.
     ///
@@ -210,39 +244,9 @@ impl Registration {
             .collect::<Result<_, String>>()?;
         let mut hooks = BTreeMap::new();
         for hook in [HookName::Sync, HookName::Finalize, HookName::Customize] {
-            let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) else {
-                continue;
-            };
-            let version = config
-                .get("version")
-                .and_then(Value::as_str)
-                .unwrap_or("v1")
-                .to_owned();
-            let webhook = config.get("webhook").ok_or("hook without webhook")?;
-            let path = match webhook.get("url").and_then(Value::as_str) {
-                Some(url) => url_path(url)?,
-                None => webhook
-                    .get("path")
-                    .and_then(Value::as_str)
-                    .ok_or("webhook needs url, or service and path")?
-                    .to_owned(),
-            };
-            let mode = webhook
-                .get("responseUnMarshallMode")
-                .and_then(Value::as_str);
-            let strict = match mode {
-                Some("strict") => true,
-                Some("loose") => false,
-                _ => version == "v2",
-            };
-            hooks.insert(
-                hook,
-                Hook {
-                    path,
-                    version,
-                    strict,
-                },
-            );
+            if let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) {
+                hooks.insert(hook, Hook::parse(config)?);
+            }
         }
         Ok(Registration {
             name,
