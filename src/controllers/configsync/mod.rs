@@ -22,8 +22,8 @@ use crate::controllers::common::secrets;
 use crate::controllers::{Context, DecoratorHooks};
 use crate::error::HookError;
 use crate::protocol::{
-    CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, RelatedResourceRule,
-    object_name, object_namespace,
+    CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, ObjectMap,
+    RelatedResourceRule, object_name, object_namespace,
 };
 use crate::source::{FetchError, Location, SourceRequest};
 
@@ -59,63 +59,18 @@ impl DecoratorHooks for ConfigSync {
         if let Err(invalid) = check_dns1123_subdomain(&attachment_name(name)) {
             return answer(None, Some(format!("{invalid}")), observed.as_ref(), name, 0);
         }
-        let Some(url) = annotations.get(GIT_URL).filter(|u| !u.is_empty()) else {
-            let problem = match annotations.get(GIT_URL) {
-                Some(_) => format!("annotation {GIT_URL} is empty"),
-                None => format!("annotation {GIT_URL} is missing"),
-            };
-            return answer(observed.clone(), Some(problem), observed.as_ref(), name, 0);
-        };
-        let interval = match annotations.get(INTERVAL).map(|v| v.parse::<u64>()) {
-            None => polling::interval_seconds(None),
-            Some(Ok(seconds)) => polling::interval_seconds(Some(seconds)),
-            Some(Err(_)) => {
-                let problem = format!("annotation {INTERVAL} must be a whole number of seconds");
+        let namespace = object_namespace(target).unwrap_or("default");
+        let (wanted, interval) = match annotations.source(&request.related, namespace) {
+            Ok(wanted) => wanted,
+            Err((problem, resync)) => {
                 return answer(
                     observed.clone(),
                     Some(problem),
                     observed.as_ref(),
                     name,
-                    polling::DEFAULT_INTERVAL_SECONDS,
+                    resync,
                 );
             }
-        };
-        let credentials = match annotations.get(SECRET) {
-            Some(secret) => match secrets::credentials(
-                &request.related,
-                object_namespace(target).unwrap_or("default"),
-                secret,
-            )
-            .map_err(|(reason, message)| {
-                if reason == "SecretNotFound" {
-                    format!("{message} with label {CREDENTIALS_LABEL}=true")
-                } else {
-                    message
-                }
-            }) {
-                Ok(credentials) => Some(credentials),
-                Err(problem) => {
-                    return answer(
-                        observed.clone(),
-                        Some(problem),
-                        observed.as_ref(),
-                        name,
-                        interval,
-                    );
-                }
-            },
-            None => None,
-        };
-        let wanted = SourceRequest {
-            location: Location::Git {
-                url: url.to_owned(),
-                reference: annotations
-                    .get(REF)
-                    .filter(|r| !r.is_empty())
-                    .map(str::to_owned),
-                path: annotations.get(PATH).unwrap_or_default().to_owned(),
-            },
-            credentials,
         };
         let state = ctx.sources.lookup(&wanted, Duration::from_secs(interval));
         let resync = polling::resync_seconds(&state, false, interval);
@@ -186,6 +141,55 @@ impl<'a> Annotations<'a> {
     fn get(&self, key: &str) -> Option<&'a str> {
         self.0?.get(key)?.as_str().map(str::trim)
     }
+
+    /// The source the annotations name and its poll period, or what is wrong with them
+    /// and when to look again.
+    fn source(
+        &self,
+        related: &ObjectMap,
+        namespace: &str,
+    ) -> Result<(SourceRequest, u64), (String, u64)> {
+        let Some(url) = self.get(GIT_URL).filter(|u| !u.is_empty()) else {
+            let problem = match self.get(GIT_URL) {
+                Some(_) => format!("annotation {GIT_URL} is empty"),
+                None => format!("annotation {GIT_URL} is missing"),
+            };
+            return Err((problem, 0));
+        };
+        let interval = match self.get(INTERVAL).map(|v| v.parse::<u64>()) {
+            None => polling::interval_seconds(None),
+            Some(Ok(seconds)) => polling::interval_seconds(Some(seconds)),
+            Some(Err(_)) => {
+                let problem = format!("annotation {INTERVAL} must be a whole number of seconds");
+                return Err((problem, polling::DEFAULT_INTERVAL_SECONDS));
+            }
+        };
+        let credentials = match self.get(SECRET) {
+            Some(secret) => Some(secrets::credentials(related, namespace, secret).map_err(
+                |(reason, message)| {
+                    let message = if reason == "SecretNotFound" {
+                        format!("{message} with label {CREDENTIALS_LABEL}=true")
+                    } else {
+                        message
+                    };
+                    (message, interval)
+                },
+            )?),
+            None => None,
+        };
+        let location = Location::Git {
+            url: url.to_owned(),
+            reference: self.get(REF).filter(|r| !r.is_empty()).map(str::to_owned),
+            path: self.get(PATH).unwrap_or_default().to_owned(),
+        };
+        Ok((
+            SourceRequest {
+                location,
+                credentials,
+            },
+            interval,
+        ))
+    }
 }
 
 fn fetch_problem(error: &FetchError, running: Option<&Config>) -> String {
@@ -245,3 +249,6 @@ fn config_map(target: &str, config: &Config) -> Result<Value, HookError> {
     serde_json::to_value(object)
         .map_err(|e| HookError::Internal(format!("cannot serialise the ConfigMap: {e}")))
 }
+
+#[cfg(test)]
+mod sync_tests;
