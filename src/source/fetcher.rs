@@ -512,3 +512,154 @@ fn redact(remote_key: &str) -> String {
     }
     parts.join("|")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::*;
+    use crate::source::Credentials;
+
+    /// A repository on disk with one commit per call, read through `file://`.
+    struct Repo {
+        dir: tempfile::TempDir,
+    }
+
+    impl Repo {
+        fn new() -> Repo {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+            git2::Repository::init(dir.path()).unwrap_or_else(|e| panic!("init: {e}"));
+            Repo { dir }
+        }
+
+        fn url(&self) -> String {
+            format!("file://{}", self.dir.path().display())
+        }
+
+        fn commit(&self, path: &str, text: &str) {
+            let repo = git2::Repository::open(self.dir.path()).unwrap_or_else(|e| panic!("{e}"));
+            let file = self.dir.path().join(path);
+            std::fs::create_dir_all(file.parent().unwrap_or(Path::new(".")))
+                .unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(&file, text).unwrap_or_else(|e| panic!("{e}"));
+            let mut index = repo.index().unwrap_or_else(|e| panic!("{e}"));
+            index
+                .add_path(Path::new(path))
+                .unwrap_or_else(|e| panic!("{e}"));
+            index.write().unwrap_or_else(|e| panic!("{e}"));
+            let tree = repo
+                .find_tree(index.write_tree().unwrap_or_else(|e| panic!("{e}")))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let who = git2::Signature::now("t", "t@example.com").unwrap_or_else(|e| panic!("{e}"));
+            let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+            let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+            repo.commit(Some("HEAD"), &who, &who, "c", &tree, &parents)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    fn fetcher(cache: &Path) -> Fetcher {
+        let policy = Policy {
+            extra_schemes: BTreeSet::from(["file".to_owned()]),
+            allow_private_addresses: true,
+            ..Policy::default()
+        };
+        Fetcher::new(policy, cache.to_owned()).unwrap_or_else(|e| panic!("fetcher: {e}"))
+    }
+
+    fn request(url: &str, path: &str) -> SourceRequest {
+        SourceRequest {
+            location: Location::Git {
+                url: url.to_owned(),
+                reference: None,
+                path: path.to_owned(),
+            },
+            credentials: None,
+        }
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn one_fetch_serves_every_path_of_a_remote_and_waits_for_its_interval() {
+        let repo = Repo::new();
+        repo.commit("a.env", "A=1\n");
+        repo.commit("b.env", "B=1\n");
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let sources = fetcher(cache.path());
+        let (a, b) = (request(&repo.url(), "a.env"), request(&repo.url(), "b.env"));
+        assert!(
+            sources.lookup(&a, HOUR).pending,
+            "the first lookup starts a fetch"
+        );
+        assert!(sources.lookup(&b, HOUR).pending);
+        sources.idle().await;
+        assert!(sources.lookup(&a, HOUR).snapshot.is_some());
+        // A path asked for while the remote was being fetched is read from the cached
+        // repository on its next lookup, without going to the network again.
+        let _ = sources.lookup(&b, HOUR);
+        sources.idle().await;
+        assert!(sources.lookup(&b, HOUR).snapshot.is_some());
+        assert_eq!(sources.network_fetches(), 1);
+        let before = sources.network_fetches();
+        // Within the interval nothing is fetched; once it has passed, the remote is.
+        repo.commit("a.env", "A=2\n");
+        assert!(!sources.lookup(&a, HOUR).pending);
+        assert_eq!(sources.network_fetches(), before);
+        sources.expire();
+        let _ = sources.lookup(&a, HOUR);
+        sources.idle().await;
+        let fresh = sources.lookup(&a, HOUR);
+        let text = fresh
+            .snapshot
+            .as_ref()
+            .and_then(|s| s.files.get("a.env").cloned());
+        assert_eq!(text, Some(crate::source::Content::Text("A=2\n".to_owned())));
+        assert_eq!(sources.network_fetches(), before + 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_keeps_the_last_snapshot_and_says_why() {
+        let repo = Repo::new();
+        repo.commit("a.env", "A=1\n");
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let sources = fetcher(cache.path());
+        let wanted = request(&repo.url(), "a.env");
+        let _ = sources.lookup(&wanted, HOUR);
+        sources.idle().await;
+        let good = sources.lookup(&wanted, HOUR).snapshot;
+        assert!(good.is_some());
+        // The repository goes away: the next fetch fails, the snapshot stays.
+        let moved = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::rename(repo.dir.path(), moved.path().join("gone"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        sources.expire();
+        let _ = sources.lookup(&wanted, HOUR);
+        sources.idle().await;
+        let after = sources.lookup(&wanted, HOUR);
+        assert_eq!(after.snapshot, good);
+        assert!(after.error.is_some(), "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn different_credentials_never_share_a_snapshot() {
+        let repo = Repo::new();
+        repo.commit("a.env", "A=1\n");
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let sources = fetcher(cache.path());
+        let anonymous = request(&repo.url(), "a.env");
+        let _ = sources.lookup(&anonymous, HOUR);
+        sources.idle().await;
+        assert!(sources.lookup(&anonymous, HOUR).snapshot.is_some());
+        let with_token = SourceRequest {
+            credentials: Some(Credentials {
+                token: Some("other tenant".to_owned()),
+                ..Credentials::default()
+            }),
+            ..anonymous.clone()
+        };
+        let theirs = sources.lookup(&with_token, HOUR);
+        assert!(theirs.snapshot.is_none() && theirs.pending, "{theirs:?}");
+    }
+}

@@ -197,3 +197,200 @@ fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchEr
         detail,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::source::policy::Limits;
+
+    /// A loopback server answering each path with a canned status and body, and keeping
+    /// the request heads it saw.
+    async fn serve(
+        routes: &'static [(&'static str, u16, &'static str)],
+    ) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("address: {e}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let heads = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n")
+                    && stream.read(&mut byte).await.is_ok_and(|n| n == 1)
+                {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+                heads
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(head);
+                let (status, body) = routes
+                    .iter()
+                    .find(|(route, _, _)| *route == path)
+                    .map_or((404, "not here"), |(_, status, body)| (*status, *body));
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            }
+        });
+        (address, seen)
+    }
+
+    fn loopback(limits: Limits) -> Policy {
+        Policy {
+            extra_schemes: BTreeSet::from(["http".to_owned()]),
+            allow_private_addresses: true,
+            limits,
+        }
+    }
+
+    async fn get(
+        policy: Policy,
+        url: &str,
+        credentials: Option<&Credentials>,
+    ) -> Result<Snapshot, FetchError> {
+        let policy = Arc::new(policy);
+        let client = client(policy.clone()).unwrap_or_else(|e| panic!("client: {e}"));
+        fetch(&client, &policy, url, credentials).await
+    }
+
+    const ROUTES: &[(&str, u16, &str)] = &[
+        ("/app.env", 200, "A=1\n"),
+        ("/secret", 401, "who are you"),
+        ("/big", 200, "0123456789abcdef0123456789abcdef"),
+    ];
+
+    #[tokio::test]
+    async fn a_file_becomes_a_one_file_snapshot_named_after_its_path() {
+        let (address, _) = serve(ROUTES).await;
+        let snapshot = get(
+            loopback(Limits::default()),
+            &format!("http://{address}/app.env"),
+            None,
+        )
+        .await;
+        let Ok(snapshot) = snapshot else {
+            panic!("{snapshot:?}");
+        };
+        assert!(snapshot.single_file && snapshot.made_at.is_none());
+        assert_eq!(
+            snapshot.files.get("app.env"),
+            Some(&Content::Text("A=1\n".to_owned()))
+        );
+        assert_eq!(
+            snapshot.revision,
+            format!(
+                "sha256:{}",
+                crate::controllers::common::hash::sha256_hex(b"A=1\n")
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn status_codes_and_sizes_are_checked() {
+        let (address, _) = serve(ROUTES).await;
+        let policy = || {
+            loopback(Limits {
+                config_bytes: 16,
+                ..Limits::default()
+            })
+        };
+        let missing = get(policy(), &format!("http://{address}/gone"), None).await;
+        assert!(
+            matches!(missing, Err(FetchError::HttpStatus { status: 404, .. })),
+            "{missing:?}"
+        );
+        let denied = get(policy(), &format!("http://{address}/secret"), None).await;
+        assert!(
+            matches!(denied, Err(FetchError::AuthFailed { .. })),
+            "{denied:?}"
+        );
+        let big = get(policy(), &format!("http://{address}/big"), None).await;
+        assert!(
+            matches!(big, Err(FetchError::TooLarge { limit: 16, .. })),
+            "{big:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn credentials_are_sent_and_never_shown() {
+        let (address, seen) = serve(ROUTES).await;
+        let token = Credentials {
+            token: Some("t0k3n".to_owned()),
+            ..Credentials::default()
+        };
+        let fetched = get(
+            loopback(Limits::default()),
+            &format!("http://{address}/app.env"),
+            Some(&token),
+        )
+        .await;
+        assert!(fetched.is_ok(), "{fetched:?}");
+        let heads = seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        assert!(
+            heads.iter().any(|h| h
+                .to_ascii_lowercase()
+                .contains("authorization: bearer t0k3n")),
+            "{heads:?}"
+        );
+        // User-info written into a URL never appears in an error.
+        let failed = get(
+            loopback(Limits::default()),
+            &format!("http://user:hunter2@{address}/gone"),
+            None,
+        )
+        .await;
+        let message = failed.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            message.contains("404") && !message.contains("hunter2"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn private_addresses_and_other_schemes_are_refused_by_default() {
+        let (address, seen) = serve(ROUTES).await;
+        let default = Policy {
+            extra_schemes: BTreeSet::from(["http".to_owned()]),
+            ..Policy::default()
+        };
+        let private = get(default, &format!("http://{address}/app.env"), None).await;
+        assert!(
+            matches!(private, Err(FetchError::HostRefused { .. })),
+            "{private:?}"
+        );
+        let git = get(
+            loopback(Limits::default()),
+            &format!("git://{address}/repo"),
+            None,
+        )
+        .await;
+        assert!(
+            matches!(git, Err(FetchError::SchemeRefused { .. })),
+            "{git:?}"
+        );
+        assert!(
+            seen.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty(),
+            "nothing was sent"
+        );
+    }
+}
