@@ -30,6 +30,7 @@ use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::polling;
+use crate::controllers::common::problem::Problem;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
@@ -125,7 +126,7 @@ impl CompositeHooks for ApiMock {
         };
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
-            Err((reason, message)) => {
+            Err(Problem { reason, message }) => {
                 let validated = Decided::new("Validated", false, reason, message);
                 return call.keep_running(validated, None, true);
             }

@@ -12,7 +12,8 @@ use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::Decided;
 use crate::controllers::common::polling;
-use crate::controllers::common::source_spec::{self, SourceProblem};
+use crate::controllers::common::problem::Problem;
+use crate::controllers::common::source_spec;
 use crate::protocol::ObjectMap;
 use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
 
@@ -71,10 +72,10 @@ pub fn origin<'s>(
     related: &ObjectMap,
     namespace: &str,
     name: &str,
-) -> Result<Origin<'s>, SourceProblem> {
+) -> Result<Origin<'s>, Problem> {
     let Some(from) = &spec.definition_from else {
         if spec.definition.is_empty() {
-            return Err((
+            return Err(Problem::new(
                 "InvalidSpec",
                 "set spec.definition (the document) or spec.definitionFrom (where to read it)"
                     .to_owned(),
@@ -83,7 +84,7 @@ pub fn origin<'s>(
         return Ok(Origin::Inline(&spec.definition));
     };
     if !spec.definition.is_empty() {
-        return Err((
+        return Err(Problem::new(
             "AmbiguousDefinition",
             "set only one of spec.definition and spec.definitionFrom".to_owned(),
         ));
@@ -98,7 +99,7 @@ pub fn origin<'s>(
         (Some(git), None, None) => (git.location(), git.secret_ref.as_ref(), git.root.as_deref()),
         (None, Some(http), None) => (http.location(), http.secret_ref.as_ref(), None),
         (None, None, Some(key_ref)) if key_ref.name == name => {
-            return Err((
+            return Err(Problem::new(
                 "InvalidSpec",
                 format!(
                     "spec.definitionFrom.configMapKeyRef.name: {name:?} is the mock's own ConfigMap; name the ConfigMap that holds the document"
@@ -107,7 +108,7 @@ pub fn origin<'s>(
         }
         (None, None, Some(key_ref)) => return Ok(Origin::ConfigMap(key_ref)),
         _ => {
-            return Err((
+            return Err(Problem::new(
                 "AmbiguousSource",
                 "spec.definitionFrom: set exactly one of git, http and configMapKeyRef".to_owned(),
             ));

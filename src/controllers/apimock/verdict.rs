@@ -9,18 +9,5 @@ pub enum Generation {
     OpenApi31,
 }
 
-/// Why a definition cannot be served. `reason` is a CamelCase condition reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Invalid {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Invalid {
-        Invalid {
-            reason,
-            message: message.into(),
-        }
-    }
-}
+/// Why a definition cannot be served: the one problem type of every controller.
+pub type Invalid = crate::controllers::common::problem::Problem;

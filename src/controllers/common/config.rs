@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::envfile;
 use super::hash::sha256_hex;
+use super::problem::Problem;
 use crate::source::{Content, Snapshot};
 
 /// On the ConfigMap: the source revision of the config it holds.
@@ -69,9 +70,6 @@ impl Deref for Config {
         &self.content
     }
 }
-
-/// Why a snapshot cannot be a config: a condition reason and a message.
-pub type ConfigProblem = (&'static str, String);
 
 impl Config {
     pub fn new(content: ConfigContent) -> Config {
@@ -142,7 +140,7 @@ impl Config {
     pub fn from_snapshot(
         snapshot: &Snapshot,
         format: Option<ConfigFormat>,
-    ) -> Result<Config, ConfigProblem> {
+    ) -> Result<Config, Problem> {
         let format = format.unwrap_or(if snapshot.single_file {
             ConfigFormat::Env
         } else {
@@ -160,7 +158,7 @@ impl Config {
         }
         let config = Config::new(content);
         if config.content_bytes() > crate::source::policy::Limits::default().config_bytes as usize {
-            return Err((
+            return Err(Problem::new(
                 "TooLarge",
                 format!(
                     "the config is {} bytes; a ConfigMap holds at most about 1 MiB",
@@ -221,11 +219,11 @@ impl Config {
 }
 
 /// The KEY=VALUE pairs of a snapshot that names one env file.
-fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, ConfigProblem> {
+fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, Problem> {
     let (name, content) = match (snapshot.single_file, snapshot.files.iter().next()) {
         (true, Some(file)) => file,
         _ => {
-            return Err((
+            return Err(Problem::new(
                 "EnvNeedsOneFile",
                 "format env needs the source to name a single KEY=VALUE file, not a directory"
                     .to_owned(),
@@ -233,13 +231,16 @@ fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, ConfigProbl
         }
     };
     let Content::Text(text) = content else {
-        return Err(("InvalidEnvFile", format!("{name} is not text")));
+        return Err(Problem::new(
+            "InvalidEnvFile",
+            format!("{name} is not text"),
+        ));
     };
-    envfile::parse(text).map_err(|e| ("InvalidEnvFile", format!("{name} {e}")))
+    envfile::parse(text).map_err(|e| Problem::new("InvalidEnvFile", format!("{name} {e}")))
 }
 
 /// Every file of a snapshot under a ConfigMap key (`a/b.conf` → `a__b.conf`).
-fn files_data(snapshot: &Snapshot, content: &mut ConfigContent) -> Result<(), ConfigProblem> {
+fn files_data(snapshot: &Snapshot, content: &mut ConfigContent) -> Result<(), Problem> {
     for (path, file) in &snapshot.files {
         let key = path.replace('/', "__");
         if !key
@@ -247,7 +248,7 @@ fn files_data(snapshot: &Snapshot, content: &mut ConfigContent) -> Result<(), Co
             .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
             || key.starts_with("..")
         {
-            return Err((
+            return Err(Problem::new(
                 "UnsupportedFileName",
                 format!("{path:?} cannot be a ConfigMap key (letters, digits, '-', '_', '.' only)"),
             ));
@@ -320,9 +321,12 @@ mod tests {
             &snapshot("r", &[("a", "A=1")], false, None),
             Some(ConfigFormat::Env),
         );
-        assert_eq!(directory_as_env.err().map(|e| e.0), Some("EnvNeedsOneFile"));
+        assert_eq!(
+            directory_as_env.err().map(|e| e.reason),
+            Some("EnvNeedsOneFile")
+        );
         let bad_key =
             Config::from_snapshot(&snapshot("r", &[("a b.conf", "x")], false, None), None);
-        assert_eq!(bad_key.err().map(|e| e.0), Some("UnsupportedFileName"));
+        assert_eq!(bad_key.err().map(|e| e.reason), Some("UnsupportedFileName"));
     }
 }

@@ -8,6 +8,7 @@ pub mod keep;
 pub mod memo;
 pub mod names;
 pub mod polling;
+pub mod problem;
 pub mod revisions;
 pub mod rollout;
 pub mod secrets;

@@ -6,8 +6,7 @@ use serde_json::Value;
 use crate::protocol::ObjectMap;
 use crate::source::Credentials;
 
-/// Why the named Secret cannot provide credentials: a condition reason and a message.
-pub type SecretProblem = (&'static str, String);
+use super::problem::Problem;
 
 /// `username`/`password` or `token` from the related Secret `name` in `namespace` (the
 /// parent's). Metacontroller may send related objects from other namespaces; a Secret of
@@ -16,11 +15,11 @@ pub fn credentials(
     related: &ObjectMap,
     namespace: &str,
     name: &str,
-) -> Result<Credentials, SecretProblem> {
+) -> Result<Credentials, Problem> {
     let object = related
         .find("Secret", "v1", Some(namespace), name)
         .ok_or_else(|| {
-            (
+            Problem::new(
                 "SecretNotFound",
                 format!(
                     "the credentials Secret {name:?} does not exist in namespace {namespace:?}"
@@ -34,7 +33,7 @@ pub fn credentials(
     };
     match credentials.userpass() {
         Some(_) => Ok(credentials),
-        None => Err((
+        None => Err(Problem::new(
             "SecretInvalid",
             format!("Secret {name:?} needs `username` and `password`, or `token`"),
         )),

@@ -5,6 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::problem::Problem;
 use super::secrets;
 use crate::protocol::ObjectMap;
 use crate::source::{Credentials, Location, SourceRequest};
@@ -38,9 +39,6 @@ pub struct SecretRef {
     pub name: String,
 }
 
-/// Why a spec's source cannot be asked for: a condition reason and a message.
-pub type SourceProblem = (&'static str, String);
-
 impl GitSource {
     pub fn location(&self) -> Location {
         Location::Git {
@@ -69,7 +67,7 @@ pub fn request(
     secret: Option<&SecretRef>,
     related: &ObjectMap,
     namespace: &str,
-) -> Result<SourceRequest, SourceProblem> {
+) -> Result<SourceRequest, Problem> {
     let credentials: Option<Credentials> = match secret {
         Some(secret) => Some(secrets::credentials(related, namespace, &secret.name)?),
         None => None,

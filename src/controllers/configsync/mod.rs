@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::check_dns1123_subdomain;
 use crate::controllers::common::polling;
+use crate::controllers::common::problem::Problem;
 use crate::controllers::common::secrets;
 use crate::controllers::{Context, DecoratorHooks};
 use crate::error::HookError;
@@ -84,7 +85,7 @@ impl DecoratorHooks for ConfigSync {
                 Some(fetch_problem(error, observed.as_ref())),
             ),
             (Some(Ok(config)), None) => (Some(config), None),
-            (Some(Err((_, message))), None) => (observed.clone(), Some(message)),
+            (Some(Err(problem)), None) => (observed.clone(), Some(problem.message)),
             (None, None) => (observed.clone(), None),
         };
         answer(served, problem, observed.as_ref(), name, resync)
@@ -166,7 +167,7 @@ impl<'a> Annotations<'a> {
         };
         let credentials = match self.get(SECRET) {
             Some(secret) => Some(secrets::credentials(related, namespace, secret).map_err(
-                |(reason, message)| {
+                |Problem { reason, message }| {
                     let message = if reason == "SecretNotFound" {
                         format!("{message} with label {CREDENTIALS_LABEL}=true")
                     } else {

@@ -24,6 +24,7 @@ use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
+use crate::controllers::common::problem::Problem;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec;
@@ -60,7 +61,7 @@ fn converted_weight(key: &String, converted: &Converted) -> u64 {
 }
 
 /// A snapshot turned into ConfigMap content, or why it cannot be.
-type Converted = std::sync::Arc<Result<Config, (&'static str, String)>>;
+type Converted = std::sync::Arc<Result<Config, Problem>>;
 
 impl MonitoredService {
     fn convert(&self, key: &str, snapshot: &Snapshot, format: Option<ConfigFormat>) -> Converted {
@@ -110,7 +111,7 @@ impl CompositeHooks for MonitoredService {
                 let children = children::build(call.name, &spec, None)?;
                 return call.answer(Facts::no_source(call.pods()), children, 0);
             }
-            Err((reason, message)) => {
+            Err(Problem { reason, message }) => {
                 let facts = Facts::invalid_spec(reason, message, call.running(), call.pods());
                 // With the config still in the observed ConfigMap the children are rebuilt
                 // from it; without one (the service ran without a source), what runs stays.
@@ -319,7 +320,7 @@ fn decide(
                 behind,
             }
         }
-        Some(Err((reason, message))) => {
+        Some(Err(Problem { reason, message })) => {
             let keeping =
                 running.map_or(String::new(), |c| format!("; still running {}", c.revision));
             Decision {
@@ -404,8 +405,6 @@ fn secret_name(spec: &MonitoredServiceSpec) -> Option<String> {
         .map(|s| s.name.clone())
 }
 
-type Problem = (&'static str, String);
-
 /// The one source the spec names (None when it names none).
 fn source_request(
     spec: &MonitoredServiceSpec,
@@ -419,7 +418,7 @@ fn source_request(
     let named =
         usize::from(git.is_some()) + usize::from(http.is_some()) + usize::from(legacy.is_some());
     if named > 1 {
-        return Err((
+        return Err(Problem::new(
             "AmbiguousSource",
             "set only one of spec.source.git, spec.source.http and spec.config_repo".to_owned(),
         ));

@@ -1,0 +1,25 @@
+//! Why something from a CR cannot be used, as a status condition shows it: a CamelCase
+//! reason and a sentence for the person who reads `kubectl describe`.
+
+/// A reason (`SecretNotFound`, `InvalidReference`, …) and a message naming the field or
+/// the file and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Problem {
+        Problem {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.reason, self.message)
+    }
+}
