@@ -253,41 +253,49 @@ impl Registry {
     }
 
     /// [`Registry::call`] restricted to cheap work, for a controller that honours
-    /// [`Context::cheap_only`]: None when the controller does not, or when this call
-    /// needs slow work (then make it with [`Registry::call`] where blocking is fine).
-    pub fn call_cheap(
-        &self,
-        controller: &str,
-        hook: Hook,
-        body: &[u8],
-        ctx: &Context,
-    ) -> Option<CallOutcome> {
-        let honours = match self.entries.get(controller)? {
-            Entry::Composite(c) => c.honours_cheap_only(),
-            Entry::Decorator(_) => false,
+    /// [`Context::cheap_only`]. When the call needs slow work, the parsed request comes
+    /// back to be finished with [`Registry::run`] where blocking is fine, so the body
+    /// is parsed once.
+    pub fn call_cheap(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> Cheap {
+        let honours = match self.entries.get(controller) {
+            Some(Entry::Composite(c)) => c.honours_cheap_only(),
+            _ => false,
         };
         if !honours {
-            return None;
+            return Cheap::NotCheap;
         }
+        let prepared = match self.prepare(controller, hook, body) {
+            Ok(prepared) => prepared,
+            Err(answered) => return Cheap::Answered(answered),
+        };
         let ctx = Context {
             cheap_only: true,
             ..ctx.clone()
         };
-        let outcome = self.call(controller, hook, body, &ctx);
+        let outcome = self.run(&prepared, &ctx);
         match outcome.result {
-            Err(HookError::NeedsBlockingPool) => None,
-            _ => Some(outcome),
+            Err(HookError::NeedsBlockingPool) => Cheap::Deferred(Box::new(prepared)),
+            _ => Cheap::Answered(outcome),
         }
     }
 
     /// Parses `body` as the request type of that controller and hook, runs the hook and
     /// serialises its answer.
     pub fn call(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
+        match self.prepare(controller, hook, body) {
+            Ok(prepared) => self.run(&prepared, ctx),
+            Err(answered) => answered,
+        }
+    }
+
+    /// Finds the controller and parses the request; a remembered answer, an unknown
+    /// controller or a body that is not a hook request is answered at once (`Err`).
+    fn prepare(&self, controller: &str, hook: Hook, body: &[u8]) -> Result<Prepared, CallOutcome> {
         let Some(entry) = self.entries.get(controller) else {
-            return CallOutcome {
+            return Err(CallOutcome {
                 parent: ParentRef::default(),
                 result: Err(HookError::NotFound(format!("/{controller}/{hook}"))),
-            };
+            });
         };
         let memo_key = match entry {
             Entry::Composite(c) if c.answers_only_from_request() => {
@@ -304,13 +312,51 @@ impl Registry {
         if let Some(key) = &memo_key
             && let Some(answer) = self.answers.get(key)
         {
-            return CallOutcome {
+            return Err(CallOutcome {
                 parent: answer.0.clone(),
                 result: Ok(answer.1.clone()),
-            };
+            });
         }
-        let Some(key) = memo_key else {
-            return self.dispatch_to(entry, hook, body, ctx);
+        let failed = |parent: ParentRef, error: HookError| CallOutcome {
+            parent,
+            result: Err(error),
+        };
+        let request = match (entry, hook) {
+            (_, Hook::Customize) => {
+                Parsed::Customize(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
+            }
+            (Entry::Composite(_), _) => {
+                Parsed::Composite(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
+            }
+            (Entry::Decorator(_), _) => {
+                Parsed::Decorator(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
+            }
+        };
+        let root = request.root();
+        let parent = ParentRef::of(root);
+        if !root.is_object() {
+            return Err(failed(
+                parent,
+                HookError::BadRequest(
+                    "request has no parent object: this does not look like a Metacontroller hook call"
+                        .to_owned(),
+                ),
+            ));
+        }
+        Ok(Prepared {
+            entry: entry.clone(),
+            hook,
+            request,
+            memo_key,
+            parent,
+        })
+    }
+
+    /// Runs a prepared call and serialises its answer; remembers it when the controller
+    /// answers from the request alone and this answer read no source.
+    pub fn run(&self, prepared: &Prepared, ctx: &Context) -> CallOutcome {
+        let Some(key) = prepared.memo_key else {
+            return prepared.dispatch(ctx);
         };
         // An answer that read a source depends on more than the request (an APIMock
         // with `definitionFrom.git`): it is not remembered.
@@ -322,7 +368,7 @@ impl Registry {
             sources: noting.clone(),
             ..ctx.clone()
         };
-        let outcome = self.dispatch_to(entry, hook, body, &noted);
+        let outcome = prepared.dispatch(&noted);
         if let Ok(bytes) = &outcome.result
             && !noting.looked.load(Ordering::Relaxed)
         {
@@ -331,35 +377,73 @@ impl Registry {
         }
         outcome
     }
+}
 
-    fn dispatch_to(&self, entry: &Entry, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
-        match (entry, hook) {
-            (_, Hook::Customize) => dispatch(
-                body,
-                |r: &CustomizeRequest| &r.parent,
-                |r| match entry {
-                    Entry::Composite(c) => c.customize(r),
-                    Entry::Decorator(d) => d.customize(r),
-                },
-            ),
-            (Entry::Composite(c), Hook::Sync) => {
-                dispatch(body, |r: &CompositeRequest| &r.parent, |r| c.sync(r, ctx))
-            }
-            (Entry::Composite(c), Hook::Finalize) => dispatch(
-                body,
-                |r: &CompositeRequest| &r.parent,
-                |r| c.finalize(r, ctx),
-            ),
-            (Entry::Decorator(d), Hook::Sync) => {
-                dispatch(body, |r: &DecoratorRequest| &r.object, |r| d.sync(r, ctx))
-            }
-            (Entry::Decorator(d), Hook::Finalize) => dispatch(
-                body,
-                |r: &DecoratorRequest| &r.object,
-                |r| d.finalize(r, ctx),
-            ),
+/// What [`Registry::call_cheap`] did.
+pub enum Cheap {
+    /// The answer (or the error) is final.
+    Answered(CallOutcome),
+    /// The call needs slow work: finish it with [`Registry::run`] off the async workers.
+    Deferred(Box<Prepared>),
+    /// The controller does not honour cheap-only calls: make the call with
+    /// [`Registry::call`] off the async workers.
+    NotCheap,
+}
+
+/// A hook call with its request parsed, ready to run.
+pub struct Prepared {
+    entry: Entry,
+    hook: Hook,
+    request: Parsed,
+    memo_key: Option<[u8; 32]>,
+    parent: ParentRef,
+}
+
+enum Parsed {
+    Composite(CompositeRequest),
+    Decorator(DecoratorRequest),
+    Customize(CustomizeRequest),
+}
+
+impl Parsed {
+    fn root(&self) -> &Value {
+        match self {
+            Parsed::Composite(r) => &r.parent,
+            Parsed::Decorator(r) => &r.object,
+            Parsed::Customize(r) => &r.parent,
         }
     }
+}
+
+impl Prepared {
+    fn dispatch(&self, ctx: &Context) -> CallOutcome {
+        let result = match (&self.entry, self.hook, &self.request) {
+            (Entry::Composite(c), _, Parsed::Customize(r)) => serialise(c.customize(r)),
+            (Entry::Decorator(d), _, Parsed::Customize(r)) => serialise(d.customize(r)),
+            (Entry::Composite(c), Hook::Finalize, Parsed::Composite(r)) => {
+                serialise(c.finalize(r, ctx))
+            }
+            (Entry::Composite(c), _, Parsed::Composite(r)) => serialise(c.sync(r, ctx)),
+            (Entry::Decorator(d), Hook::Finalize, Parsed::Decorator(r)) => {
+                serialise(d.finalize(r, ctx))
+            }
+            (Entry::Decorator(d), _, Parsed::Decorator(r)) => serialise(d.sync(r, ctx)),
+            _ => Err(HookError::Internal(
+                "a request was parsed for another kind of controller".to_owned(),
+            )),
+        };
+        CallOutcome {
+            parent: self.parent.clone(),
+            result,
+        }
+    }
+}
+
+fn serialise<Resp: Serialize>(answer: Result<Resp, HookError>) -> Result<Vec<u8>, HookError> {
+    answer.and_then(|response| {
+        serde_json::to_vec(&response)
+            .map_err(|e| HookError::Internal(format!("cannot serialise the response: {e}")))
+    })
 }
 
 /// The context's sources, noting whether a call looked anything up.
@@ -373,42 +457,6 @@ impl Sources for NotingSources {
         self.looked.store(true, Ordering::Relaxed);
         self.inner.lookup(request, interval)
     }
-}
-
-fn dispatch<Req, Resp>(
-    body: &[u8],
-    root: impl Fn(&Req) -> &Value,
-    run: impl FnOnce(&Req) -> Result<Resp, HookError>,
-) -> CallOutcome
-where
-    Req: DeserializeOwned,
-    Resp: Serialize,
-{
-    let request: Req = match parse_request(body) {
-        Ok(request) => request,
-        Err(error) => {
-            return CallOutcome {
-                parent: ParentRef::default(),
-                result: Err(error),
-            };
-        }
-    };
-    let root = root(&request);
-    let parent = ParentRef::of(root);
-    if !root.is_object() {
-        return CallOutcome {
-            parent,
-            result: Err(HookError::BadRequest(
-                "request has no parent object: this does not look like a Metacontroller hook call"
-                    .to_owned(),
-            )),
-        };
-    }
-    let result = run(&request).and_then(|response| {
-        serde_json::to_vec(&response)
-            .map_err(|e| HookError::Internal(format!("cannot serialise the response: {e}")))
-    });
-    CallOutcome { parent, result }
 }
 
 /// Reads a request body, naming the JSON path of the first problem.

@@ -20,7 +20,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::HookState;
-use crate::controllers::{CallOutcome, ParentRef};
+use crate::controllers::{CallOutcome, Cheap, ParentRef};
 use crate::error::HookError;
 use crate::protocol::Hook;
 
@@ -166,16 +166,24 @@ async fn compute(
     deadline: Instant,
 ) -> Result<CallOutcome, HookError> {
     let registry = state.registry.clone();
-    let controller_name = controller.to_owned();
     let mut ctx = state.registry.context(state.clock.now());
     ctx.deadline = Some(deadline);
-    if body.len() <= CHEAP_ATTEMPT_BYTES
-        && let Some(outcome) = state.registry.call_cheap(controller, hook, &body, &ctx)
-    {
-        drop(permit);
-        return Ok(outcome);
-    }
+    // The request is parsed once: a cheap attempt that needs slow work hands its parsed
+    // request to the blocking pool.
+    let deferred = if body.len() <= CHEAP_ATTEMPT_BYTES {
+        match state.registry.call_cheap(controller, hook, &body, &ctx) {
+            Cheap::Answered(outcome) => {
+                drop(permit);
+                return Ok(outcome);
+            }
+            Cheap::Deferred(prepared) => Some(prepared),
+            Cheap::NotCheap => None,
+        }
+    } else {
+        None
+    };
     let deadline_ms = millis(state.limits.deadline);
+    let controller_name = controller.to_owned();
     let span = tracing::Span::current();
     let work = tokio::task::spawn_blocking(move || {
         let _entered = span.enter();
@@ -183,7 +191,10 @@ async fn compute(
         if Instant::now() >= deadline {
             return None;
         }
-        Some(registry.call(&controller_name, hook, &body, &ctx))
+        Some(match deferred {
+            Some(prepared) => registry.run(&prepared, &ctx),
+            None => registry.call(&controller_name, hook, &body, &ctx),
+        })
     });
     match tokio::time::timeout_at(deadline.into(), work).await {
         Ok(Ok(Some(outcome))) => Ok(outcome),

@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::validate;
@@ -79,7 +80,7 @@ fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
     check_nesting(text)?;
     let document = parse(text, format)?;
     let generation = detect(&document)?;
-    validate::validate(&document, generation, text.len())?;
+    validate::validate(&document, generation)?;
     Ok(summarize(&document, generation))
 }
 
@@ -243,11 +244,13 @@ fn summarize(document: &Value, generation: Generation) -> Summary {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned(),
+        // Read through the typed OpenAPI model: `info` has the same shape in every
+        // version, and the meta-schema has made sure it is there.
         title: document
-            .pointer("/info/title")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+            .get("info")
+            .and_then(|info| openapiv3::Info::deserialize(info).ok())
+            .map(|info| info.title)
+            .unwrap_or_default(),
         operations: u32::try_from(operations).unwrap_or(u32::MAX),
     }
 }

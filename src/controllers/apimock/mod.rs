@@ -355,7 +355,7 @@ impl Urls {
 
 #[cfg(test)]
 mod tests {
-    use crate::controllers::{Context, ControllerSettings, Registry};
+    use crate::controllers::{Cheap, Context, ControllerSettings, Registry};
     use crate::protocol::Hook;
 
     fn request(definition: &str) -> Vec<u8> {
@@ -375,19 +375,20 @@ mod tests {
         let registry = Registry::standard(ControllerSettings::default());
         let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
         let body = request("openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths: {}\n");
-        assert!(
-            registry
-                .call_cheap("apimock", Hook::Sync, &body, &ctx)
-                .is_none(),
-            "validating a new definition is slow work and must be deferred"
-        );
-        let full = registry.call("apimock", Hook::Sync, &body, &ctx);
-        let cheap = registry
-            .call_cheap("apimock", Hook::Sync, &body, &ctx)
-            .map(|outcome| outcome.result);
-        let (Ok(full), Some(Ok(cheap))) = (full.result, cheap) else {
-            panic!("both calls should answer once the definition is memoised");
+        let Cheap::Deferred(prepared) = registry.call_cheap("apimock", Hook::Sync, &body, &ctx)
+        else {
+            panic!("validating a new definition is slow work and must be deferred");
         };
+        // The deferred call finishes from its parsed request, as a full call would.
+        let finished = registry.run(&prepared, &ctx).result;
+        let full = registry.call("apimock", Hook::Sync, &body, &ctx).result;
+        let Cheap::Answered(cheap) = registry.call_cheap("apimock", Hook::Sync, &body, &ctx) else {
+            panic!("a memoised definition is cheap");
+        };
+        let (Ok(finished), Ok(full), Ok(cheap)) = (finished, full, cheap.result) else {
+            panic!("every call should answer");
+        };
+        assert_eq!(finished, full);
         assert_eq!(full, cheap);
     }
 
@@ -397,17 +398,17 @@ mod tests {
         let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
         for controller in ["monitoredservice", "configsync", "nonexistent"] {
             assert!(
-                registry
-                    .call_cheap(controller, Hook::Customize, b"{}", &ctx)
-                    .is_none(),
+                matches!(
+                    registry.call_cheap(controller, Hook::Customize, b"{}", &ctx),
+                    Cheap::NotCheap
+                ),
                 "{controller}"
             );
         }
-        assert!(
-            registry
-                .call_cheap("apimock", Hook::Customize, b"{\"parent\": {}}", &ctx)
-                .is_some()
-        );
+        assert!(matches!(
+            registry.call_cheap("apimock", Hook::Customize, b"{\"parent\": {}}", &ctx),
+            Cheap::Answered(_)
+        ));
     }
 }
 

@@ -19,7 +19,6 @@ mod refs;
 
 use std::collections::BTreeSet;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 pub(super) use self::refs::percent_decode;
@@ -27,11 +26,11 @@ use super::verdict::{Generation, Invalid};
 
 const REASON: &str = "InvalidDocument";
 
-/// Documents above this size are checked on two threads.
-const PARALLEL_ABOVE_BYTES: usize = 128 * 1024;
-
-/// `size_hint` is the document's text length (the cost driver).
-pub fn validate(document: &Value, generation: Generation, size_hint: usize) -> Result<(), Invalid> {
+/// The meta-schema of the document's version, then the checks a schema cannot express.
+///
+/// # Errors
+/// The first problem found, naming where it is.
+pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid> {
     let label = match generation {
         Generation::Swagger2 => "Swagger 2.0",
         Generation::OpenApi30 => "OpenAPI 3.0",
@@ -45,57 +44,31 @@ pub fn validate(document: &Value, generation: Generation, size_hint: usize) -> R
             format!("the {label} meta-schema failed to load: {e}"),
         )
     })?;
-    // The typed 3.0 model is the slowest reader (serde's flatten buffers every object),
-    // so on large documents it runs on its own thread beside the meta-schema and the
-    // semantic checks; the verdict is the same, the wait is shorter.
-    let typed_check = |document: &Value| -> Result<(), Invalid> {
-        if generation == Generation::OpenApi30
-            && openapiv3::OpenAPI::deserialize(document).is_err()
-            && let Err(error) = serde_path_to_error::deserialize::<_, openapiv3::OpenAPI>(document)
-        {
-            return Err(fail(format!("at {}: {}", error.path(), error.inner())));
-        }
-        Ok(())
-    };
-    let structural_check = |document: &Value| -> Result<(), Invalid> {
-        // `is_valid` skips building error values; the error is computed only on failure.
-        if !validator.is_valid(document)
-            && let Err(error) = validator.validate(document)
-        {
-            return Err(fail(format!(
-                "at {}: {}",
-                metaschema::location(error.instance_path().as_str()),
-                metaschema::short(&error.to_string())
-            )));
-        }
-        if generation == Generation::OpenApi31 {
-            metaschema::check_dialect(document).map_err(fail)?;
-        }
-        let mut checker = Checker {
-            root: document,
-            generation,
-            operation_ids: BTreeSet::new(),
-            reaching: std::cell::RefCell::new(BTreeSet::new()),
-        };
-        checker
-            .references(document, &mut Vec::new())
-            .map_err(fail)?;
-        checker.paths().map_err(fail)?;
-        checker.schemas().map_err(fail)?;
-        Ok(())
-    };
-    if size_hint < PARALLEL_ABOVE_BYTES {
-        structural_check(document)?;
-        return typed_check(document);
+    // `is_valid` skips building error values; the error is computed only on failure.
+    if !validator.is_valid(document)
+        && let Err(error) = validator.validate(document)
+    {
+        return Err(fail(format!(
+            "at {}: {}",
+            metaschema::location(error.instance_path().as_str()),
+            metaschema::short(&error.to_string())
+        )));
     }
-    std::thread::scope(|scope| {
-        let typed = scope.spawn(|| typed_check(document));
-        let structural = structural_check(document);
-        let typed = typed
-            .join()
-            .unwrap_or_else(|_| Err(Invalid::new(REASON, "the OpenAPI 3.0 model reader failed")));
-        structural.and(typed)
-    })
+    if generation == Generation::OpenApi31 {
+        metaschema::check_dialect(document).map_err(fail)?;
+    }
+    let mut checker = Checker {
+        root: document,
+        generation,
+        operation_ids: BTreeSet::new(),
+        reaching: std::cell::RefCell::new(BTreeSet::new()),
+    };
+    checker
+        .references(document, &mut Vec::new())
+        .map_err(fail)?;
+    checker.paths().map_err(fail)?;
+    checker.schemas().map_err(fail)?;
+    Ok(())
 }
 
 #[derive(Clone, Copy)]
@@ -147,7 +120,7 @@ mod tests {
             json!({"/pets/{id}": {"get": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}], "responses": ok()}}}),
             json!({}),
         );
-        validate(&doc, Generation::OpenApi30, 0).unwrap();
+        validate(&doc, Generation::OpenApi30).unwrap();
     }
 
     #[test]
@@ -156,7 +129,7 @@ mod tests {
             json!({"/a": {"get": {"responses": {"200": {"description": "x", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Missing"}}}}}}}}),
             json!({}),
         );
-        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
+        let error = validate(&doc, Generation::OpenApi30).unwrap_err();
         assert!(
             error.message.contains("#/components/schemas/Missing"),
             "{}",
@@ -179,7 +152,6 @@ mod tests {
             let error = validate(
                 &v30(get.clone(), json!({"parameters": parameters})),
                 Generation::OpenApi30,
-                0,
             )
             .unwrap_err();
             assert!(
@@ -197,7 +169,6 @@ mod tests {
         let error = validate(
             &v30(get, json!({"parameters": chained})),
             Generation::OpenApi30,
-            0,
         )
         .unwrap_err();
         assert!(
@@ -221,7 +192,6 @@ mod tests {
             validate(
                 &v30(paths, json!({"schemas": schemas})),
                 Generation::OpenApi30,
-                0
             )
             .is_ok()
         );
@@ -233,7 +203,7 @@ mod tests {
             json!({"/pets/{id}": {"get": {"responses": ok()}}}),
             json!({}),
         );
-        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
+        let error = validate(&doc, Generation::OpenApi30).unwrap_err();
         assert!(error.message.contains("'id'"), "{}", error.message);
     }
 
@@ -246,14 +216,14 @@ mod tests {
             json!({"/pets/{id}": {"get": {"parameters": external, "responses": ok()}}}),
             json!({"schemas": {"Pet": {"$ref": "schemas.yaml#/Pet"}}}),
         );
-        assert!(validate(&doc, Generation::OpenApi30, 0).is_ok());
+        assert!(validate(&doc, Generation::OpenApi30).is_ok());
         // What this document does say is still checked.
         let own = json!([{"$ref": "params.yaml#/id"}, {"name": "q", "in": "path", "required": true, "schema": {"type": "string"}}]);
         let extra = v30(
             json!({"/pets/{id}": {"get": {"parameters": own, "responses": ok()}}}),
             json!({}),
         );
-        assert!(validate(&extra, Generation::OpenApi30, 0).is_err());
+        assert!(validate(&extra, Generation::OpenApi30).is_err());
     }
 
     #[test]
@@ -263,7 +233,7 @@ mod tests {
             json!({}),
         );
         assert!(
-            validate(&doc, Generation::OpenApi30, 0)
+            validate(&doc, Generation::OpenApi30)
                 .unwrap_err()
                 .message
                 .contains("operationId 'x'")
@@ -276,13 +246,13 @@ mod tests {
             json!({}),
             json!({"schemas": {"S": {"type": "integer", "enum": ["6"], "default": 6}}}),
         );
-        assert!(validate(&bad_enum, Generation::OpenApi30, 0).is_err());
+        assert!(validate(&bad_enum, Generation::OpenApi30).is_err());
         let bad_type = v30(
             json!({}),
             json!({"schemas": {"S": {"type": "object", "properties": {"n": {"type": "integer", "default": "10"}}}}}),
         );
         assert!(
-            validate(&bad_type, Generation::OpenApi30, 0)
+            validate(&bad_type, Generation::OpenApi30)
                 .unwrap_err()
                 .message
                 .contains("S → n")
@@ -291,13 +261,13 @@ mod tests {
             json!({}),
             json!({"schemas": {"S": {"type": "string", "nullable": true, "default": null}}}),
         );
-        validate(&nullable, Generation::OpenApi30, 0).unwrap();
+        validate(&nullable, Generation::OpenApi30).unwrap();
     }
 
     #[test]
     fn meta_schema_errors_say_where() {
         let doc = json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {"items": {}}});
-        let error = validate(&doc, Generation::OpenApi30, 0).unwrap_err();
+        let error = validate(&doc, Generation::OpenApi30).unwrap_err();
         assert!(error.message.contains("paths"), "{}", error.message);
     }
 
