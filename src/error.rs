@@ -7,6 +7,7 @@
 use thiserror::Error;
 
 #[derive(Debug, Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
 pub enum HookError {
     /// The body is not JSON, or is JSON that is not a hook request.
     #[error("{0}")]

@@ -11,6 +11,8 @@
 //!   command line around them. Only `cli` and `main` use `anyhow`: everything below
 //!   returns typed errors.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod controllers;
 pub mod crds;

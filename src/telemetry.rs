@@ -4,6 +4,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
 
+/// Installs the global log subscriber: JSON lines or text on stdout.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()

@@ -4,8 +4,13 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+/// What reading or writing YAML can fail with.
 pub type Error = serde_norway::Error;
 
+/// Parses trusted YAML (our own manifests and inputs the user gave the command line).
+///
+/// # Errors
+/// The text is not YAML, or not the shape of `T`.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
     serde_norway::from_str(text)
 }
@@ -17,6 +22,10 @@ pub fn documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
         .collect()
 }
 
+/// Writes `value` as YAML.
+///
+/// # Errors
+/// The value cannot be represented in YAML.
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, Error> {
     serde_norway::to_string(value)
 }

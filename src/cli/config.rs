@@ -12,6 +12,11 @@ use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
 use crate::source::fetcher::Fetcher;
 use crate::source::policy::{Limits as SourceLimits, Policy};
 
+/// The server settings and controller registry `serve` runs with, checked.
+///
+/// # Errors
+/// A flag value that cannot be used (an unreadable token file, a TLS key without a
+/// certificate, an unusable cache directory), named.
 pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Registry)> {
     if args.max_in_flight == 0 {
         bail!("--max-in-flight must be at least 1");
@@ -98,6 +103,10 @@ pub fn standard_registry(args: &ControllerArgs) -> anyhow::Result<Registry> {
     Ok(Registry::standard(controller_settings(args)).with_sources(std::sync::Arc::new(fetcher)))
 }
 
+/// The source engine the controller flags describe.
+///
+/// # Errors
+/// The cache directory cannot be created, or no Tokio runtime is running.
 pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
     let policy = Policy {
         extra_schemes: args.allow_scheme.iter().cloned().collect(),
@@ -115,6 +124,7 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         .with_cache_max_bytes(args.cache_max_bytes))
 }
 
+/// The controller settings the flags name.
 pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
     ControllerSettings {
         mock_image: args.mock_image.clone(),

@@ -16,11 +16,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     version,
     about = "Metacontroller hook server: APIMock, MonitoredService, configsync"
 )]
+/// metahooks: hook server, renderer and emulator for Metacontroller controllers.
 pub struct Cli {
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the hooks (and probes/metrics on a second port).
@@ -36,6 +39,7 @@ pub enum Command {
     Version,
 }
 
+/// `metahooks serve`: the hook and probe ports.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address of the hook port.
@@ -109,6 +113,7 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "METAHOOKS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+    /// Settings of the controllers served.
     #[command(flatten)]
     pub controllers: ControllerArgs,
 }
@@ -137,12 +142,16 @@ pub struct ControllerArgs {
     pub cache_max_bytes: u64,
 }
 
+/// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// One JSON object per line.
     Json,
+    /// Human-readable lines.
     Text,
 }
 
+/// `metahooks render`: one hook answer for a parent in a file.
 #[derive(Debug, Clone, Args)]
 pub struct RenderArgs {
     /// Which controller's sync to run.
@@ -156,10 +165,12 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
+    /// Settings of the controllers rendered.
     #[command(flatten)]
     pub controllers: ControllerArgs,
 }
 
+/// `metahooks emulate`: a Metacontroller emulator over the given objects.
 #[derive(Debug, Clone, Args)]
 pub struct EmulateArgs {
     /// YAML or JSON files or directories (all *.yaml, *.yml, *.json in them): controller
@@ -201,25 +212,35 @@ pub struct EmulateArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = EmulateOutput::Text)]
     pub output: EmulateOutput,
+    /// Settings of the in-process controllers.
     #[command(flatten)]
     pub controllers: ControllerArgs,
 }
 
+/// How answers are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ApplyStrategy {
+    /// kubectl-style three-way merge with a last-applied annotation.
     ClientSide,
+    /// Server-side apply with a field manager.
     ServerSide,
 }
 
+/// The report's format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EmulateOutput {
+    /// A summary, the objects and a timeline.
     Text,
+    /// The same as JSON.
     Json,
 }
 
+/// The rendered answer's format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
+    /// YAML.
     Yaml,
+    /// JSON.
     Json,
 }
 

@@ -13,6 +13,11 @@ use crate::cli::{OutputFormat, RenderArgs};
 use crate::controllers::Registry;
 use crate::protocol::Hook;
 
+/// The answer of the hook the flags name, for the parent in the given file.
+///
+/// # Errors
+/// An unreadable file, a document that is not a parent of that controller, or a hook
+/// that cannot answer.
 pub fn render(args: &RenderArgs) -> anyhow::Result<String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -30,7 +30,9 @@ use crate::source::{NoSources, SourceRequest, SourceState, Sources};
 /// Server-wide settings controllers read (from `serve`/`render` flags).
 #[derive(Debug, Clone)]
 pub struct ControllerSettings {
+    /// Image of the mock-server container (`--mock-image`).
     pub mock_image: String,
+    /// Image of the Swagger UI container (`--docs-image`).
     pub docs_image: String,
 }
 
@@ -82,12 +84,21 @@ impl std::fmt::Debug for Context {
 
 /// Hooks of a CompositeController (parent → children).
 pub trait CompositeHooks: Send + Sync + 'static {
+    /// The children that should exist for this parent, and its status. Pure: everything
+    /// comes from the request and the context.
+    ///
+    /// # Errors
+    /// Only when no complete answer can be built (never for a bad CR: that is a condition).
     fn sync(
         &self,
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError>;
 
+    /// The answer while the parent is being deleted: `finalized: true` once it may go.
+    ///
+    /// # Errors
+    /// As for `sync`.
     fn finalize(
         &self,
         request: &CompositeRequest,
@@ -116,18 +127,31 @@ pub trait CompositeHooks: Send + Sync + 'static {
 
 /// Hooks of a DecoratorController (target → attachments).
 pub trait DecoratorHooks: Send + Sync + 'static {
+    /// The attachments, labels and annotations this target should have.
+    ///
+    /// # Errors
+    /// Only when no complete answer can be built (never for a bad annotation: that is
+    /// reported on the target).
     fn sync(
         &self,
         request: &DecoratorRequest,
         ctx: &Context,
     ) -> Result<DecoratorResponse, HookError>;
 
+    /// The answer while the target is being deleted or stops matching.
+    ///
+    /// # Errors
+    /// As for `sync`.
     fn finalize(
         &self,
         request: &DecoratorRequest,
         ctx: &Context,
     ) -> Result<DecoratorResponse, HookError>;
 
+    /// The related objects Metacontroller should send with every sync (none by default).
+    ///
+    /// # Errors
+    /// Only when no answer can be built.
     fn customize(&self, _request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
         Ok(CustomizeResponse::default())
     }
@@ -142,7 +166,9 @@ enum Entry {
 /// The parent (or decorated target) a call was about, for logs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParentRef {
+    /// The parent's namespace ("" when cluster-scoped or unknown).
     pub namespace: String,
+    /// The parent's name ("" when unknown).
     pub name: String,
 }
 
@@ -164,7 +190,9 @@ impl ParentRef {
 
 /// The result of one dispatched call: the serialised response, or why there is none.
 pub struct CallOutcome {
+    /// The parent the call was about, for logs.
     pub parent: ParentRef,
+    /// The serialised answer, or why there is none.
     pub result: Result<Vec<u8>, HookError>,
 }
 
@@ -201,6 +229,7 @@ impl Default for Registry {
 }
 
 impl Registry {
+    /// A registry with no controllers.
     pub fn new() -> Registry {
         Registry::default()
     }
@@ -232,22 +261,26 @@ impl Registry {
         }
     }
 
+    /// Adds a CompositeController's hooks under `name` (the first URL segment).
     pub fn composite(mut self, name: &str, hooks: impl CompositeHooks) -> Registry {
         self.entries
             .insert(name.to_owned(), Entry::Composite(Arc::new(hooks)));
         self
     }
 
+    /// Adds a DecoratorController's hooks under `name`.
     pub fn decorator(mut self, name: &str, hooks: impl DecoratorHooks) -> Registry {
         self.entries
             .insert(name.to_owned(), Entry::Decorator(Arc::new(hooks)));
         self
     }
 
+    /// Whether a controller is registered under `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.entries.contains_key(name)
     }
 
+    /// The registered controllers' names.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }

@@ -45,6 +45,7 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// The rule's name as reports show it.
     pub fn as_str(self) -> &'static str {
         match self {
             Rule::NonOkAnswer => "NonOkAnswer",
@@ -73,11 +74,14 @@ impl std::fmt::Display for Rule {
 /// A rule and what broke it, before the emulator knows which parent it was about.
 pub type Problem = (Rule, String);
 
+/// A problem the emulator saw, and which rule it breaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
+    /// The rule broken.
     pub rule: Rule,
     /// The controller and object concerned, e.g. `apimock APIMock default/users`.
     pub subject: String,
+    /// What happened, naming the objects involved.
     pub message: String,
     /// The round it was seen in (1-based).
     pub round: usize,

@@ -29,6 +29,7 @@ pub use self::transport::{LocalReplica, Transport};
 /// (apiVersion, kind, namespace, name)
 pub type Key = (String, String, String, String);
 
+/// The key an object is stored under: (apiVersion, kind, namespace, name).
 pub fn key_of(object: &Value) -> Key {
     let field = |p: &str| {
         object

@@ -64,6 +64,8 @@ pub(crate) fn matches_rule(rule: &Value, object: &Value) -> bool {
     labels_ok && annotations_ok
 }
 
+/// Whether the object's labels satisfy a `metav1.LabelSelector` (matchLabels and
+/// matchExpressions).
 pub fn labels_match(selector: &Value, object: &Value) -> bool {
     let labels = object
         .pointer("/metadata/labels")

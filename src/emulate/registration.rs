@@ -69,6 +69,10 @@ impl Kinds {
         }
     }
 
+    /// The kind a plural resource name stands for.
+    ///
+    /// # Errors
+    /// A resource no built-in, CRD or given object names.
     pub fn kind_of(&self, resource: &str) -> Result<&str, String> {
         self.by_resource
             .get(resource)
@@ -101,14 +105,19 @@ fn plural_of(kind: &str) -> String {
     }
 }
 
+/// A hook of a controller registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum HookName {
+    /// `spec.hooks.sync`.
     Sync,
+    /// `spec.hooks.finalize`.
     Finalize,
+    /// `spec.hooks.customize`.
     Customize,
 }
 
 impl HookName {
+    /// The hook's key under `spec.hooks`.
     pub fn key(self) -> &'static str {
         match self {
             HookName::Sync => "sync",
@@ -118,36 +127,53 @@ impl HookName {
     }
 }
 
+/// Where a hook is called, in which version, decoded how.
 #[derive(Debug, Clone)]
 pub struct Hook {
+    /// The URL path the hook is called at.
     pub path: String,
+    /// `v1` or `v2`.
     pub version: String,
+    /// Whether unknown fields in an answer are refused.
     pub strict: bool,
 }
 
+/// A child (or attachment) type of a registration.
 #[derive(Debug, Clone)]
 pub struct ChildRule {
+    /// The child's apiVersion.
     pub api_version: String,
+    /// The child's kind.
     pub kind: String,
+    /// `updateStrategy.method` (`OnDelete` when unset).
     pub strategy: String,
 }
 
+/// Which kind of Metacontroller controller a registration is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControllerType {
+    /// A CompositeController: a parent and its children.
     Composite,
+    /// A DecoratorController: targets and attachments.
     Decorator,
 }
 
 /// One CompositeController or DecoratorController.
 #[derive(Debug, Clone)]
 pub struct Registration {
+    /// `metadata.name` of the registration.
     pub name: String,
+    /// Composite or decorator.
     pub type_: ControllerType,
+    /// The registration as given (sent to hooks as `controller`).
     pub raw: Value,
     /// Composite: the parent; decorator: the target types.
     pub parents: Vec<(String, String, Value)>,
+    /// The child types it manages.
     pub children: Vec<ChildRule>,
+    /// Its hooks.
     pub hooks: BTreeMap<HookName, Hook>,
+    /// `spec.generateSelector`.
     pub generate_selector: bool,
     /// `spec.resyncPeriodSeconds`: how often every parent is synced with nothing changed.
     pub resync_period_seconds: Option<f64>,

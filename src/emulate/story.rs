@@ -20,8 +20,11 @@ pub const BUILT_IN_REGISTRATIONS: [&str; 3] = [
 /// Input documents sorted into registrations and objects.
 #[derive(Debug, Default)]
 pub struct Input {
+    /// The controller registrations found.
     pub registrations: Vec<Registration>,
+    /// Every other object.
     pub objects: Vec<Value>,
+    /// Plural → kind for the resources the registrations name.
     pub kinds: Kinds,
 }
 
@@ -125,6 +128,7 @@ fn check_object(document: &Value) -> Result<(), String> {
 /// What to do besides converging once.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// Rounds allowed to converge.
     pub max_rounds: usize,
     /// Simulated time to let pass after converging, honouring resyncAfterSeconds and
     /// resyncPeriodSeconds.

@@ -10,23 +10,32 @@ use crate::source::fetcher::Fetcher;
 
 /// One replica served in this process.
 pub struct LocalReplica {
+    /// The replica's controllers.
     pub registry: Registry,
     /// The replica's source engine, if its controllers fetch anything.
     pub fetcher: Option<Fetcher>,
 }
 
+/// How hooks are reached.
 pub enum Transport {
+    /// Replicas served in this process, called in turn.
     Local(Vec<LocalReplica>),
+    /// Hook servers over HTTP, called in turn.
     Http {
+        /// The client calls go through.
         client: reqwest::Client,
+        /// Base URLs, one per replica.
         bases: Vec<String>,
     },
 }
 
 /// What a hook answered, as Metacontroller would see it.
 pub struct Answer {
+    /// The HTTP status.
     pub status: u16,
+    /// The body as answered.
     pub body: Vec<u8>,
+    /// How long the answer took.
     pub elapsed: Duration,
 }
 
@@ -43,6 +52,7 @@ impl Transport {
         }
     }
 
+    /// How many replicas are called in turn.
     pub fn replicas(&self) -> usize {
         match self {
             Transport::Local(replicas) => replicas.len(),

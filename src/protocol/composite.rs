@@ -13,12 +13,16 @@ pub struct CompositeRequest {
     /// The whole CompositeController object; only `spec.hooks.*.version` is read.
     #[serde(default)]
     pub controller: Value,
+    /// The parent object, as stored.
     #[serde(default)]
     pub parent: Value,
+    /// The children that exist, by type then name.
     #[serde(default, deserialize_with = "null_as_default")]
     pub children: ObjectMap,
+    /// Related objects the customize hook asked for.
     #[serde(default, deserialize_with = "null_as_default")]
     pub related: ObjectMap,
+    /// True when the parent is being deleted (finalize).
     #[serde(default, deserialize_with = "null_as_default")]
     pub finalizing: bool,
 }
@@ -31,12 +35,16 @@ pub struct CompositeRequest {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompositeResponse {
+    /// The parent's status to write (an object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Value>,
+    /// Every child that should exist: one left out is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<Vec<Value>>,
+    /// Sync again after this many seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync_after_seconds: Option<serde_json::Number>,
+    /// With finalize: the parent may go.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finalized: Option<bool>,
 }
@@ -74,6 +82,7 @@ impl CompositeResponse {
         self
     }
 
+    /// Says whether the parent may go (finalize answers).
     pub fn with_finalized(mut self, finalized: bool) -> CompositeResponse {
         self.finalized = Some(finalized);
         self

@@ -33,12 +33,16 @@ where
 /// Which hook of a controller is being called; the last path segment of a hook URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Hook {
+    /// The sync hook.
     Sync,
+    /// The finalize hook.
     Finalize,
+    /// The customize hook.
     Customize,
 }
 
 impl Hook {
+    /// The hook's URL segment.
     pub fn as_str(self) -> &'static str {
         match self {
             Hook::Sync => "sync",
@@ -47,6 +51,7 @@ impl Hook {
         }
     }
 
+    /// The hook a URL segment names.
     pub fn from_segment(segment: &str) -> Option<Hook> {
         match segment {
             "sync" => Some(Hook::Sync),

@@ -11,11 +11,14 @@ use serde_json::Value;
 /// `Kind.apiVersion` as Metacontroller writes it: `ConfigMap.v1`, `Deployment.apps/v1`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TypeKey {
+    /// The object kind.
     pub kind: String,
+    /// The object apiVersion.
     pub api_version: String,
 }
 
 impl TypeKey {
+    /// The key of a kind and apiVersion.
     pub fn new(kind: &str, api_version: &str) -> TypeKey {
         TypeKey {
             kind: kind.to_owned(),
@@ -105,6 +108,7 @@ impl ObjectMap {
         self.0.values().map(BTreeMap::len).sum()
     }
 
+    /// True when no object is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -8,8 +8,10 @@ use super::Hook;
 /// cluster-scoped parent), v2 keys are always `namespace/name` for namespaced objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HookVersion {
+    /// Children keyed by name.
     #[default]
     V1,
+    /// Children keyed by `namespace/name`.
     V2,
 }
 
@@ -26,6 +28,7 @@ impl HookVersion {
         }
     }
 
+    /// `v1` or `v2`.
     pub fn as_str(self) -> &'static str {
         match self {
             HookVersion::V1 => "v1",

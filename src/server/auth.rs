@@ -43,6 +43,7 @@ impl Auth {
         }
     }
 
+    /// Whether the request's `Authorization` header carries an accepted credential.
     pub fn allows(&self, headers: &HeaderMap) -> bool {
         let Some(sent) = headers.get(header::AUTHORIZATION) else {
             return false;

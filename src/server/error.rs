@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use crate::error::HookError;
 
 impl HookError {
+    /// The HTTP status a hook error is answered with.
     pub fn status_code(&self) -> StatusCode {
         match self {
             HookError::BadRequest(_) => StatusCode::BAD_REQUEST,

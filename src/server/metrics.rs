@@ -27,12 +27,14 @@ struct Series {
     durations: BTreeMap<(String, String), Histogram>,
 }
 
+/// Counters and latency histograms of hook calls, per server.
 #[derive(Default)]
 pub struct Metrics {
     series: Mutex<Series>,
 }
 
 impl Metrics {
+    /// Counts one answered call and its duration.
     pub fn record(&self, controller: &str, hook: &str, code: u16, elapsed: Duration) {
         let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         *series
@@ -53,6 +55,7 @@ impl Metrics {
         histogram.sum += seconds;
     }
 
+    /// The Prometheus text exposition, with the current in-flight calls and open connections.
     pub fn render(&self, in_flight: usize, connections: usize) -> String {
         let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();

@@ -37,10 +37,13 @@ use crate::error::HookError;
 /// Bounds on what one hook call may cost.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// Largest request body accepted, in bytes (413 above).
     pub body_bytes: usize,
+    /// Hook calls answered at once; more are refused with 429.
     pub max_in_flight: usize,
     /// Below Metacontroller's default 10 s webhook timeout, so we answer before it gives up.
     pub deadline: Duration,
+    /// The `Retry-After` of a 429, in seconds.
     pub retry_after_seconds: u64,
     /// How long a client may take to send a request's body once its headers are in.
     pub body_read_timeout: Duration,
@@ -73,11 +76,14 @@ impl Default for Limits {
 /// Where `now` comes from: the system clock, or a fixed instant for golden tests.
 #[derive(Debug, Clone, Copy)]
 pub enum Clock {
+    /// The real clock.
     System,
+    /// A fixed instant: golden answers and the emulator's simulated time.
     Fixed(jiff::Timestamp),
 }
 
 impl Clock {
+    /// The time to stamp on conditions now.
     pub fn now(self) -> jiff::Timestamp {
         match self {
             Clock::System => jiff::Timestamp::now(),
@@ -88,16 +94,22 @@ impl Clock {
 
 /// Everything the hook endpoint needs, shared by all requests.
 pub struct HookState {
+    /// The controllers calls are routed to.
     pub registry: Arc<Registry>,
+    /// Body, in-flight and time bounds.
     pub limits: Limits,
+    /// Credentials callers must present, when authentication is on.
     pub auth: Option<Auth>,
+    /// Where condition times come from.
     pub clock: Clock,
+    /// Call counts and latencies for `/metrics`.
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
     connections: connections::ConnectionLimit,
 }
 
 impl HookState {
+    /// State for serving hooks with `registry` under `limits`.
     pub fn new(registry: Registry, limits: Limits, auth: Option<Auth>, clock: Clock) -> HookState {
         HookState {
             registry: Arc::new(registry),
@@ -117,6 +129,7 @@ impl HookState {
     }
 }
 
+/// The hook routes (`POST /{controller}/{hook}`) over `state`.
 pub fn hook_router(state: Arc<HookState>) -> Router {
     let body_limit = state.limits.body_bytes;
     Router::new()
@@ -160,10 +173,13 @@ async fn not_found(uri: Uri) -> axum::response::Response {
 
 /// Readiness and liveness flags plus the metrics of the hook port.
 pub struct ProbeState {
+    /// False until both ports accept, and again once shutdown starts.
     pub ready: AtomicBool,
+    /// The hook side, whose calls and connections `/metrics` reports.
     pub hooks: Arc<HookState>,
 }
 
+/// The probe routes: `/healthz`, `/readyz`, `/metrics`.
 pub fn probe_router(state: Arc<ProbeState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -193,10 +209,15 @@ async fn metrics_text(State(state): State<Arc<ProbeState>>) -> impl IntoResponse
 /// What `serve` needs once its configuration has been read and checked.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
+    /// Address of the hook port.
     pub listen: SocketAddr,
+    /// Address of the probe port.
     pub probe_listen: SocketAddr,
+    /// Bounds on hook calls.
     pub limits: Limits,
+    /// Credentials hook callers must present (None: no authentication).
     pub auth: Option<Auth>,
+    /// TLS for the hook port (None: plain HTTP).
     pub tls: Option<TlsFiles>,
     /// How long readiness reports 503 before the hook port stops accepting, so that
     /// Service endpoints are updated before connections are refused.
@@ -207,7 +228,9 @@ pub struct ServerSettings {
 
 /// A running server: both ports bound, serving.
 pub struct Server {
+    /// Where hooks are served (the bound address, so port 0 resolves).
     pub hook_addr: SocketAddr,
+    /// Where probes are served.
     pub probe_addr: SocketAddr,
     probes: Arc<ProbeState>,
     hook_handle: axum_server::Handle<SocketAddr>,
@@ -219,6 +242,7 @@ pub struct Server {
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
 pub enum ServerError {
     #[error("cannot listen on {address} for {what}: {source}")]
     Listen {

@@ -36,9 +36,12 @@ pub enum TlsError {
     Protocols(rustls::Error),
 }
 
+/// The PEM files of the hook port's TLS.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
+    /// Certificate chain.
     pub cert: PathBuf,
+    /// Private key of the certificate.
     pub key: PathBuf,
     /// When set, clients must present a certificate signed by this CA.
     pub client_ca: Option<PathBuf>,

@@ -54,6 +54,7 @@ impl FakeSources {
     }
 }
 
+/// A snapshot of `files` (path, text) at `revision`.
 pub fn snapshot(
     revision: &str,
     files: &[(&str, &str)],

@@ -26,12 +26,15 @@ const LOCAL_ALL: &str = "refs/metahooks/all";
 /// The commit a reference resolved to, in the local cache repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
+    /// The cache repository holding the commit.
     pub repo_dir: PathBuf,
+    /// The commit id.
     pub commit: String,
     /// The reference as shown in revisions: branch or tag name, or what the user wrote.
     pub display_ref: String,
     /// Whether a pack was downloaded (false when the commit was already here).
     pub downloaded: bool,
+    /// Bytes downloaded for it (0 when nothing was).
     pub received_bytes: u64,
 }
 

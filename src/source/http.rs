@@ -86,6 +86,11 @@ fn literal_check(policy: &Policy, url: &url::Url) -> Result<(), FetchError> {
     }
 }
 
+/// GETs one file under `policy` (status, size and credentials checked).
+///
+/// # Errors
+/// A refused URL or address, an error status, a body over the size limit, or a
+/// transport failure; never with user-info from the URL in the message.
 pub async fn fetch(
     client: &reqwest::Client,
     policy: &Policy,

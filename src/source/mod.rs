@@ -28,15 +28,22 @@ pub enum Location {
     /// A git repository; `reference` is a branch, tag or commit (None: remote HEAD);
     /// `path` a file or directory inside it ("" for the root).
     Git {
+        /// Repository URL.
         url: String,
+        /// Branch, tag or commit (None: the remote's HEAD).
         reference: Option<String>,
+        /// File or directory inside the repository ("" for the root).
         path: String,
     },
     /// One file over HTTP(S).
-    Http { url: String },
+    Http {
+        /// The file's URL.
+        url: String,
+    },
 }
 
 impl Location {
+    /// The URL, for whichever kind of source.
     pub fn url(&self) -> &str {
         match self {
             Location::Git { url, .. } | Location::Http { url } => url,
@@ -47,8 +54,11 @@ impl Location {
 /// Credentials from a Secret (`username`/`password` or `token`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Credentials {
+    /// User name for basic auth (git's userpass).
     pub username: Option<String>,
+    /// Password for `username`.
     pub password: Option<String>,
+    /// A token, sent as the password of a conventional user or as a bearer token.
     pub token: Option<String>,
 }
 
@@ -133,7 +143,9 @@ pub fn redact_url(raw: &str) -> String {
 /// What one parent asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRequest {
+    /// Where the configuration is.
     pub location: Location,
+    /// Credentials from the parent's Secret, if it names one.
     pub credentials: Option<Credentials>,
 }
 
@@ -168,11 +180,14 @@ impl SourceRequest {
 /// A file's content: text goes to ConfigMap `data`, anything else to `binaryData`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Content {
+    /// UTF-8 text.
     Text(String),
+    /// Anything else, as bytes.
     Binary(Vec<u8>),
 }
 
 impl Content {
+    /// Text when the bytes are UTF-8, else binary.
     pub fn from_bytes(bytes: Vec<u8>) -> Content {
         match String::from_utf8(bytes) {
             Ok(text) => Content::Text(text),
@@ -180,6 +195,7 @@ impl Content {
         }
     }
 
+    /// Bytes held.
     pub fn len(&self) -> usize {
         match self {
             Content::Text(text) => text.len(),
@@ -187,6 +203,7 @@ impl Content {
         }
     }
 
+    /// True when no bytes are held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -209,6 +226,7 @@ pub struct Snapshot {
 
 /// Why a fetch failed; each has a CamelCase reason for status conditions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
 pub enum FetchError {
     #[error("URL {url:?} is not valid: {problem}")]
     InvalidUrl { url: String, problem: String },
@@ -249,6 +267,7 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// The condition reason of this error (CamelCase).
     pub fn reason(&self) -> &'static str {
         match self {
             FetchError::InvalidUrl { .. } => "InvalidURL",

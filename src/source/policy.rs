@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use super::FetchError;
 
+/// How much one fetch may cost.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Bytes a single download (pack or file) may transfer.
@@ -33,12 +34,14 @@ impl Default for Limits {
     }
 }
 
+/// What may be fetched: schemes, destinations and limits.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     /// Schemes besides https that may be fetched (`http`, `git`, `file`).
     pub extra_schemes: BTreeSet<String>,
     /// Loopback, private and link-local destinations (cloud metadata included).
     pub allow_private_addresses: bool,
+    /// Size, count and time bounds of a fetch.
     pub limits: Limits,
 }
 

@@ -25,11 +25,14 @@ pub const ROOT_CANDIDATES: [&str; 6] = [
 /// A root document and the files it reaches, by path relative to their directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bundle {
+    /// The root document's path.
     pub root: String,
+    /// Text of every file, by path.
     pub files: BTreeMap<String, String>,
 }
 
 impl Bundle {
+    /// One document under `root`.
     pub fn single(root: &str, text: &str) -> Bundle {
         Bundle {
             root: root.to_owned(),
@@ -43,10 +46,12 @@ impl Bundle {
         self.files.len() == 1
     }
 
+    /// The root document's text.
     pub fn root_text(&self) -> &str {
         self.files.get(&self.root).map_or("", String::as_str)
     }
 
+    /// Bytes of paths and texts (for sizing memos).
     pub fn bytes(&self) -> usize {
         self.files
             .iter()
@@ -84,6 +89,7 @@ impl Bundle {
     }
 }
 
+/// The ConfigMap key of a path (`/` cannot be in a key).
 pub fn config_key(path: &str) -> String {
     path.replace('/', "__")
 }

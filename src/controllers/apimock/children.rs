@@ -43,23 +43,31 @@ pub const PATHS_ANNOTATION: &str = "apimock.metahooks.io/paths";
 /// Asks cert-manager (its ingress-shim, with the default issuer) for the Ingress's
 /// certificate; set for `ingress.certManager: true`.
 pub const TLS_ACME_ANNOTATION: &str = "kubernetes.io/tls-acme";
+/// Port Prism listens on in the pod.
 pub const MOCK_PORT: i32 = 4010;
+/// Port the Swagger UI listens on.
 pub const DOCS_PORT: i32 = 8080;
+/// Service port when `service.port` is unset.
 pub const DEFAULT_SERVICE_PORT: i32 = 8000;
 const SPEC_DIR: &str = "/spec";
 
 /// Everything the builders need, decided by `sync` beforehand.
 pub struct Plan<'a> {
+    /// The APIMock's name (every child's name).
     pub name: &'a str,
+    /// The spec.
     pub spec: &'a ApiMockSpec,
     /// The definition actually served (the spec's or the source's, or the last good one).
     pub served: Served<'a>,
+    /// Hash of what is served (pod-template annotation).
     pub sha256: &'a str,
     /// The source's revision of what is served, for definitions read from a source.
     pub revision: Option<&'a str>,
     /// When the source made that revision (seconds since the epoch; git only).
     pub made_at: Option<i64>,
+    /// The mock-server image.
     pub image: &'a str,
+    /// The Swagger UI image.
     pub docs_image: &'a str,
 }
 
@@ -67,7 +75,14 @@ pub struct Plan<'a> {
 /// document with the files it refers to.
 #[derive(Clone, Copy)]
 pub enum Served<'a> {
-    Text { text: &'a str, format: Format },
+    /// One document.
+    Text {
+        /// The document.
+        text: &'a str,
+        /// How it is written (names the file).
+        format: Format,
+    },
+    /// A root document and the files it refers to.
     Bundle(&'a Bundle),
 }
 
@@ -81,6 +96,7 @@ impl Served<'_> {
     }
 }
 
+/// Labels of every child of the APIMock `name`.
 pub fn labels(name: &str) -> BTreeMap<String, String> {
     child_labels("apimock", name)
 }
@@ -116,6 +132,7 @@ fn to_value<T: Serialize>(object: &T) -> Result<Value, HookError> {
         .map_err(|e| HookError::Internal(format!("cannot serialise a child object: {e}")))
 }
 
+/// The ConfigMap holding the served definition.
 pub fn config_map(plan: &Plan<'_>) -> ConfigMap {
     let mut annotations = BTreeMap::new();
     if let Some(revision) = plan.revision {
@@ -170,6 +187,7 @@ fn volume_items(served: Served<'_>) -> Option<Vec<KeyToPath>> {
     )
 }
 
+/// The mock-server Deployment (and the Swagger UI beside it when asked for).
 pub fn deployment(plan: &Plan<'_>) -> Deployment {
     let spec_file = format!("{SPEC_DIR}/{}", plan.served.root_path());
     let mut containers = vec![mock_container(plan, &spec_file)];
@@ -334,6 +352,7 @@ fn docs_enabled(spec: &ApiMockSpec) -> bool {
     spec.docs.as_ref().is_some_and(|d| d.enabled)
 }
 
+/// The Service's port.
 pub fn service_port(spec: &ApiMockSpec) -> i32 {
     spec.service
         .as_ref()
@@ -341,6 +360,7 @@ pub fn service_port(spec: &ApiMockSpec) -> i32 {
         .unwrap_or(DEFAULT_SERVICE_PORT)
 }
 
+/// The Service in front of the mock.
 pub fn service(plan: &Plan<'_>) -> Service {
     let service_spec = plan.spec.service.clone().unwrap_or_default();
     let type_ = service_spec.type_.unwrap_or_default();
@@ -379,6 +399,7 @@ pub fn service(plan: &Plan<'_>) -> Service {
     }
 }
 
+/// The Ingress, when `spec.ingress` asks for one.
 pub fn ingress(plan: &Plan<'_>) -> Option<Ingress> {
     let wanted = plan.spec.ingress.as_ref()?;
     let path = if wanted.path.is_empty() {

@@ -21,9 +21,12 @@ pub const MAX_DEFINITION_BYTES: usize = 1024 * 1024 - 16 * 1024;
 /// Memo capacity: distinct definitions remembered.
 const MEMO_ENTRIES: u64 = 256;
 
+/// How the definition text is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// JSON (its first character is `{` or `[`).
     Json,
+    /// YAML.
     Yaml,
 }
 
@@ -40,15 +43,22 @@ impl Format {
 /// What a valid definition is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
+    /// The `openapi` or `swagger` version it declares.
     pub version: String,
+    /// `info.title`.
     pub title: String,
+    /// Method + path pairs.
     pub operations: u32,
 }
 
+/// What one definition text is, memoised by its hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Analysis {
+    /// Hash shown in status and on the pod template.
     pub sha256: String,
+    /// How it is written.
     pub format: Format,
+    /// Its summary, or why it cannot be served.
     pub outcome: Result<Summary, Invalid>,
 }
 
@@ -270,6 +280,7 @@ impl Default for Memo {
     }
 }
 
+/// The key of a memoised analysis (a BLAKE3 hash).
 pub type MemoKey = [u8; 32];
 
 /// Definitions above this size are validated in one of a few "heavy" slots: validating a
@@ -326,6 +337,7 @@ impl Drop for HeavySlot {
 }
 
 impl Memo {
+    /// The analysis of `text`, waiting for a heavy slot as long as it takes.
     pub fn analyze(&self, text: &str) -> Arc<Analysis> {
         // Without a deadline the slot is always had (waiting as long as it takes).
         match self.analyze_by(text, None) {

@@ -41,8 +41,10 @@ use crate::protocol::{
 
 /// Stoplight Prism 5, pinned to the version the end-to-end test runs.
 pub const DEFAULT_MOCK_IMAGE: &str = "stoplight/prism:5.14.2";
+/// Swagger UI, served next to the mock with `spec.docs.enabled`.
 pub const DEFAULT_DOCS_IMAGE: &str = "swaggerapi/swagger-ui:v5.17.14";
 
+/// The APIMock controller, with its memos.
 pub struct ApiMock {
     mock_image: String,
     docs_image: String,
@@ -75,6 +77,7 @@ fn built_weight(_key: &[u8; 32], children: &Arc<Vec<Value>>) -> u64 {
 }
 
 impl ApiMock {
+    /// An APIMock controller using the images of `settings`.
     pub fn new(settings: &ControllerSettings) -> ApiMock {
         ApiMock {
             mock_image: settings.mock_image.clone(),

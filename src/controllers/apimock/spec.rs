@@ -164,11 +164,13 @@ pub struct DefinitionFrom {
 }
 
 impl DefinitionFrom {
+    /// The poll period, within the allowed range.
     pub fn interval_seconds(&self) -> u64 {
         crate::controllers::common::polling::interval_seconds(self.interval_seconds.map(u64::from))
     }
 }
 
+/// A definition in a git repository.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GitDefinition {
@@ -191,6 +193,7 @@ pub struct GitDefinition {
 }
 
 impl GitDefinition {
+    /// Where the definition is.
     pub fn location(&self) -> Location {
         Location::Git {
             url: self.url.clone(),
@@ -200,6 +203,7 @@ impl GitDefinition {
     }
 }
 
+/// A key of a ConfigMap.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigMapKeyRef {
@@ -213,6 +217,7 @@ fn default_watch() -> Option<bool> {
     Some(true)
 }
 
+/// The Service in front of the mock.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
@@ -232,6 +237,7 @@ pub struct ServiceSpec {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[allow(missing_docs)] // the variants are the Kubernetes values they spell (a doc would turn the CRD enum into a oneOf)
 pub enum ServiceType {
     #[default]
     ClusterIP,
@@ -240,6 +246,7 @@ pub enum ServiceType {
 }
 
 impl ServiceType {
+    /// The value as Kubernetes spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             ServiceType::ClusterIP => "ClusterIP",
@@ -250,12 +257,14 @@ impl ServiceType {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[allow(missing_docs)] // the variants are the Kubernetes values they spell (a doc would turn the CRD enum into a oneOf)
 pub enum ExternalTrafficPolicy {
     Local,
     Cluster,
 }
 
 impl ExternalTrafficPolicy {
+    /// The value as Kubernetes spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             ExternalTrafficPolicy::Local => "Local",
@@ -264,6 +273,7 @@ impl ExternalTrafficPolicy {
     }
 }
 
+/// An Ingress routing to the mock.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IngressSpec {
@@ -290,6 +300,7 @@ pub struct IngressSpec {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[allow(missing_docs)] // the variants are the Kubernetes values they spell (a doc would turn the CRD enum into a oneOf)
 pub enum PathType {
     #[default]
     Prefix,
@@ -298,6 +309,7 @@ pub enum PathType {
 }
 
 impl PathType {
+    /// The value as Kubernetes spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             PathType::Prefix => "Prefix",
@@ -307,12 +319,15 @@ impl PathType {
     }
 }
 
+/// TLS of the Ingress.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IngressTls {
+    /// The Secret holding the certificate.
     pub secret_name: String,
 }
 
+/// The Swagger UI container.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DocsSpec {
@@ -328,6 +343,7 @@ pub struct ApiMockStatus {
     /// Pending, Running or Error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// `Fetched` (with `definitionFrom`), `Validated`, `Available`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::crds::conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -347,22 +363,28 @@ pub struct ApiMockStatus {
     /// HTTP: `sha256:<hash>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Pods of the mock Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+    /// Ready pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
+    /// Set by Metacontroller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
 
+/// What the served definition is.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DefinitionStatus {
     /// The `openapi` or `swagger` version the document declares.
     pub version: String,
+    /// `info.title`.
     pub title: String,
     /// Number of operations (method + path pairs).
     pub operations: u32,
+    /// Hash of the served definition (of all its files for a bundle).
     pub sha256: String,
 }
 

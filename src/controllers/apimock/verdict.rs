@@ -4,8 +4,11 @@
 /// The OpenAPI generation a document declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Generation {
+    /// `swagger: "2.0"`.
     Swagger2,
+    /// `openapi: 3.0.x`.
     OpenApi30,
+    /// `openapi: 3.1.x`.
     OpenApi31,
 }
 

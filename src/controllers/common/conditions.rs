@@ -8,18 +8,25 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// A status condition as stored in the parent (`metav1.Condition`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// What the condition is about (`Ready`, `Fetched`, …).
     #[serde(rename = "type")]
     pub type_: String,
+    /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// CamelCase reason of the status.
     #[serde(default)]
     pub reason: String,
+    /// A sentence for people.
     #[serde(default)]
     pub message: String,
+    /// When `status` last changed (RFC 3339).
     #[serde(default)]
     pub last_transition_time: String,
+    /// The parent generation this condition describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
@@ -27,13 +34,18 @@ pub struct Condition {
 /// A condition as a controller decides it, before the transition time is settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
+    /// What the condition is about.
     pub type_: &'static str,
+    /// Whether it holds.
     pub status: bool,
+    /// CamelCase reason.
     pub reason: &'static str,
+    /// A sentence for people.
     pub message: String,
 }
 
 impl Decided {
+    /// A condition as decided now.
     pub fn new(
         type_: &'static str,
         status: bool,

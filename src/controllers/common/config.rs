@@ -26,13 +26,18 @@ pub const PATHS_ANNOTATION: &str = "config.metahooks.io/paths";
 /// it with their own copy so that none of them rolls the service back to an older one.
 pub const SOURCE_TIME_ANNOTATION: &str = "config.metahooks.io/source-time";
 
+// How a configuration reaches the pods: KEY=VALUE lines become container environment,
+// files are mounted. No doc comments: on a CRD enum they would replace the field's own
+// description and drop `null` from the enum's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
 pub enum ConfigFormat {
     Env,
     Files,
 }
 
+/// The format's name as annotations and messages show it (`none` when unset).
 pub fn format_name(format: Option<ConfigFormat>) -> &'static str {
     match format {
         Some(ConfigFormat::Env) => "env",
@@ -44,11 +49,15 @@ pub fn format_name(format: Option<ConfigFormat>) -> &'static str {
 /// What a configuration is made of.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigContent {
+    /// How the config reaches the pods.
     pub format: Option<ConfigFormat>,
+    /// Text files, by ConfigMap key.
     pub data: BTreeMap<String, String>,
+    /// Other files, by ConfigMap key.
     pub binary: BTreeMap<String, Vec<u8>>,
     /// ConfigMap key → file path under the mount (files format, nested paths only).
     pub paths: BTreeMap<String, String>,
+    /// The source's revision of this content.
     pub revision: String,
     /// When the source made `revision` (seconds since the epoch); not part of the hash.
     pub source_time: Option<i64>,
@@ -72,6 +81,7 @@ impl Deref for Config {
 }
 
 impl Config {
+    /// A config of `content`, its hash computed now.
     pub fn new(content: ConfigContent) -> Config {
         let binary: BTreeMap<&String, String> = content
             .binary

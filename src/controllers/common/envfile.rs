@@ -6,10 +6,13 @@
 
 use std::collections::BTreeMap;
 
+/// Why an env file cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {problem}")]
 pub struct EnvLineError {
+    /// The 1-based line.
     pub line: usize,
+    /// What is wrong with it.
     pub problem: String,
 }
 

@@ -47,6 +47,7 @@ where
         }
     }
 
+    /// The value remembered under `key`, if any.
     pub fn get(&self, key: &K) -> Option<V> {
         self.cache.get(key)
     }
@@ -67,10 +68,12 @@ where
         value
     }
 
+    /// Entries held.
     pub fn len(&self) -> usize {
         self.cache.len()
     }
 
+    /// True when nothing is held.
     pub fn is_empty(&self) -> bool {
         self.cache.is_empty()
     }

@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name:?} is not a valid {rule}: {problem}")]
 pub struct InvalidName {
+    /// The name refused.
     pub name: String,
+    /// The rule it breaks (`DNS-1035 label`, …).
     pub rule: &'static str,
+    /// What about it breaks the rule.
     pub problem: &'static str,
 }
 

@@ -5,11 +5,14 @@
 /// the file and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// CamelCase condition reason.
     pub reason: &'static str,
+    /// A sentence naming the field or file and the problem.
     pub message: String,
 }
 
 impl Problem {
+    /// A problem with `reason` and `message`.
     pub fn new(reason: &'static str, message: impl Into<String>) -> Problem {
         Problem {
             reason,

@@ -8,7 +8,9 @@
 /// source says it was made (the committer time for git; none for HTTP).
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
+    /// The revision.
     pub revision: &'a str,
+    /// When the source made it, if known.
     pub made_at: Option<i64>,
 }
 

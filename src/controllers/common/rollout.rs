@@ -8,11 +8,15 @@ use super::conditions::Decided;
 /// The observed Deployment, reduced to what status needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Rollout {
+    /// The Deployment exists.
     pub exists: bool,
     /// The Deployment's own `Available` condition is `True`.
     pub available: bool,
+    /// Pods, as the Deployment's status counts them.
     pub replicas: i32,
+    /// Ready pods.
     pub ready_replicas: i32,
+    /// Pods running the current template.
     pub updated_replicas: i32,
     /// The controller has seen the current template and every pod runs it: as many
     /// updated and ready pods as wanted, and no old pod left.

@@ -10,6 +10,7 @@ use super::secrets;
 use crate::protocol::ObjectMap;
 use crate::source::{Credentials, Location, SourceRequest};
 
+/// A file or directory in a git repository.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
@@ -26,20 +27,26 @@ pub struct GitSource {
     pub secret_ref: Option<SecretRef>,
 }
 
+/// One file over HTTP(S).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpSource {
+    /// The file's URL (https).
     pub url: String,
+    /// Secret with `username`/`password` or `token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
 }
 
+/// A Secret in the parent's namespace.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 pub struct SecretRef {
+    /// The Secret's name.
     pub name: String,
 }
 
 impl GitSource {
+    /// Where this source is.
     pub fn location(&self) -> Location {
         Location::Git {
             url: self.url.clone(),
@@ -50,6 +57,7 @@ impl GitSource {
 }
 
 impl HttpSource {
+    /// Where this source is.
     pub fn location(&self) -> Location {
         Location::Http {
             url: self.url.clone(),

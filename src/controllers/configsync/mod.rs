@@ -28,20 +28,29 @@ use crate::protocol::{
 };
 use crate::source::{FetchError, Location, SourceRequest};
 
+/// Target annotation: the repository URL (required).
 pub const GIT_URL: &str = "configsync.metahooks.io/git-url";
+/// Target annotation: branch, tag or commit (default: the remote's HEAD).
 pub const REF: &str = "configsync.metahooks.io/ref";
+/// Target annotation: the directory or file to sync (default: the root).
 pub const PATH: &str = "configsync.metahooks.io/path";
+/// Target annotation: poll period in seconds (default 60, minimum 10).
 pub const INTERVAL: &str = "configsync.metahooks.io/interval-seconds";
+/// Target annotation: a Secret with credentials (it must carry the credentials label).
 pub const SECRET: &str = "configsync.metahooks.io/secret";
+/// Written on the target: the revision the attached ConfigMap holds.
 pub const REVISION: &str = "configsync.metahooks.io/revision";
+/// Written on the target: why the wanted revision is not attached (absent when it is).
 pub const ERROR: &str = "configsync.metahooks.io/error";
 /// The label a Secret needs (value `"true"`) to be usable as configsync credentials.
 pub const CREDENTIALS_LABEL: &str = "configsync.metahooks.io/credentials";
 
+/// The attached ConfigMap's name.
 pub fn attachment_name(target: &str) -> String {
     format!("{target}-configsync")
 }
 
+/// The configsync decorator.
 pub struct ConfigSync;
 
 impl DecoratorHooks for ConfigSync {

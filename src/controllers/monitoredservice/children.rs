@@ -18,9 +18,12 @@ use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::{self, child_labels};
 use crate::error::HookError;
 
+/// Pod-template annotation with the config's hash: a new config rolls the pods.
 pub const CONFIG_HASH_ANNOTATION: &str = "monitoredservice.metahooks.io/config-hash";
+/// Where `files` configs are mounted by default.
 pub const DEFAULT_MOUNT_PATH: &str = "/etc/config";
 
+/// The name of the ConfigMap holding a service's config.
 pub fn config_map_name(name: &str) -> String {
     format!("{name}-config")
 }
@@ -29,6 +32,7 @@ fn labels(name: &str) -> BTreeMap<String, String> {
     child_labels("monitoredservice", name)
 }
 
+/// The labels that select a service's pods.
 pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
     names::selector_labels("monitoredservice", name)
 }
@@ -51,6 +55,11 @@ fn metadata(parent: &str, name: &str, annotations: BTreeMap<String, String>) -> 
     }
 }
 
+/// The children of a MonitoredService: ConfigMap (with a config), Deployment, and a
+/// Service when a port is set.
+///
+/// # Errors
+/// A child does not serialise (a bug).
 pub fn build(
     name: &str,
     spec: &MonitoredServiceSpec,

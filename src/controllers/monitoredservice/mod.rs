@@ -442,7 +442,9 @@ fn source_request(
 
 /// What the cluster holds for this parent.
 pub struct Observed {
+    /// The config the observed ConfigMap holds.
     pub config: Option<Config>,
+    /// The observed Deployment's rollout.
     pub rollout: Rollout,
 }
 

@@ -72,44 +72,56 @@ pub struct MonitoredServiceSpec {
     pub resources: Option<ResourceRequirements>,
 }
 
+/// Where the configuration comes from (one of them).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
+    /// A file or directory in git.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitSource>,
+    /// One file over HTTP(S).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpSource>,
 }
 
+/// What the controller reports.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MonitoredServiceStatus {
     /// `<ref>@sha1:<commit>` (git) or `sha256:<hash>` (HTTP) of the running config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Hash of the running config (the pod-template annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
+    /// Pods of the Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+    /// Ready pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
+    /// Pods running the current template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_replicas: Option<i32>,
     /// Names of the service's pods (config-monitor's `nodes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<String>,
+    /// `Fetched`, `ConfigValid`, `Available`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::crds::conditions_schema")]
     pub conditions: Vec<Condition>,
+    /// Set by Metacontroller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
 
 impl MonitoredServiceSpec {
+    /// Pods wanted: `replicas`, else `size`, else 1.
     pub fn replicas(&self) -> i32 {
         self.replicas.or(self.size).unwrap_or(1)
     }
 
+    /// The poll period, within the allowed range.
     pub fn interval_seconds(&self) -> u64 {
         crate::controllers::common::polling::interval_seconds(self.interval_seconds.map(u64::from))
     }

@@ -1,10 +1,10 @@
 //! The emulated cluster: objects, and Metacontroller's reconcile loop over them.
 //!
 //! - this module: the objects, the clock, rounds and convergence;
-//! - [`reconcile`]: one parent's sync or finalize call, as Metacontroller makes it;
-//! - [`related`]: the customize hook and the related objects it selects;
-//! - [`children`]: applying an answer (children, attachments, status) and workloads;
-//! - [`checks`]: what Metacontroller refuses in an answer or a child.
+//! - `reconcile`: one parent's sync or finalize call, as Metacontroller makes it;
+//! - `related`: the customize hook and the related objects it selects;
+//! - `children`: applying an answer (children, attachments, status) and workloads;
+//! - `checks`: what Metacontroller refuses in an answer or a child.
 
 mod checks;
 mod children;
@@ -32,15 +32,22 @@ pub type Violation = String;
 /// Everything that happened in one round, for assertions and messages.
 #[derive(Debug, Default, Clone)]
 pub struct RoundReport {
+    /// Objects an answer created.
     pub created: Vec<Key>,
+    /// Objects whose applied content changed.
     pub updated: Vec<Key>,
+    /// Objects deleted (dropped children, collected dependents, finalized parents).
     pub deleted: Vec<Key>,
+    /// Parents whose status an answer changed.
     pub status_changed: Vec<Key>,
+    /// Parents that asked to be synced again, and after how many seconds.
     pub resync_after: Vec<(Key, f64)>,
+    /// Parents whose finalizer was removed.
     pub finalizers_removed: Vec<Key>,
 }
 
 impl RoundReport {
+    /// True when anything in the cluster changed this round.
     pub fn changed(&self) -> bool {
         !(self.created.is_empty()
             && self.updated.is_empty()
@@ -52,21 +59,32 @@ impl RoundReport {
 /// One hook call as the emulator made it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CallRecord {
+    /// The round the call was made in.
     pub round: usize,
+    /// The controller's registration name.
     pub controller: String,
+    /// `sync`, `finalize` or `customize`.
     pub hook: &'static str,
     /// `namespace/name` of the parent or decorated object.
     pub parent: String,
+    /// The HTTP status of the answer.
     pub status: u16,
+    /// Which replica answered (0 for one).
     pub replica: usize,
+    /// How long the answer took, in milliseconds.
     pub millis: f64,
 }
 
+/// Metacontroller and an API server in one process: the objects, the registrations, and
+/// the loop that calls their hooks and applies the answers.
 pub struct Emulator {
+    /// How hooks are reached: in-process replicas or HTTP base URLs.
     pub transport: Transport,
+    /// The controllers in this cluster.
     pub registrations: Vec<Registration>,
     /// Plural resource names → kinds, for customize rules.
     pub kinds: Kinds,
+    /// Every object, by (apiVersion, kind, namespace, name).
     pub objects: BTreeMap<Key, Value>,
     /// What each child was last applied as, for the 3-way merge.
     last_applied: BTreeMap<Key, Value>,
@@ -98,6 +116,7 @@ pub struct Emulator {
     pub hold_unready: bool,
     /// Stop at the first problem (the test suite) or record it and go on (`emulate`).
     pub stop_at_first: bool,
+    /// Problems seen so far (with `stop_at_first` off).
     pub findings: Vec<Finding>,
     /// Rounds run so far.
     pub rounds: usize,
@@ -127,6 +146,7 @@ impl Emulator {
         Emulator::with_transport(Transport::http(vec![base_url.to_owned()]), registrations)
     }
 
+    /// An emulator calling hooks through `transport`.
     pub fn with_transport(transport: Transport, registrations: Vec<Registration>) -> Emulator {
         Emulator {
             transport,
@@ -261,6 +281,7 @@ impl Emulator {
         key
     }
 
+    /// The object of that type, namespace and name, if it exists.
     pub fn get(
         &self,
         api_version: &str,
