@@ -20,6 +20,7 @@ pub mod emulate;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz_surfaces;
+pub mod hash;
 pub mod protocol;
 pub mod server;
 pub mod source;

@@ -65,7 +65,7 @@ fn set_network_timeouts() {
 
 /// Where the bare repository for `url` lives under `cache_dir`.
 pub fn repo_dir(cache_dir: &Path, url: &str) -> PathBuf {
-    let digest = crate::controllers::common::hash::sha256_hex(url.as_bytes());
+    let digest = crate::hash::sha256_hex(url.as_bytes());
     cache_dir.join("git").join(&digest[..24])
 }
 

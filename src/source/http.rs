@@ -162,10 +162,7 @@ pub async fn fetch(
         .and_then(|mut segments| segments.next_back().map(str::to_owned))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "config".to_owned());
-    let revision = format!(
-        "sha256:{}",
-        crate::controllers::common::hash::sha256_hex(&body)
-    );
+    let revision = format!("sha256:{}", crate::hash::sha256_hex(&body));
     Ok(Snapshot {
         revision,
         files: [(name, Content::from_bytes(body))].into(),
@@ -298,10 +295,7 @@ mod tests {
         );
         assert_eq!(
             snapshot.revision,
-            format!(
-                "sha256:{}",
-                crate::controllers::common::hash::sha256_hex(b"A=1\n")
-            )
+            format!("sha256:{}", crate::hash::sha256_hex(b"A=1\n"))
         );
     }
 

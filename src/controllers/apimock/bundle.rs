@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::definition::{Invalid, MAX_DEFINITION_BYTES, parse_document};
 use super::validate::percent_decode;
-use crate::controllers::common::hash::sha256_hex;
+use crate::hash::sha256_hex;
 use crate::source::Content;
 
 /// Root documents looked for, in this order, when `root` is not given.

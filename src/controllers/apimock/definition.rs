@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::validate;
 pub use super::verdict::{Generation, Invalid};
-use crate::controllers::common::hash::sha256_hex;
 use crate::controllers::common::memo::Memo as BoundedMemo;
+use crate::hash::sha256_hex;
 
 /// A ConfigMap holds at most 1 MiB; keep room for its metadata.
 pub const MAX_DEFINITION_BYTES: usize = 1024 * 1024 - 16 * 1024;

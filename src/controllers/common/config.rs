@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::envfile;
-use super::hash::sha256_hex;
 use super::problem::Problem;
+use crate::hash::sha256_hex;
 use crate::source::{Content, Snapshot};
 
 /// On the ConfigMap: the source revision of the config it holds.

@@ -3,7 +3,6 @@
 pub mod conditions;
 pub mod config;
 pub mod envfile;
-pub mod hash;
 pub mod keep;
 pub mod memo;
 pub mod names;

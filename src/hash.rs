@@ -1,4 +1,6 @@
-//! Content hashes used in annotations, status and ETags.
+//! Content hashes shown to people (annotations, status, revisions). A crate-level module
+//! because both the source engine and the controllers use it, and the engine must not
+//! depend on the controllers.
 
 use sha2::{Digest, Sha256};
 
