@@ -8,6 +8,8 @@
 pub mod apimock;
 pub mod common;
 pub mod configsync;
+#[cfg(test)]
+mod fixtures;
 pub mod monitoredservice;
 
 use std::collections::BTreeMap;

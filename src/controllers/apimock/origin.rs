@@ -193,23 +193,7 @@ impl ApiMock {
             } => {
                 let state = ctx.sources.lookup(request, Duration::from_secs(*interval));
                 let resync_seconds = polling::resync_seconds(&state, false, *interval);
-                let fetched = match (&state.snapshot, &state.error) {
-                    (_, Some(error)) => {
-                        Decided::new("Fetched", false, error.reason(), error.to_string())
-                    }
-                    (Some(snapshot), None) => Decided::new(
-                        "Fetched",
-                        true,
-                        "Fetched",
-                        format!("fetched {}", snapshot.revision),
-                    ),
-                    (None, None) => Decided::new(
-                        "Fetched",
-                        false,
-                        "FetchPending",
-                        "the first fetch of the definition is in progress",
-                    ),
-                };
+                let fetched = polling::fetched_condition(&state, "definition", None);
                 let candidate = state.snapshot.as_deref().map(|snapshot| {
                     let read = self.bundle_of(request, snapshot, *root);
                     match read.as_ref() {

@@ -1,16 +1,14 @@
 //! Every branch of an APIMock sync whose definition comes from `spec.definitionFrom`,
 //! through the registry (request bytes in, answer bytes out) with scripted sources.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::children::{DEFINITION_HASH_ANNOTATION, REVISION_ANNOTATION, ROOT_ANNOTATION};
-use crate::controllers::{ControllerSettings, Registry};
+use crate::controllers::fixtures::{Harness, Request, child, children, condition};
 use crate::protocol::Hook;
 use crate::source::FetchError;
-use crate::source::fake::FakeSources;
 
 const URL: &str = "https://git.example.com/team/api.git";
 const PETS: &str = "openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths:\n  /pets:\n    get:\n      responses:\n        '200': {description: ok}\n";
@@ -19,76 +17,24 @@ const ROOT: &str = "openapi: 3.0.3\ninfo: {title: Shop, version: '1'}\npaths:\n 
 const ITEM: &str = "type: object\nproperties:\n  id: {type: integer}\n";
 const ORDERS: &str = "get:\n  responses:\n    '200': {description: ok}\n";
 
-struct Harness {
-    registry: Registry,
-    sources: Arc<FakeSources>,
+fn request(spec: Value, observed: &[Value]) -> Request {
+    Request::composite("apirator.io/v1alpha1", "APIMock", "shop", "team")
+        .spec(spec)
+        .observing(observed)
 }
 
-impl Harness {
-    fn new() -> Harness {
-        let sources = Arc::new(FakeSources::default());
-        Harness {
-            registry: Registry::standard(ControllerSettings::default())
-                .with_sources(sources.clone()),
-            sources,
-        }
-    }
-
-    fn call(&self, hook: Hook, request: &Value) -> Value {
-        let body = serde_json::to_vec(request).unwrap_or_default();
-        let ctx = self.registry.context(jiff::Timestamp::UNIX_EPOCH);
-        let outcome = self.registry.call("apimock", hook, &body, &ctx);
-        match outcome.result {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-            Err(error) => panic!("the hook refused the call: {error}"),
-        }
-    }
-
-    fn sync(&self, spec: Value, children: &[Value]) -> Value {
-        self.call(Hook::Sync, &request(spec, children, json!({})))
-    }
+trait Sync {
+    fn sync(&self, spec: Value, observed: &[Value]) -> Value;
 }
 
-fn request(spec: Value, children: &[Value], related: Value) -> Value {
-    let mut observed = serde_json::Map::new();
-    for child in children {
-        let kind = child["kind"].as_str().unwrap_or_default();
-        let group = if kind == "Deployment" {
-            "apps/v1"
-        } else {
-            "v1"
-        };
-        observed
-            .entry(format!("{kind}.{group}"))
-            .or_insert_with(|| json!({}))[child["metadata"]["name"].as_str().unwrap_or_default()] =
-            child.clone();
+impl Sync for Harness {
+    fn sync(&self, spec: Value, observed: &[Value]) -> Value {
+        self.call("apimock", Hook::Sync, &request(spec, observed))
     }
-    json!({
-        "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
-        "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
-                   "metadata": {"name": "shop", "namespace": "team", "generation": 1, "uid": "u"},
-                   "spec": spec},
-        "children": observed,
-        "related": related,
-    })
 }
 
 fn git(path: &str) -> Value {
     json!({"definitionFrom": {"git": {"url": URL, "ref": "main", "path": path}}})
-}
-
-fn child<'a>(answer: &'a Value, kind: &str) -> &'a Value {
-    answer["children"]
-        .as_array()
-        .and_then(|children| children.iter().find(|c| c["kind"] == kind))
-        .unwrap_or(&Value::Null)
-}
-
-fn condition<'a>(answer: &'a Value, kind: &str) -> &'a Value {
-    answer["status"]["conditions"]
-        .as_array()
-        .and_then(|conditions| conditions.iter().find(|c| c["type"] == kind))
-        .unwrap_or(&Value::Null)
 }
 
 fn template_hash(answer: &Value) -> &Value {
@@ -189,10 +135,7 @@ fn a_directory_is_bundled_and_mounted_file_by_file() {
     assert_eq!(args.last(), Some(&json!("/spec/openapi.yaml")));
 
     // Observed as built: the held copy is read back whole when the source fails.
-    let observed = [
-        child(&answer, "ConfigMap").clone(),
-        child(&answer, "Deployment").clone(),
-    ];
+    let observed = children(&answer);
     harness.sources.fail(
         URL,
         FetchError::Unreachable {
@@ -246,10 +189,7 @@ fn an_invalid_new_revision_keeps_the_last_good_mock() {
         Some(100),
     );
     let good = harness.sync(git("api.yaml"), &[]);
-    let observed = [
-        child(&good, "ConfigMap").clone(),
-        child(&good, "Deployment").clone(),
-    ];
+    let observed = children(&good);
     harness.sources.serve(
         URL,
         "main@sha1:bad",
@@ -284,10 +224,7 @@ fn a_replica_with_an_older_copy_keeps_the_newer_mock_and_refreshes() {
         Some(200),
     );
     let newer = harness.sync(git("api.yaml"), &[]);
-    let observed = [
-        child(&newer, "ConfigMap").clone(),
-        child(&newer, "Deployment").clone(),
-    ];
+    let observed = children(&newer);
 
     let behind = Harness::new();
     behind
@@ -338,24 +275,18 @@ fn a_config_map_key_is_read_from_the_parents_namespace_only() {
             "metadata": {"name": "docs", "namespace": namespace}, "data": data}}})
     };
     let good = harness.call(
+        "apimock",
         Hook::Sync,
-        &request(
-            spec.clone(),
-            &[],
-            config_map("team", json!({"api.yaml": PETS})),
-        ),
+        &request(spec.clone(), &[]).related(config_map("team", json!({"api.yaml": PETS}))),
     );
     assert_eq!(condition(&good, "Fetched")["status"], "True");
     assert_eq!(child(&good, "ConfigMap")["data"]["openapi.yaml"], PETS);
     assert_eq!(good["status"]["source"], "ConfigMap docs, key api.yaml");
 
     let elsewhere = harness.call(
+        "apimock",
         Hook::Sync,
-        &request(
-            spec.clone(),
-            &[],
-            config_map("other", json!({"api.yaml": PETS})),
-        ),
+        &request(spec.clone(), &[]).related(config_map("other", json!({"api.yaml": PETS}))),
     );
     assert_eq!(
         condition(&elsewhere, "Fetched")["reason"],
@@ -363,17 +294,11 @@ fn a_config_map_key_is_read_from_the_parents_namespace_only() {
     );
     assert_eq!(elsewhere["children"], json!([]));
 
-    let observed = [
-        child(&good, "ConfigMap").clone(),
-        child(&good, "Deployment").clone(),
-    ];
+    let observed = children(&good);
     let missing_key = harness.call(
+        "apimock",
         Hook::Sync,
-        &request(
-            spec,
-            &observed,
-            config_map("team", json!({"other.yaml": PETS})),
-        ),
+        &request(spec, &observed).related(config_map("team", json!({"other.yaml": PETS}))),
     );
     assert_eq!(condition(&missing_key, "Fetched")["reason"], "KeyNotFound");
     assert_eq!(template_hash(&missing_key), template_hash(&good));
@@ -419,13 +344,7 @@ fn the_spec_names_exactly_one_definition() {
 #[test]
 fn customize_asks_for_the_config_map_and_the_secret_by_name_in_the_namespace() {
     let harness = Harness::new();
-    let customize = |spec: Value| {
-        harness.call(
-            Hook::Customize,
-            &json!({"controller": {}, "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
-                "metadata": {"name": "shop", "namespace": "team"}, "spec": spec}}),
-        )
-    };
+    let customize = |spec: Value| harness.call("apimock", Hook::Customize, &request(spec, &[]));
     assert_eq!(
         customize(json!({"definition": PETS}))["relatedResources"],
         json!([])

@@ -1,6 +1,7 @@
 //! How often sources are polled, and when to ask Metacontroller for the next sync: one
 //! rule for every controller that reads a source.
 
+use super::conditions::Decided;
 use crate::source::SourceState;
 
 /// Poll period when none is given, in seconds.
@@ -24,6 +25,32 @@ pub fn resync_seconds(state: &SourceState, behind: bool, interval: u64) -> u64 {
         PENDING_RESYNC_SECONDS
     } else {
         interval
+    }
+}
+
+/// The `Fetched` condition for the engine's state of a source of `what` ("source",
+/// "definition"); `running` names the revision still served when the latest fetch failed.
+pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>) -> Decided {
+    match (&state.snapshot, &state.error) {
+        (_, Some(error)) => {
+            let message = match running {
+                Some(revision) => format!("{error}; still running {revision}"),
+                None => error.to_string(),
+            };
+            Decided::new("Fetched", false, error.reason(), message)
+        }
+        (Some(snapshot), None) => Decided::new(
+            "Fetched",
+            true,
+            "Fetched",
+            format!("fetched {}", snapshot.revision),
+        ),
+        (None, None) => Decided::new(
+            "Fetched",
+            false,
+            "FetchPending",
+            format!("the first fetch of the {what} is in progress"),
+        ),
     }
 }
 

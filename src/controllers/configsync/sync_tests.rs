@@ -2,57 +2,25 @@
 //! or bad annotations, a missing Secret, pending, fresh, failing and unusable fetches
 //! (the served ConfigMap kept).
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use super::{ERROR, GIT_URL, INTERVAL, PATH, REVISION, SECRET};
-use crate::controllers::{ControllerSettings, Registry};
+use crate::controllers::fixtures::{Harness, Request};
 use crate::protocol::Hook;
 use crate::source::FetchError;
-use crate::source::fake::FakeSources;
 
 const URL: &str = "https://git.example.com/team/config.git";
 
-struct Harness {
-    registry: Registry,
-    sources: Arc<FakeSources>,
+trait Sync {
+    fn sync(&self, annotations: Value, attachments: &[Value]) -> Value;
 }
 
-impl Harness {
-    fn new() -> Harness {
-        let sources = Arc::new(FakeSources::default());
-        Harness {
-            registry: Registry::standard(ControllerSettings::default())
-                .with_sources(sources.clone()),
-            sources,
-        }
-    }
-
+impl Sync for Harness {
     fn sync(&self, annotations: Value, attachments: &[Value]) -> Value {
-        let mut observed = json!({"ConfigMap.v1": {}});
-        for attachment in attachments {
-            observed["ConfigMap.v1"][format!(
-                "team/{}",
-                attachment["metadata"]["name"].as_str().unwrap_or_default()
-            )] = attachment.clone();
-        }
-        let request = json!({
-            "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
-            "object": {"apiVersion": "apps/v1", "kind": "Deployment",
-                       "metadata": {"name": "web", "namespace": "team", "uid": "u", "annotations": annotations}},
-            "attachments": observed, "related": {},
-        });
-        let body = serde_json::to_vec(&request).unwrap_or_default();
-        let ctx = self.registry.context(jiff::Timestamp::UNIX_EPOCH);
-        match self
-            .registry
-            .call("configsync", Hook::Sync, &body, &ctx)
-            .result
-        {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-            Err(error) => panic!("the hook refused the call: {error}"),
-        }
+        let request = Request::decorator("web", "team")
+            .annotations(annotations)
+            .observing(attachments);
+        self.call("configsync", Hook::Sync, &request)
     }
 }
 

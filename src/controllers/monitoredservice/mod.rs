@@ -34,7 +34,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
     RelatedResourceRule, object_name, object_namespace,
 };
-use crate::source::{FetchError, Location, Snapshot, SourceRequest, SourceState};
+use crate::source::{Location, Snapshot, SourceRequest};
 
 /// Converted configs by (request, revision, format): a warm sync reuses the conversion
 /// and the content hash instead of redoing them over up to 1 MiB on every call.
@@ -138,7 +138,11 @@ impl CompositeHooks for MonitoredService {
         let resync = polling::resync_seconds(&state, decision.behind, interval);
         let Some(served) = decision.served else {
             let facts = Facts {
-                fetched: fetched_condition(&state, call.running()),
+                fetched: polling::fetched_condition(
+                    &state,
+                    "source",
+                    call.running().map(|c| c.revision.as_str()),
+                ),
                 config_valid: decision.config_valid,
                 config: None,
                 pods: call.pods(),
@@ -159,7 +163,11 @@ impl CompositeHooks for MonitoredService {
                 ),
             )
         } else {
-            fetched_condition(&state, call.running())
+            polling::fetched_condition(
+                &state,
+                "source",
+                call.running().map(|c| c.revision.as_str()),
+            )
         };
         let children = children::build(call.name, &spec, Some(&served))?;
         let facts = Facts {
@@ -275,14 +283,7 @@ impl<'r> Call<'r> {
 
     /// An answer that leaves every observed child as it is.
     fn keep_running(&self, facts: Facts<'_>) -> Result<CompositeResponse, HookError> {
-        let mut response = status::answer(
-            facts,
-            &self.observed.rollout,
-            &self.request.parent,
-            &self.now,
-        )?;
-        response.children = Some(observed_children(&self.request.children));
-        Ok(response)
+        self.answer(facts, observed_children(&self.request.children), 0)
     }
 }
 
@@ -361,37 +362,6 @@ fn decide(
                 behind: false,
             }
         }
-    }
-}
-
-/// The `Fetched` condition for the engine's state of the source.
-fn fetched_condition(state: &SourceState, running: Option<&Config>) -> Decided {
-    match (&state.snapshot, &state.error) {
-        (_, Some(error)) => Decided::new(
-            "Fetched",
-            false,
-            error.reason(),
-            fetch_message(error, running),
-        ),
-        (Some(snapshot), None) => Decided::new(
-            "Fetched",
-            true,
-            "Fetched",
-            format!("fetched {}", snapshot.revision),
-        ),
-        (None, None) => Decided::new(
-            "Fetched",
-            false,
-            "FetchPending",
-            "the first fetch of the source is in progress",
-        ),
-    }
-}
-
-fn fetch_message(error: &FetchError, running: Option<&Config>) -> String {
-    match running {
-        Some(config) => format!("{error}; still running {}", config.revision),
-        None => error.to_string(),
     }
 }
 

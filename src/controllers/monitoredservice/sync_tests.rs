@@ -2,67 +2,32 @@
 //! no source, pending, fresh, failing and invalid (the running config kept), a replica
 //! that is behind, and specs that cannot be used.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::children::CONFIG_HASH_ANNOTATION;
-use crate::controllers::{ControllerSettings, Registry};
+use crate::controllers::fixtures::{Harness, Request, child, children, condition};
 use crate::protocol::Hook;
 use crate::source::FetchError;
-use crate::source::fake::FakeSources;
 
 const URL: &str = "https://git.example.com/team/config.git";
 
-struct Harness {
-    registry: Registry,
-    sources: Arc<FakeSources>,
+trait Sync {
+    fn sync(&self, spec: Value, observed: &[Value]) -> Value;
 }
 
-impl Harness {
-    fn new() -> Harness {
-        let sources = Arc::new(FakeSources::default());
-        Harness {
-            registry: Registry::standard(ControllerSettings::default())
-                .with_sources(sources.clone()),
-            sources,
-        }
-    }
-
-    fn sync(&self, spec: Value, children: &[Value]) -> Value {
-        let mut observed = serde_json::Map::new();
-        for child in children {
-            let kind = child["kind"].as_str().unwrap_or_default();
-            let group = if kind == "Deployment" {
-                "apps/v1"
-            } else {
-                "v1"
-            };
-            observed
-                .entry(format!("{kind}.{group}"))
-                .or_insert_with(|| json!({}))[format!(
-                "team/{}",
-                child["metadata"]["name"].as_str().unwrap_or_default()
-            )] = child.clone();
-        }
-        let request = json!({
-            "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
-            "parent": {"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
-                       "metadata": {"name": "web", "namespace": "team", "generation": 1, "uid": "u"},
-                       "spec": spec},
-            "children": observed, "related": {},
-        });
-        let body = serde_json::to_vec(&request).unwrap_or_default();
-        let ctx = self.registry.context(jiff::Timestamp::UNIX_EPOCH);
-        match self
-            .registry
-            .call("monitoredservice", Hook::Sync, &body, &ctx)
-            .result
-        {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
-            Err(error) => panic!("the hook refused the call: {error}"),
-        }
+impl Sync for Harness {
+    fn sync(&self, spec: Value, observed: &[Value]) -> Value {
+        let request = Request::composite(
+            "services.example.com/v1alpha1",
+            "MonitoredService",
+            "web",
+            "team",
+        )
+        .spec(spec)
+        .observing(observed);
+        self.call("monitoredservice", Hook::Sync, &request)
     }
 }
 
@@ -71,27 +36,9 @@ fn spec() -> Value {
            "source": {"git": {"url": URL, "ref": "main", "path": "app.env"}}})
 }
 
-fn condition<'a>(answer: &'a Value, kind: &str) -> &'a Value {
-    answer["status"]["conditions"]
-        .as_array()
-        .and_then(|conditions| conditions.iter().find(|c| c["type"] == kind))
-        .unwrap_or(&Value::Null)
-}
-
-fn child<'a>(answer: &'a Value, kind: &str) -> &'a Value {
-    answer["children"]
-        .as_array()
-        .and_then(|children| children.iter().find(|c| c["kind"] == kind))
-        .unwrap_or(&Value::Null)
-}
-
 fn hash(answer: &Value) -> &Value {
     &child(answer, "Deployment")["spec"]["template"]["metadata"]["annotations"]
         [CONFIG_HASH_ANNOTATION]
-}
-
-fn running(answer: &Value) -> Vec<Value> {
-    answer["children"].as_array().cloned().unwrap_or_default()
 }
 
 #[test]
@@ -138,7 +85,7 @@ fn a_failing_fetch_or_an_invalid_config_keeps_the_running_one() {
         .sources
         .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
     let first = harness.sync(spec(), &[]);
-    let observed = running(&first);
+    let observed = children(&first);
 
     harness.sources.fail(
         URL,
@@ -191,7 +138,7 @@ fn a_replica_with_an_older_copy_keeps_the_newer_config_and_refreshes() {
         true,
         Some(100),
     );
-    let answer = behind.sync(spec(), &running(&newer));
+    let answer = behind.sync(spec(), &children(&newer));
     assert_eq!(hash(&answer), hash(&newer));
     assert_eq!(answer["resyncAfterSeconds"], 2);
     assert!(
@@ -210,7 +157,7 @@ fn a_spec_that_cannot_be_used_keeps_what_runs() {
         .sources
         .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
     let first = harness.sync(spec(), &[]);
-    let observed = running(&first);
+    let observed = children(&first);
 
     let unreadable = harness.sync(json!({"image": 7}), &observed);
     assert_eq!(
