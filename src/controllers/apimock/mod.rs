@@ -317,16 +317,8 @@ fn refresh_if_behind(
     else {
         return (reading.fetched, reading.resync_seconds);
     };
-    let _ = ctx.sources.lookup(request, std::time::Duration::ZERO);
-    let fetched = Decided::new(
-        "Fetched",
-        true,
-        "Fetched",
-        format!(
-            "running {}, read more recently than this server's copy; refreshing",
-            served.revision.as_deref().unwrap_or("unknown")
-        ),
-    );
+    let running = served.revision.as_deref().unwrap_or("unknown");
+    let fetched = polling::refreshing(ctx.sources.as_ref(), request, running);
     (Some(fetched), polling::PENDING_RESYNC_SECONDS)
 }
 

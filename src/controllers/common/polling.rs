@@ -1,8 +1,10 @@
 //! How often sources are polled, and when to ask Metacontroller for the next sync: one
 //! rule for every controller that reads a source.
 
+use std::time::Duration;
+
 use super::conditions::Decided;
-use crate::source::SourceState;
+use crate::source::{SourceRequest, SourceState, Sources};
 
 /// Poll period when none is given, in seconds.
 pub const DEFAULT_INTERVAL_SECONDS: u64 = 60;
@@ -52,6 +54,19 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
             format!("the first fetch of the {what} is in progress"),
         ),
     }
+}
+
+/// When what runs is a newer copy of the same ref than this server's (another replica
+/// fetched first): refreshes this server's copy now rather than at the next interval,
+/// and says so in the `Fetched` condition.
+pub fn refreshing(sources: &dyn Sources, request: &SourceRequest, running: &str) -> Decided {
+    let _ = sources.lookup(request, Duration::ZERO);
+    Decided::new(
+        "Fetched",
+        true,
+        "Fetched",
+        format!("running {running}, fetched more recently than this server's copy; refreshing"),
+    )
 }
 
 #[cfg(test)]

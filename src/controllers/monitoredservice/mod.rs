@@ -136,38 +136,24 @@ impl CompositeHooks for MonitoredService {
             request.children.is_empty(),
         );
         let resync = polling::resync_seconds(&state, decision.behind, interval);
+        let fetched = match (&decision.served, decision.behind) {
+            (Some(served), true) => {
+                polling::refreshing(ctx.sources.as_ref(), &wanted, &served.revision)
+            }
+            _ => polling::fetched_condition(
+                &state,
+                "source",
+                call.running().map(|c| c.revision.as_str()),
+            ),
+        };
         let Some(served) = decision.served else {
             let facts = Facts {
-                fetched: polling::fetched_condition(
-                    &state,
-                    "source",
-                    call.running().map(|c| c.revision.as_str()),
-                ),
+                fetched,
                 config_valid: decision.config_valid,
                 config: None,
                 pods: call.pods(),
             };
             return Ok(call.keep_running(facts)?.with_resync_after(resync));
-        };
-        let fetched = if decision.behind {
-            // Another replica has seen a newer state of the source: keep what runs and
-            // refresh this replica's copy now rather than at the next interval.
-            let _ = ctx.sources.lookup(&wanted, Duration::ZERO);
-            Decided::new(
-                "Fetched",
-                true,
-                "Fetched",
-                format!(
-                    "running {}, seen more recently than this server's copy; refreshing",
-                    served.revision
-                ),
-            )
-        } else {
-            polling::fetched_condition(
-                &state,
-                "source",
-                call.running().map(|c| c.revision.as_str()),
-            )
         };
         let children = children::build(call.name, &spec, Some(&served))?;
         let facts = Facts {
