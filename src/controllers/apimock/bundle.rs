@@ -484,6 +484,40 @@ mod tests {
     }
 
     #[test]
+    fn no_reference_resolves_outside_the_directory() {
+        // Every combination of up to four hostile or ordinary segments, from files at
+        // several depths: a target is either refused or a plain relative path below the
+        // directory.
+        let segments = ["..", ".", "", "a", "b.yaml", "c:d", "%2e%2e", "\\x"];
+        let mut combos: Vec<String> = vec![String::new()];
+        for _ in 0..4 {
+            combos = combos
+                .iter()
+                .flat_map(|prefix| {
+                    segments.iter().map(move |segment| {
+                        if prefix.is_empty() {
+                            (*segment).to_owned()
+                        } else {
+                            format!("{prefix}/{segment}")
+                        }
+                    })
+                })
+                .collect();
+            for from in ["root.yaml", "x/root.yaml", "x/y/root.yaml"] {
+                for file in &combos {
+                    if let Ok(target) = relative_target(from, file) {
+                        assert!(
+                            !target.starts_with('/')
+                                && !target.split('/').any(|part| part == ".." || part == "."),
+                            "{from} + {file:?} resolved to {target:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_root_is_named_or_found_by_convention() {
         let available = files(&[("swagger.json", "{}"), ("api.yaml", "{}")]);
         assert_eq!(choose_root(&available, None).ok(), Some("swagger.json"));
