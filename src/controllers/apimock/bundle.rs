@@ -518,6 +518,20 @@ mod tests {
     }
 
     #[test]
+    fn a_percent_encoded_path_is_never_bundled() {
+        // A repository may hold a directory literally named `%2e%2e`; the mock server
+        // would decode it to `..` and read outside its volume. Such paths cannot be keys.
+        let mut available = api();
+        available.insert(
+            "openapi.yaml".to_owned(),
+            Content::Text("paths: {/a: {$ref: '%2e%2e/x.yaml'}}\n".to_owned()),
+        );
+        available.insert("%2e%2e/x.yaml".to_owned(), Content::Text("{}".to_owned()));
+        let refused = gather(&available, "openapi.yaml").err();
+        assert!(refused.is_some_and(|e| e.reason == "UnsupportedFileName"));
+    }
+
+    #[test]
     fn the_root_is_named_or_found_by_convention() {
         let available = files(&[("swagger.json", "{}"), ("api.yaml", "{}")]);
         assert_eq!(choose_root(&available, None).ok(), Some("swagger.json"));
