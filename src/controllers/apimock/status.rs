@@ -81,6 +81,13 @@ fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
             "NoMock",
             "no mock is running yet: the definition is still being read from its source",
         )
+    } else if facts.serving.is_none() && facts.source.is_some() {
+        Decided::new(
+            "Ready",
+            false,
+            "NoMock",
+            "no mock is running: no valid definition has been read from its source; see Fetched and Validated",
+        )
     } else if facts.serving.is_none() {
         Decided::new(
             "Ready",
