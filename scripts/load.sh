@@ -26,12 +26,8 @@ fi
 
 cargo build --release --quiet --bin metahooks --example limit_server
 target="${CARGO_TARGET_DIR:-target}/release"
-work=$(mktemp -d)
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
+. scripts/lib/background.sh
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { # URL — poll until it answers at all (any status), 30 s at most
   for _ in $(seq 300); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
   echo "load.sh: $1 never answered" >&2; exit 1

@@ -21,11 +21,7 @@ interval=10
 
 cargo build --release --quiet --bin metahooks
 bin="${CARGO_TARGET_DIR:-target}/release/metahooks"
-work=$(mktemp -d)
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/lib/background.sh
 
 mkdir -p "$work/repos" "$work/in"
 for i in $(seq 0 $((repos - 1))); do

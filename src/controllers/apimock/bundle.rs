@@ -9,6 +9,8 @@ use serde_json::Value;
 
 use super::definition::{Invalid, MAX_DEFINITION_BYTES, parse_document};
 use super::validate::percent_decode;
+use sha2::{Digest, Sha256};
+
 use crate::hash::sha256_hex;
 use crate::source::Content;
 
@@ -65,19 +67,20 @@ impl Bundle {
         if self.is_single() {
             return sha256_hex(self.root_text().as_bytes());
         }
-        sha256_hex(&self.encoded())
+        let mut hasher = Sha256::new();
+        self.for_each_part(|part| hasher.update(part));
+        hex::encode(hasher.finalize())
     }
 
-    /// Every path and text, length-prefixed so no two bundles encode alike.
-    pub fn encoded(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(self.bytes() + 16 * (self.files.len() + 1));
+    /// Every path and text, length-prefixed so no two bundles read alike, handed to
+    /// `write` piece by piece (hashed without copying the files).
+    pub fn for_each_part(&self, mut write: impl FnMut(&[u8])) {
         for part in std::iter::once(&self.root)
             .chain(self.files.iter().flat_map(|(path, text)| [path, text]))
         {
-            bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
-            bytes.extend_from_slice(part.as_bytes());
+            write(&(part.len() as u64).to_le_bytes());
+            write(part.as_bytes());
         }
-        bytes
     }
 
     /// ConfigMap keys and the paths they are mounted at (`schemas/pet.yaml` is kept

@@ -70,12 +70,16 @@ impl ApiMock {
                         revision: reading.revision.clone(),
                         made_at: reading.made_at,
                     };
-                    let running = match reading.revision {
-                        Some(_) => self.last_good(call, ctx)?,
-                        None => None,
+                    // The held definition is read (and analysed) only when its
+                    // annotations say it is a newer copy of the same ref: a warm sync of
+                    // a definition from a source does not read it back at all.
+                    let running = if held_is_newer(call, &fresh) {
+                        self.last_good(call, ctx)?
+                    } else {
+                        None
                     };
                     return Ok(match running {
-                        Some(running) if newer_than(&running, &fresh) => Decision {
+                        Some(running) => Decision {
                             validated,
                             served: Some(running),
                             behind: true,
@@ -159,11 +163,12 @@ impl ApiMock {
                 self.analysis(bundle.root_text(), ctx)
             }
             Candidate::Bundle(bundle) => {
-                let key = *blake3::Hasher::new()
-                    .update(b"bundle\0")
-                    .update(&bundle.encoded())
-                    .finalize()
-                    .as_bytes();
+                let mut hasher = blake3::Hasher::new();
+                hasher.update(b"bundle\0");
+                bundle.for_each_part(|part| {
+                    hasher.update(part);
+                });
+                let key = *hasher.finalize().as_bytes();
                 if let Some(hit) = self.memo.remembered(&key) {
                     return Ok(hit);
                 }
@@ -202,10 +207,20 @@ impl ApiMock {
             .ok_or_else(saturated)
     }
 }
-/// True when what runs came from the same ref of the source, later than `fresh`.
-fn newer_than(running: &Served<'_>, fresh: &Served<'_>) -> bool {
-    let (Some(running_revision), Some(fresh_revision)) = (&running.revision, &fresh.revision)
+/// True when the observed ConfigMap holds the same ref of the source as `fresh`, made
+/// later (by its revision and source-time annotations).
+fn held_is_newer(call: &Call<'_>, fresh: &Served<'_>) -> bool {
+    let Some(fresh_revision) = fresh.revision.as_deref() else {
+        return false;
+    };
+    let Some(config_map) = call
+        .request
+        .children
+        .find("ConfigMap", "v1", None, call.name)
     else {
+        return false;
+    };
+    let Some(running_revision) = held::annotation(config_map, REVISION_ANNOTATION) else {
         return false;
     };
     running_is_newer(
@@ -215,7 +230,7 @@ fn newer_than(running: &Served<'_>, fresh: &Served<'_>) -> bool {
         },
         Seen {
             revision: running_revision,
-            made_at: running.made_at,
+            made_at: held::made_at(config_map),
         },
     )
 }

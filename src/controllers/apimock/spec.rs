@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
-use crate::controllers::common::source_spec::{HttpSource, SecretRef};
+use crate::controllers::common::source_spec::{HttpSource, SecretRef, git_location};
 use crate::source::Location;
 
 /// An OpenAPI document served by a mock server.
@@ -195,11 +195,7 @@ pub struct GitDefinition {
 impl GitDefinition {
     /// Where the definition is.
     pub fn location(&self) -> Location {
-        Location::Git {
-            url: self.url.clone(),
-            reference: self.reference.clone().filter(|r| !r.is_empty()),
-            path: self.path.clone().unwrap_or_default(),
-        }
+        git_location(&self.url, self.reference.as_deref(), self.path.as_deref())
     }
 }
 

@@ -48,11 +48,17 @@ pub struct SecretRef {
 impl GitSource {
     /// Where this source is.
     pub fn location(&self) -> Location {
-        Location::Git {
-            url: self.url.clone(),
-            reference: self.reference.clone().filter(|r| !r.is_empty()),
-            path: self.path.clone().unwrap_or_default(),
-        }
+        git_location(&self.url, self.reference.as_deref(), self.path.as_deref())
+    }
+}
+
+/// A git location as specs write it: an empty `ref` means the remote's HEAD, no `path`
+/// the repository's root.
+pub fn git_location(url: &str, reference: Option<&str>, path: Option<&str>) -> Location {
+    Location::Git {
+        url: url.to_owned(),
+        reference: reference.filter(|r| !r.is_empty()).map(str::to_owned),
+        path: path.unwrap_or_default().to_owned(),
     }
 }
 

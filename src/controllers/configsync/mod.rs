@@ -20,13 +20,14 @@ use crate::controllers::common::names::check_dns1123_subdomain;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::secrets;
+use crate::controllers::common::source_spec::git_location;
 use crate::controllers::{Context, DecoratorHooks};
 use crate::error::HookError;
 use crate::protocol::{
     CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, ObjectMap,
     RelatedResourceRule, object_name, object_namespace,
 };
-use crate::source::{FetchError, Location, SourceRequest};
+use crate::source::{FetchError, SourceRequest};
 
 /// Target annotation: the repository URL (required).
 pub const GIT_URL: &str = "configsync.metahooks.io/git-url";
@@ -187,11 +188,7 @@ impl<'a> Annotations<'a> {
             )?),
             None => None,
         };
-        let location = Location::Git {
-            url: url.to_owned(),
-            reference: self.get(REF).filter(|r| !r.is_empty()).map(str::to_owned),
-            path: self.get(PATH).unwrap_or_default().to_owned(),
-        };
+        let location = git_location(url, self.get(REF), self.get(PATH));
         Ok((
             SourceRequest {
                 location,
