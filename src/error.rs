@@ -32,10 +32,10 @@ pub enum HookError {
     #[error("the request body did not arrive within {timeout_ms} ms")]
     SlowBody { timeout_ms: u64 },
     /// The call ran with [`crate::controllers::Context::cheap_only`] and needs work that
-    /// may be slow (a definition not validated yet): the server runs it again on the
-    /// blocking pool. Never sent to a client.
+    /// may be slow (a definition not validated yet): the server runs it again on a
+    /// compute thread. Never sent to a client.
     #[error("this call needs work that may be slow and was asked to do only cheap work")]
-    NeedsBlockingPool,
+    NeedsComputeThread,
     /// A fault on our side; the message says what could not be built.
     #[error("{0}")]
     Internal(String),
@@ -53,7 +53,7 @@ impl HookError {
             HookError::DeadlineExceeded { .. } => "deadline_exceeded",
             HookError::SlowBody { .. } => "slow_body",
             HookError::Saturated(_) => "saturated",
-            HookError::NeedsBlockingPool => "needs_blocking_pool",
+            HookError::NeedsComputeThread => "needs_blocking_pool",
             HookError::Internal(_) => "internal",
         }
     }

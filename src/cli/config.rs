@@ -87,6 +87,7 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
             header_read_timeout: Duration::from_secs(args.header_read_timeout_seconds),
             idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
             max_connections: args.max_connections,
+            compute_threads: args.compute_threads,
         },
         auth,
         tls,

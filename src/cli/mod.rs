@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// Open hook connections at most; more are closed as soon as they are accepted.
     #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Threads hook answers are computed on (validation, building children); 0 chooses
+    /// twice the cores the process may use.
+    #[arg(long, env = "METAHOOKS_COMPUTE_THREADS", default_value_t = 0)]
+    pub compute_threads: usize,
     /// Require `Authorization: Bearer <token>`, the token read from this file.
     #[arg(long, env = "METAHOOKS_AUTH_TOKEN_FILE", conflicts_with_all = ["auth_basic_username_file", "auth_basic_password_file"])]
     pub auth_token_file: Option<PathBuf>,

@@ -59,7 +59,7 @@ pub struct Context {
     pub deadline: Option<std::time::Instant>,
     /// The call runs on an async worker, which must never wait long: a controller that
     /// would have to do slow work (validate a definition it has not seen) answers
-    /// [`HookError::NeedsBlockingPool`] instead, and the server runs the call again where
+    /// [`HookError::NeedsComputeThread`] instead, and the server runs the call again where
     /// slow work is allowed. False everywhere but that first attempt.
     pub cheap_only: bool,
 }
@@ -309,7 +309,7 @@ impl Registry {
         };
         let outcome = self.run(&prepared, &ctx);
         match outcome.result {
-            Err(HookError::NeedsBlockingPool) => Cheap::Deferred(Box::new(prepared)),
+            Err(HookError::NeedsComputeThread) => Cheap::Deferred(Box::new(prepared)),
             _ => Cheap::Answered(outcome),
         }
     }

@@ -18,7 +18,7 @@ impl HookError {
             HookError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             HookError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
             HookError::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
-            HookError::NeedsBlockingPool | HookError::Internal(_) => {
+            HookError::NeedsComputeThread | HookError::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         }

@@ -1,5 +1,5 @@
 //! The hook endpoint: authenticate, take an in-flight slot, read the body, compute the
-//! answer off the async runtime under a deadline, add the ETag, log one line and count it.
+//! answer on a compute thread under a deadline, add the ETag, log one line and count it.
 //!
 //! Order matters for what an attacker can cost us: the slot is taken *before* the body is
 //! read (so memory follows `--max-in-flight` × body limit, not the number of connections),
@@ -157,12 +157,12 @@ async fn read_body(state: &HookState, headers: &HeaderMap, body: Body) -> Result
 
 /// Bodies up to this size may be answered on the async worker when the controller can do
 /// it without slow work (a memo hit): parsing and serialising 64 KiB takes well under a
-/// millisecond, and handing a call to the blocking pool costs two thread wake-ups, which
+/// millisecond, and handing a call to a compute thread costs two thread wake-ups, which
 /// is most of the price of a steady-state sync.
 const CHEAP_ATTEMPT_BYTES: usize = 64 * 1024;
 
 /// Runs the controller: first, for a small body, on this async worker restricted to
-/// cheap work; otherwise (or when it turns out to need slow work) on the blocking pool,
+/// cheap work; otherwise (or when it turns out to need slow work) on a compute thread,
 /// never on the async workers (which must stay free for probes and other connections).
 /// The in-flight slot travels with the work: a call answered 503 at its deadline still
 /// counts until its computation ends, and work that had not started by its deadline is
@@ -179,7 +179,7 @@ async fn compute(
     let mut ctx = state.registry.context(state.clock.now());
     ctx.deadline = Some(deadline);
     // The request is parsed once: a cheap attempt that needs slow work hands its parsed
-    // request to the blocking pool.
+    // request to a compute thread.
     let deferred = if body.len() <= CHEAP_ATTEMPT_BYTES {
         match state.registry.call_cheap(controller, hook, &body, &ctx) {
             Cheap::Answered(outcome) => {
@@ -195,7 +195,7 @@ async fn compute(
     let deadline_ms = millis(state.limits.deadline);
     let controller_name = controller.to_owned();
     let span = tracing::Span::current();
-    let work = tokio::task::spawn_blocking(move || {
+    let work = state.compute.run(move || {
         let _entered = span.enter();
         let _permit = permit;
         if Instant::now() >= deadline {
@@ -209,12 +209,9 @@ async fn compute(
     match tokio::time::timeout_at(deadline.into(), work).await {
         Ok(Ok(Some(outcome))) => Ok(outcome),
         Ok(Ok(None)) | Err(_) => Err(HookError::DeadlineExceeded { deadline_ms }),
-        Ok(Err(join_error)) if join_error.is_panic() => Err(HookError::Internal(
+        Ok(Err(_panicked)) => Err(HookError::Internal(
             "the hook server hit an internal fault while computing the answer".to_owned(),
         )),
-        Ok(Err(join_error)) => Err(HookError::Internal(format!(
-            "hook computation aborted: {join_error}"
-        ))),
     }
 }
 

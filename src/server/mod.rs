@@ -7,6 +7,7 @@
 //! calls finish and the process exits.
 
 mod auth;
+mod compute;
 mod connections;
 mod error;
 mod hooks;
@@ -54,6 +55,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Open hook connections beyond this are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// Threads hook answers are computed on; 0 chooses twice the cores.
+    pub compute_threads: usize,
 }
 
 impl Default for Limits {
@@ -69,6 +72,7 @@ impl Default for Limits {
             // so Metacontroller closes idle connections before we do and never races us.
             idle_timeout: Duration::from_secs(120),
             max_connections: 1024,
+            compute_threads: 0,
         }
     }
 }
@@ -106,12 +110,20 @@ pub struct HookState {
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
     connections: connections::ConnectionLimit,
+    compute: compute::ComputePool,
 }
 
 impl HookState {
     /// State for serving hooks with `registry` under `limits`.
-    pub fn new(registry: Registry, limits: Limits, auth: Option<Auth>, clock: Clock) -> HookState {
+    fn new(
+        registry: Registry,
+        limits: Limits,
+        auth: Option<Auth>,
+        clock: Clock,
+        compute: compute::ComputePool,
+    ) -> HookState {
         HookState {
+            compute,
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
             connections: connections::ConnectionLimit::new(limits.max_connections),
@@ -257,6 +269,8 @@ pub enum ServerError {
         what: &'static str,
         source: std::io::Error,
     },
+    #[error("cannot start the threads hook answers are computed on: {0}")]
+    ComputeThreads(std::io::Error),
     #[error("the {what} server task ended abnormally: {source}")]
     Task {
         what: &'static str,
@@ -274,11 +288,17 @@ impl Server {
         registry: Registry,
         clock: Clock,
     ) -> Result<Server, ServerError> {
+        let compute = compute::ComputePool::start(
+            compute::threads(settings.limits.compute_threads),
+            tokio::runtime::Handle::current(),
+        )
+        .map_err(ServerError::ComputeThreads)?;
         let hooks = Arc::new(HookState::new(
             registry,
             settings.limits.clone(),
             settings.auth.clone(),
             clock,
+            compute,
         ));
         let probes = Arc::new(ProbeState {
             ready: AtomicBool::new(false),

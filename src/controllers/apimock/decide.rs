@@ -173,7 +173,7 @@ impl ApiMock {
                     return Ok(hit);
                 }
                 if ctx.cheap_only {
-                    return Err(HookError::NeedsBlockingPool);
+                    return Err(HookError::NeedsComputeThread);
                 }
                 let root = self.analysis(bundle.root_text(), ctx)?;
                 let outcome = match (&root.outcome, bundle::recheck(bundle)) {
@@ -200,7 +200,7 @@ impl ApiMock {
     /// slow step of an APIMock hook, so that is where a cheap-only call stops.
     fn analysis(&self, text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
         if ctx.cheap_only {
-            return self.memo.lookup(text).ok_or(HookError::NeedsBlockingPool);
+            return self.memo.lookup(text).ok_or(HookError::NeedsComputeThread);
         }
         self.memo
             .analyze_by(text, ctx.deadline)

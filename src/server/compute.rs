@@ -1,0 +1,122 @@
+//! The threads hook answers are computed on: a fixed set fed through one queue.
+//!
+//! A hook computation is CPU work only (sources are fetched in the background). Tokio's
+//! blocking pool ran each call on whichever of its threads was idle, and with four calls
+//! in flight on two cores the calls hopped between threads and cores: 0.18 migrations
+//! and 3.3 context switches per call (`perf stat`, edited 12 KiB definitions), against
+//! one switch per call for a server doing the same work inline. Here a thread that is
+//! busy takes the next job straight from the queue, and the threads stay on their cores.
+//! Twice as many threads as cores measured best (`scripts/load.sh`, edited 12 KiB:
+//! +9 % over one per core, p99 still within 2.5× the limit's): a thread being woken
+//! overlaps with one computing.
+//!
+//! The queue is bounded by the in-flight slots (a job is only queued while its caller
+//! holds one), and a job whose caller has given up is skipped by the caller's closure.
+//! Peak memory of large validations is bounded separately (one heavy slot per core).
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::thread;
+
+use crossbeam_channel::{Receiver, Sender};
+use tokio::sync::oneshot;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// A job's closure panicked; the thread that ran it lives on.
+#[derive(Debug)]
+pub struct Panicked;
+
+/// A fixed pool of compute threads. Dropping it lets the threads finish their current
+/// job and end.
+pub struct ComputePool {
+    jobs: Sender<Job>,
+}
+
+impl ComputePool {
+    /// Starts `threads` threads (at least one) that enter `runtime` so Tokio-aware code
+    /// (timers, spawning) works on them as on the runtime's own blocking threads.
+    ///
+    /// # Errors
+    /// The operating system refused to start a thread.
+    pub fn start(threads: usize, runtime: tokio::runtime::Handle) -> std::io::Result<ComputePool> {
+        let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
+        for index in 0..threads.max(1) {
+            let queue = queue.clone();
+            let runtime = runtime.clone();
+            thread::Builder::new()
+                .name(format!("metahooks-compute-{index}"))
+                .spawn(move || work(&queue, &runtime))?;
+        }
+        Ok(ComputePool { jobs })
+    }
+
+    /// Runs `job` on a compute thread and waits (asynchronously) for its result.
+    ///
+    /// # Errors
+    /// [`Panicked`] when the job panicked, or when the pool's threads are gone.
+    pub async fn run<T, F>(&self, job: F) -> Result<T, Panicked>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (answer, answered) = oneshot::channel();
+        let boxed: Job = Box::new(move || {
+            let result =
+                catch_unwind(AssertUnwindSafe(job)).map_err(|payload: Box<dyn Any + Send>| {
+                    drop(payload);
+                    Panicked
+                });
+            // The caller may have stopped waiting (its deadline passed): nothing to do.
+            let _ = answer.send(result);
+        });
+        if self.jobs.send(boxed).is_err() {
+            return Err(Panicked);
+        }
+        answered.await.unwrap_or(Err(Panicked))
+    }
+}
+
+/// `configured` threads, or for 0 twice the cores this process may use (its CPU quota
+/// included; two cores assumed when that cannot be told).
+pub fn threads(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .saturating_mul(2)
+}
+
+fn work(queue: &Receiver<Job>, runtime: &tokio::runtime::Handle) {
+    let _runtime = runtime.enter();
+    while let Ok(job) = queue.recv() {
+        job();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_jobs_off_the_async_workers_and_survives_a_panic() {
+        let pool = ComputePool::start(2, tokio::runtime::Handle::current()).unwrap();
+        let name = pool
+            .run(|| thread::current().name().map(str::to_owned))
+            .await
+            .unwrap();
+        assert!(name.is_some_and(|n| n.starts_with("metahooks-compute-")));
+        assert!(pool.run(|| -> u8 { panic!("boom") }).await.is_err());
+        // Both threads still answer after the panic.
+        let (a, b) = tokio::join!(pool.run(|| 1), pool.run(|| 2));
+        assert_eq!((a.unwrap(), b.unwrap()), (1, 2));
+    }
+
+    #[test]
+    fn a_configured_count_wins_and_zero_means_twice_the_cores() {
+        assert_eq!(threads(3), 3);
+        let cores = thread::available_parallelism().map_or(2, |n| n.get());
+        assert_eq!(threads(0), 2 * cores);
+    }
+}
