@@ -8,7 +8,9 @@
 # is unchanged, as in a resync), against the JSON-only limit; "edited" changes the
 # definition on every call, against the limit that also parses the YAML once. The two
 # servers run alternately, ROUNDS times each, and the table shows medians and ratios.
-# While metahooks is loaded, /readyz is polled and its p99 reported (it must stay fast).
+# While metahooks is loaded, /readyz is polled and its p99 reported (it must stay fast);
+# the limit is polled the same way so both share the machine with the same extra load
+# (LOAD_POLL=0 polls neither, for figures without that load).
 # The largest default size, 2000 KiB, carries a definition just under what one ConfigMap
 # can hold (requests carry it twice: in the APIMock and in the observed ConfigMap).
 # Installs wrk from Debian if it is missing.
@@ -18,6 +20,7 @@ rounds="${1:-3}"
 seconds="${2:-5}"
 sizes="${3:-12 31 2000}"
 connections="${LOAD_CONNECTIONS:-4}"
+poll="${LOAD_POLL:-1}" # 0: no prober at all (neither server is polled)
 
 if ! command -v wrk >/dev/null; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -51,11 +54,14 @@ load() { # PORT REQUEST_FILE MODE SECONDS -> "rps p50 p99"
                      if (v["errors"] > 0) { print "load.sh: " v["errors"] " errors" > "/dev/stderr" }
                      print v["rps"], v["p50_ms"], v["p99_ms"] }'
 }
-probe_while() { # runs "$@" while polling /readyz; appends probe latencies (ms) to $work/probes
+probe_while() { # URL OUT CMD... — runs CMD while polling URL; appends latencies (s) to OUT
   # Twenty probes a second, as a kubelet with several probes would at most; a tighter loop
-  # would take a core from the server it measures.
-  ( while :; do curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:$probe/readyz"; sleep 0.05; done ) \
-    >>"$work/probes.s" & local poller=$!
+  # would take a core from the server it measures. The limit is polled the same way
+  # (any path; it answers 404) so both servers share the machine with the same curl load.
+  local url="$1" out="$2"; shift 2
+  if [ "$poll" = 0 ]; then "$@"; return; fi
+  ( while :; do curl -s -o /dev/null -w '%{time_total}\n' "$url"; sleep 0.05; done ) \
+    >>"$out" & local poller=$!
   "$@"
   kill "$poller"; wait "$poller" 2>/dev/null || true
 }
@@ -70,8 +76,10 @@ for kib in $sizes; do
     load "$ours" "$file" "$mode" 1 >/dev/null; load "$limit" "$file" "$mode" 1 >/dev/null
     : >"$work/ours"; : >"$work/limit"
     for _ in $(seq "$rounds"); do
-      probe_while load "$ours" "$file" "$mode" "$seconds" >>"$work/ours"
-      load "$limit" "$file" "$mode" "$seconds" >>"$work/limit"
+      probe_while "http://127.0.0.1:$probe/readyz" "$work/probes.s" \
+        load "$ours" "$file" "$mode" "$seconds" >>"$work/ours"
+      probe_while "http://127.0.0.1:$limit/" "$work/limit-polls.s" \
+        load "$limit" "$file" "$mode" "$seconds" >>"$work/limit"
     done
     o_rps=$(cut -d' ' -f1 "$work/ours" | median); o_p99=$(cut -d' ' -f3 "$work/ours" | median)
     l_rps=$(cut -d' ' -f1 "$work/limit" | median); l_p99=$(cut -d' ' -f3 "$work/limit" | median)
@@ -81,7 +89,12 @@ for kib in $sizes; do
       "$(awk -v a="$o_p99" -v b="$l_p99" 'BEGIN { print a / b }')"
   done
 done
+touch "$work/probes.s"
 probes=$(wc -l <"$work/probes.s")
 probe_p99=$(sort -g "$work/probes.s" | awk -v n="$probes" 'NR == int(n * 0.99 + 0.5) { printf "%.1f", $1 * 1000 }')
-echo "readyz while metahooks was loaded: $probes probes, p99 ${probe_p99} ms"
+if [ "$probes" -gt 0 ]; then
+  echo "readyz while metahooks was loaded: $probes probes, p99 ${probe_p99} ms"
+else
+  echo "readyz not polled (LOAD_POLL=0)"
+fi
 echo "metahooks RSS after the run: $(awk '/VmRSS/ {print $2}' "/proc/${pids[0]}/status") KiB"

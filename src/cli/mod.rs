@@ -79,7 +79,7 @@ pub struct ServeArgs {
     #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
     /// Threads hook answers are computed on (validation, building children); 0 chooses
-    /// twice the cores the process may use.
+    /// one per core the process may use.
     #[arg(long, env = "METAHOOKS_COMPUTE_THREADS", default_value_t = 0)]
     pub compute_threads: usize,
     /// Require `Authorization: Bearer <token>`, the token read from this file.

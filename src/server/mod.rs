@@ -55,7 +55,7 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Open hook connections beyond this are closed as soon as they are accepted.
     pub max_connections: usize,
-    /// Threads hook answers are computed on; 0 chooses twice the cores.
+    /// Threads hook answers are computed on; 0 chooses one per core.
     pub compute_threads: usize,
 }
 
