@@ -6,21 +6,14 @@ use crate::support;
 
 use std::collections::BTreeMap;
 
+use metahooks::controllers::Registry;
 use metahooks::controllers::apimock::definition::analyze;
-use metahooks::controllers::{Context, Registry};
-use metahooks::protocol::Hook;
 use serde_json::{Value, json};
 
 fn sync(parent: &Value) -> Value {
     let registry = Registry::standard(Default::default());
     let request = json!({"controller": {}, "parent": parent, "children": {}, "related": related(), "finalizing": false});
-    let outcome = registry.call(
-        "apimock",
-        Hook::Sync,
-        &serde_json::to_vec(&request).unwrap(),
-        &Context::at(support::golden_now()),
-    );
-    serde_json::from_slice(&outcome.result.unwrap()).unwrap()
+    support::apimock_sync(&registry, &request)
 }
 
 /// Every ConfigMap of the example files, as Metacontroller sends related objects (v2).
@@ -107,13 +100,7 @@ fn multi_file_children() -> Vec<Value> {
             "metadata": {"name": "shop", "namespace": "team-a", "generation": 1},
             "spec": {"definitionFrom": {"git": {"url": url, "path": "api"}}, "docs": {"enabled": true},
                      "ingress": {"hostname": "shop.example.com", "path": "/", "certManager": true}}}});
-    let outcome = registry.call(
-        "apimock",
-        Hook::Sync,
-        &serde_json::to_vec(&request).unwrap(),
-        &registry.context(support::golden_now()),
-    );
-    let response: Value = serde_json::from_slice(&outcome.result.unwrap()).unwrap();
+    let response = support::apimock_sync(&registry, &request);
     let children = response["children"].as_array().cloned().unwrap_or_default();
     let config_map = children.iter().find(|c| c["kind"] == "ConfigMap").unwrap();
     assert_eq!(

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use metahooks::controllers::Registry;
-use metahooks::protocol::Hook;
 use metahooks::source::fake::FakeSources;
 use serde_json::{Value, json};
 
@@ -35,13 +34,7 @@ fn children_with(spec: Value, sources: Arc<FakeSources>) -> Vec<Value> {
         "metadata": {"name": "e2e", "namespace": "default", "generation": 1}, "spec": spec});
     let request = json!({"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": false});
     let registry = Registry::standard(Default::default()).with_sources(sources);
-    let outcome = registry.call(
-        "apimock",
-        Hook::Sync,
-        &serde_json::to_vec(&request).unwrap(),
-        &registry.context(support::golden_now()),
-    );
-    let response: Value = serde_json::from_slice(&outcome.result.unwrap()).unwrap();
+    let response = support::apimock_sync(&registry, &request);
     let validated = response["status"]["conditions"]
         .as_array()
         .and_then(|conditions| conditions.iter().find(|c| c["type"] == "Validated"))

@@ -56,6 +56,19 @@ pub async fn start_standard(clock: Clock) -> Server {
     .expect("server starts")
 }
 
+/// An APIMock sync through `registry` at [`golden_now`]; the answer as JSON.
+pub fn apimock_sync(registry: &Registry, request: &serde_json::Value) -> serde_json::Value {
+    let body = serde_json::to_vec(request).expect("request serialises");
+    let outcome = registry.call(
+        "apimock",
+        metahooks::protocol::Hook::Sync,
+        &body,
+        &registry.context(golden_now()),
+    );
+    let answer = outcome.result.expect("the sync answers");
+    serde_json::from_slice(&answer).expect("the answer is JSON")
+}
+
 pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
