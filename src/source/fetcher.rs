@@ -212,6 +212,18 @@ impl Inner {
 
 impl Sources for Fetcher {
     fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
+        // Credentials the Secret's owner did not allow for this URL are never used: no
+        // job is scheduled, so no request is made at all.
+        if let Some(Err(refusal)) = request
+            .credentials
+            .as_ref()
+            .map(|c| c.check_url(request.location.url()))
+        {
+            return SourceState {
+                error: Some(refusal),
+                ..SourceState::default()
+            };
+        }
         let key = request.key();
         let remote_key = request.remote_key();
         let now = Instant::now();
@@ -655,6 +667,7 @@ mod tests {
         let with_token = SourceRequest {
             credentials: Some(Credentials {
                 token: Some("other tenant".to_owned()),
+                binding: crate::source::binding::Binding::read("t", None, Some(&repo.url())),
                 ..Credentials::default()
             }),
             ..anonymous.clone()

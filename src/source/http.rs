@@ -46,27 +46,19 @@ impl Resolve for PolicyResolver {
     }
 }
 
-/// A client that applies `policy` to every connection it makes.
+/// Redirect hops one fetch follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// A client that applies `policy` to every connection it makes. Redirects are followed
+/// by [`fetch`] itself, one hop at a time, so each hop is checked against the policy and
+/// against the credentials' binding before anything is sent to it.
 pub fn client(policy: Arc<Policy>) -> Result<reqwest::Client, FetchError> {
-    let redirect_policy = policy.clone();
     reqwest::Client::builder()
         .use_rustls_tls()
         .dns_resolver(Arc::new(PolicyResolver {
             policy: policy.clone(),
         }))
-        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() >= 5 {
-                return attempt.error("too many redirects");
-            }
-            let target = attempt.url().clone();
-            match redirect_policy
-                .check_url(target.as_str())
-                .and_then(|url| literal_check(&redirect_policy, &url))
-            {
-                Ok(()) => attempt.follow(),
-                Err(refusal) => attempt.error(refusal),
-            }
-        }))
+        .redirect(reqwest::redirect::Policy::none())
         // Proxies from the environment would resolve and connect on our behalf, past the
         // address policy; sources always connect directly.
         .no_proxy()
@@ -86,50 +78,79 @@ fn literal_check(policy: &Policy, url: &url::Url) -> Result<(), FetchError> {
     }
 }
 
-/// GETs one file under `policy` (status, size and credentials checked).
+/// GETs one file under `policy` (status, size and credentials checked), within the
+/// policy's time limit counted from the call: name resolution, every redirect hop and
+/// the body included.
 ///
 /// # Errors
-/// A refused URL or address, an error status, a body over the size limit, or a
-/// transport failure; never with user-info from the URL in the message.
+/// A refused URL or address, credentials their Secret does not allow for the URL, an
+/// error status, a body over the size limit, or a transport failure; never with
+/// user-info from the URL in the message.
 pub async fn fetch(
     client: &reqwest::Client,
     policy: &Policy,
     url: &str,
     credentials: Option<&Credentials>,
 ) -> Result<Snapshot, FetchError> {
-    let raw_url = url;
+    let seconds = policy.limits.timeout_seconds;
+    tokio::time::timeout(
+        Duration::from_secs(seconds),
+        fetch_unbounded(client, policy, url, credentials),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(FetchError::Timeout {
+            url: super::redact_url(url),
+            seconds,
+        })
+    })
+}
+
+async fn fetch_unbounded(
+    client: &reqwest::Client,
+    policy: &Policy,
+    raw_url: &str,
+    credentials: Option<&Credentials>,
+) -> Result<Snapshot, FetchError> {
     // What people see (conditions, logs) never carries user-info from the URL.
-    let shown = super::redact_url(raw_url);
-    let url = shown.as_str();
-    let parsed = policy.check_url(raw_url).map_err(|e| match e {
-        FetchError::InvalidUrl { problem, .. } => FetchError::InvalidUrl {
-            url: shown.clone(),
-            problem,
-        },
-        other => other,
-    })?;
-    if parsed.scheme() == "file" || parsed.scheme() == "git" {
-        return Err(FetchError::SchemeRefused {
-            scheme: parsed.scheme().to_owned(),
-        });
-    }
-    literal_check(policy, &parsed)?;
-    let mut request = client.get(parsed.clone());
+    let mut shown = super::redact_url(raw_url);
+    let mut target = checked(policy, raw_url)?;
     if let Some(credentials) = credentials {
-        request = match (
-            &credentials.username,
-            &credentials.password,
-            &credentials.token,
-        ) {
-            (Some(user), Some(password), _) => request.basic_auth(user, Some(password)),
-            (_, _, Some(token)) => request.bearer_auth(token),
-            _ => request,
-        };
+        credentials.check_url(target.as_str())?;
     }
-    let mut response = request
-        .send()
-        .await
-        .map_err(|e| transport_error(e, url, policy))?;
+    let mut hops = 0;
+    let mut response = loop {
+        // Credentials go to a hop only when their Secret allows its URL.
+        let hop_credentials = credentials.filter(|c| c.check_url(target.as_str()).is_ok());
+        let response = send(client, target.clone(), hop_credentials)
+            .await
+            .map_err(|e| transport_error(e, &shown, policy))?;
+        if !response.status().is_redirection() {
+            break response;
+        }
+        hops += 1;
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| FetchError::HttpStatus {
+                url: shown.clone(),
+                status: response.status().as_u16(),
+            })?;
+        let next = target.join(location).map_err(|e| FetchError::InvalidUrl {
+            url: super::redact_url(location),
+            problem: format!("the redirect from {shown} is not a URL: {e}"),
+        })?;
+        if hops > MAX_REDIRECTS {
+            return Err(FetchError::Unreachable {
+                url: shown,
+                detail: format!("more than {MAX_REDIRECTS} redirects"),
+            });
+        }
+        target = checked(policy, next.as_str())?;
+        shown = super::redact_url(target.as_str());
+    };
+    let url = shown.as_str();
     let status = response.status();
     if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
         return Err(FetchError::AuthFailed {
@@ -157,7 +178,7 @@ pub async fn fetch(
             });
         }
     }
-    let name = parsed
+    let name = target
         .path_segments()
         .and_then(|mut segments| segments.next_back().map(str::to_owned))
         .filter(|s| !s.is_empty())
@@ -169,6 +190,45 @@ pub async fn fetch(
         single_file: true,
         made_at: None,
     })
+}
+
+/// A URL (the first or a redirect's) that this engine may GET: an allowed http(s)
+/// scheme and, for an IP-literal host, an allowed address.
+fn checked(policy: &Policy, raw: &str) -> Result<url::Url, FetchError> {
+    let parsed = policy.check_url(raw).map_err(|e| match e {
+        FetchError::InvalidUrl { problem, .. } => FetchError::InvalidUrl {
+            url: super::redact_url(raw),
+            problem,
+        },
+        other => other,
+    })?;
+    if parsed.scheme() == "file" || parsed.scheme() == "git" {
+        return Err(FetchError::SchemeRefused {
+            scheme: parsed.scheme().to_owned(),
+        });
+    }
+    literal_check(policy, &parsed)?;
+    Ok(parsed)
+}
+
+async fn send(
+    client: &reqwest::Client,
+    url: url::Url,
+    credentials: Option<&Credentials>,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let mut request = client.get(url);
+    if let Some(credentials) = credentials {
+        request = match (
+            &credentials.username,
+            &credentials.password,
+            &credentials.token,
+        ) {
+            (Some(user), Some(password), _) => request.basic_auth(user, Some(password)),
+            (_, _, Some(token)) => request.bearer_auth(token),
+            _ => request,
+        };
+    }
+    request.send().await
 }
 
 fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchError {
@@ -330,6 +390,11 @@ mod tests {
         let (address, seen) = serve(ROUTES).await;
         let token = Credentials {
             token: Some("t0k3n".to_owned()),
+            binding: crate::source::binding::Binding::read(
+                "t",
+                None,
+                Some(&format!("http://{address}/")),
+            ),
             ..Credentials::default()
         };
         let fetched = get(

@@ -10,6 +10,7 @@
 //!   fetch passes before it touches the network;
 //! - [`git`] and [`http`] do the blocking/async work, bounded in time and size.
 
+pub mod binding;
 pub mod connect_guard;
 pub mod disk;
 pub mod fake;
@@ -51,9 +52,14 @@ impl Location {
     }
 }
 
-/// Credentials from a Secret (`username`/`password` or `token`).
-#[derive(Clone, Default, PartialEq, Eq)]
+/// Credentials from a Secret (`username`/`password` or `token`), with the URLs the
+/// Secret's owner allows them to reach.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Credentials {
+    /// The Secret they came from (named in refusals).
+    pub secret: String,
+    /// Where they may be sent ([`binding`]).
+    pub binding: binding::Binding,
     /// User name for basic auth (git's userpass).
     pub username: Option<String>,
     /// Password for `username`.
@@ -68,7 +74,32 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+impl Default for Credentials {
+    /// No values and bound to nothing: sent nowhere until a binding is given.
+    fn default() -> Credentials {
+        Credentials {
+            secret: String::new(),
+            binding: binding::Binding::Refused("no URLs are allowed".to_owned()),
+            username: None,
+            password: None,
+            token: None,
+        }
+    }
+}
+
 impl Credentials {
+    /// Refuses `url` unless the Secret's binding covers it; the error names the Secret
+    /// and the URL (without user-info).
+    pub fn check_url(&self, url: &str) -> Result<(), FetchError> {
+        self.binding
+            .check(url)
+            .map_err(|why| FetchError::CredentialsNotAllowed {
+                secret: self.secret.clone(),
+                url: redact_url(url),
+                why,
+            })
+    }
+
     /// Distinguishes cache entries of different credential holders, so one tenant's
     /// access never serves another's request for the same URL. Keyed with a secret drawn
     /// when the process starts: the fingerprint says nothing about the password to
@@ -234,6 +265,12 @@ pub enum FetchError {
     SchemeRefused { scheme: String },
     #[error("host {host} is refused: {why} (allow with --allow-private-addresses)")]
     HostRefused { host: String, why: String },
+    #[error("the credentials of Secret {secret:?} are not sent to {url}: {why}")]
+    CredentialsNotAllowed {
+        secret: String,
+        url: String,
+        why: String,
+    },
     #[error("authentication failed for {url}")]
     AuthFailed { url: String },
     #[error("ref {reference:?} does not exist in {url}")]
@@ -273,6 +310,7 @@ impl FetchError {
             FetchError::InvalidUrl { .. } => "InvalidURL",
             FetchError::SchemeRefused { .. } => "SchemeRefused",
             FetchError::HostRefused { .. } => "HostRefused",
+            FetchError::CredentialsNotAllowed { .. } => "CredentialsNotAllowed",
             FetchError::AuthFailed { .. } => "AuthFailed",
             FetchError::RefNotFound { .. } => "RefNotFound",
             FetchError::PathNotFound { .. } => "PathNotFound",

@@ -32,10 +32,12 @@ fn condition(parent: &Value, type_: &str) -> Option<(String, String, String)> {
     ))
 }
 
-fn secret(namespace: &str, name: &str, token: &str, labels: Value) -> Value {
+/// A token Secret whose owner allows it for `allowed` (URL prefixes).
+fn secret(namespace: &str, name: &str, token: &str, labels: Value, allowed: &str) -> Value {
     use base64::Engine;
     json!({"apiVersion": "v1", "kind": "Secret",
-           "metadata": {"name": name, "namespace": namespace, "labels": labels},
+           "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                        "annotations": {"sources.metahooks.io/allowed-urls": allowed}},
            "data": {"token": base64::engine::general_purpose::STANDARD.encode(token)}})
 }
 
@@ -59,8 +61,13 @@ async fn another_namespaces_secret_and_pods_are_never_used() {
     let mut h = harness().await;
     // team-b holds a Secret with the name team-a's service asks for, and a Pod carrying
     // the labels team-a's pods would carry.
-    h.emulator
-        .apply(secret("team-b", "git-creds", "team-b-token", json!({})));
+    h.emulator.apply(secret(
+        "team-b",
+        "git-creds",
+        "team-b-token",
+        json!({}),
+        "http://127.0.0.1/",
+    ));
     h.emulator.apply(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "intruder", "namespace": "team-b",
                      "labels": {"app.kubernetes.io/name": "web", "app.kubernetes.io/instance": "web",
@@ -121,6 +128,7 @@ async fn a_configsync_secret_annotation_takes_effect_despite_the_customize_cache
         "creds",
         "t",
         json!({"configsync.metahooks.io/credentials": "true"}),
+        &daemon.url(),
     ));
     let mut target = h.emulator.objects[&key].clone();
     target["metadata"]["annotations"]["configsync.metahooks.io/secret"] = json!("creds");
@@ -138,7 +146,8 @@ async fn a_configsync_secret_annotation_takes_effect_despite_the_customize_cache
         target["metadata"]["annotations"]
     );
     // An unlabelled Secret is not brought, and the message says what is missing.
-    h.emulator.apply(secret("team-a", "plain", "t", json!({})));
+    h.emulator
+        .apply(secret("team-a", "plain", "t", json!({}), &daemon.url()));
     let mut target = h.emulator.objects[&key].clone();
     target["metadata"]["annotations"]["configsync.metahooks.io/secret"] = json!("plain");
     h.emulator.objects.insert(key.clone(), target);

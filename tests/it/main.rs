@@ -21,4 +21,5 @@ mod monitoredservice_oracles;
 mod monitoredservice_sources;
 mod process;
 mod protocol_fixtures;
+mod source_boundary;
 mod source_hardening;

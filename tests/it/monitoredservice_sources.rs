@@ -306,7 +306,8 @@ async fn credentials_from_a_secret_over_smart_http() {
     let secret = |password: &str| {
         use base64::Engine;
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "git-creds", "namespace": "team-a"},
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "git-creds", "namespace": "team-a",
+                 "annotations": {"sources.metahooks.io/allowed-urls": format!("http://127.0.0.1:{port}/")}},
                "data": {"username": b64("deploy"), "password": b64(password)}})
     };
     h.emulator.apply(secret("wrong"));

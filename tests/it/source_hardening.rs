@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use metahooks::source::binding::Binding;
 use metahooks::source::fetcher::Fetcher;
 use metahooks::source::policy::Policy;
 use metahooks::source::{Location, SourceRequest, SourceState, Sources};
@@ -283,6 +284,15 @@ async fn git_credentials_never_follow_a_redirect_to_another_origin() {
         },
         credentials: Some(metahooks::source::Credentials {
             token: Some("tenant-token".to_owned()),
+            // The owner allows the origin and the other origin too: a redirect still
+            // never carries credentials across origins.
+            binding: Binding::read(
+                "t",
+                None,
+                Some(&format!(
+                    "http://127.0.0.1:{origin}/, http://127.0.0.1:{other}/"
+                )),
+            ),
             ..Default::default()
         }),
     };

@@ -22,7 +22,8 @@ pub enum Origin<'s> {
     Inline(&'s str),
     ConfigMap(&'s ConfigMapKeyRef),
     Fetched {
-        request: SourceRequest,
+        /// Boxed: credentials with their URL binding make it the largest variant by far.
+        request: Box<SourceRequest>,
         root: Option<&'s str>,
         interval: u64,
     },
@@ -116,7 +117,7 @@ pub fn origin<'s>(
     };
     let request = source_spec::request(location, secret, related, namespace)?;
     Ok(Origin::Fetched {
-        request,
+        request: Box::new(request),
         root,
         interval: from.interval_seconds(),
     })

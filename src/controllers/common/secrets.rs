@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use crate::protocol::ObjectMap;
 use crate::source::Credentials;
+use crate::source::binding::{ALLOWED_URLS, Binding};
 
 use super::problem::Problem;
 
@@ -27,6 +28,17 @@ pub fn credentials(
             )
         })?;
     let credentials = Credentials {
+        secret: name.to_owned(),
+        // Checked against the URL by the source engine, before any request is made.
+        binding: Binding::read(
+            name,
+            object.get("type").and_then(Value::as_str),
+            object
+                .get("metadata")
+                .and_then(|m| m.get("annotations"))
+                .and_then(|a| a.get(ALLOWED_URLS))
+                .and_then(Value::as_str),
+        ),
         username: field(object, "username"),
         password: field(object, "password"),
         token: field(object, "token"),
