@@ -14,8 +14,9 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use metahooks::controllers::{ControllerSettings, Registry};
 use metahooks::protocol::Hook;
-use metahooks::source::fetcher::Fetcher;
+use metahooks::source::fetcher::{Fetcher, FetcherOptions};
 use metahooks::source::policy::Policy;
+use metahooks::source::worker::spawn::Isolation;
 use serde_json::json;
 
 fn git(dir: &Path, args: &[&str]) {
@@ -70,8 +71,12 @@ fn bench(c: &mut Criterion) {
         ..Policy::default()
     };
     let cache = tempfile::tempdir().unwrap();
-    let fetcher =
-        runtime.block_on(async { Fetcher::new(policy.clone(), cache.path().to_owned()).unwrap() });
+    let worker = Isolation::Process(env!("CARGO_BIN_EXE_metahooks").into());
+    let fetcher = runtime.block_on(async {
+        Fetcher::new(policy.clone(), cache.path().to_owned())
+            .unwrap()
+            .with_options(FetcherOptions::new(worker))
+    });
     let registry =
         Registry::standard(ControllerSettings::default()).with_sources(Arc::new(fetcher.clone()));
     let mut group = c.benchmark_group("monitoredservice_sync_warm");

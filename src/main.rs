@@ -10,6 +10,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::SourceWorker = cli.command {
+        // Nothing else runs in a worker: no logging, no runtime.
+        let code = metahooks::source::worker::child::main();
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -62,6 +67,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", metahooks::crds::all_yaml()?);
             Ok(())
         }
+        Command::SourceWorker => Ok(()),
         Command::Version => {
             println!("metahooks {}", env!("CARGO_PKG_VERSION"));
             Ok(())

@@ -9,8 +9,9 @@ use anyhow::{Context as _, bail};
 use crate::cli::{ControllerArgs, ServeArgs};
 use crate::controllers::{ControllerSettings, Registry};
 use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
-use crate::source::fetcher::Fetcher;
+use crate::source::fetcher::{Fetcher, FetcherOptions};
 use crate::source::policy::{Limits as SourceLimits, Policy};
+use crate::source::worker::spawn::Isolation;
 
 /// The server settings and controller registry `serve` runs with, checked.
 ///
@@ -120,8 +121,15 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         .unwrap_or_else(|| std::env::temp_dir().join("metahooks"));
     std::fs::create_dir_all(&cache_dir)
         .with_context(|| format!("cannot create the cache directory {}", cache_dir.display()))?;
+    let options = FetcherOptions {
+        workers: args.fetch_workers,
+        workers_per_namespace: args.fetch_workers_per_namespace,
+        worker_memory_bytes: args.fetch_worker_memory_bytes,
+        ..FetcherOptions::new(Isolation::current_exe().context("cannot start fetch workers")?)
+    };
     Ok(Fetcher::new(policy, cache_dir)
         .context("cannot start the source fetcher")?
+        .with_options(options)
         .with_cache_max_bytes(args.cache_max_bytes))
 }
 

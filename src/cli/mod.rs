@@ -29,7 +29,7 @@ pub enum Command {
     /// Serve the hooks (and probes/metrics on a second port).
     Serve(Box<ServeArgs>),
     /// Print the response `sync` would give for a parent, without a cluster.
-    Render(RenderArgs),
+    Render(Box<RenderArgs>),
     /// Run Metacontroller's loop on objects from files, without a cluster, against our
     /// controllers in-process or any hook server, and report what a hook does wrong.
     Emulate(Box<EmulateArgs>),
@@ -37,6 +37,9 @@ pub enum Command {
     Crds,
     /// Print the version.
     Version,
+    /// Run one git fetch job read from stdin (started by the server itself).
+    #[command(name = "source-worker", hide = true)]
+    SourceWorker,
 }
 
 /// `metahooks serve`: the hook and probe ports.
@@ -144,6 +147,16 @@ pub struct ControllerArgs {
     /// removed beyond it (and fetched again when asked for).
     #[arg(long, env = "METAHOOKS_CACHE_MAX_BYTES", default_value_t = crate::source::fetcher::DEFAULT_CACHE_MAX_BYTES)]
     pub cache_max_bytes: u64,
+    /// Git fetch worker processes running at once.
+    #[arg(long, env = "METAHOOKS_FETCH_WORKERS", default_value_t = crate::source::fetcher::DEFAULT_WORKERS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub fetch_workers: usize,
+    /// Git fetch workers one namespace may use at once (the rest stay free for others).
+    #[arg(long, env = "METAHOOKS_FETCH_WORKERS_PER_NAMESPACE", default_value_t = crate::source::fetcher::DEFAULT_WORKERS_PER_NAMESPACE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub fetch_workers_per_namespace: usize,
+    /// Address space of each git fetch worker, in bytes; a fetch that needs more fails
+    /// with reason MemoryLimit.
+    #[arg(long, env = "METAHOOKS_FETCH_WORKER_MEMORY_BYTES", default_value_t = crate::source::worker::WorkerLimits::DEFAULT_MEMORY_BYTES, value_parser = clap::value_parser!(u64).range(32 * 1024 * 1024..))]
+    pub fetch_worker_memory_bytes: u64,
 }
 
 /// How logs are written.

@@ -14,10 +14,17 @@
 //!   itself (libgit2 is given the guard's address); it forwards each request to the
 //!   origin and reads each answer's head: a redirect within the origin is pointed back
 //!   at the guard, a redirect to another origin is refused.
+//! - git://: the guard stands in for the daemon and relays the bytes to the checked
+//!   address of the origin.
+//!
+//! Every byte the remote sends is counted against the current [`Phase`]'s cap (the ref
+//! advertisement has its own, far below the pack's), and every connection is closed at
+//! the cap or at the fetch's deadline, whatever the remote does: libgit2's own checks
+//! only run while a pack is received, never while refs are listed.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,6 +49,17 @@ enum Mode {
     Tunnel,
     /// As the server itself (http): origin-form requests relayed to the origin.
     Stand,
+    /// As the daemon itself (git://): bytes relayed to the origin as they are.
+    Raw,
+}
+
+/// What the remote is sending now; each phase has its own byte cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Listing refs (`Limits::refs_bytes`).
+    Refs = 0,
+    /// Negotiating and sending the pack (`Limits::download_bytes`).
+    Pack = 1,
 }
 
 struct Shared {
@@ -55,6 +73,11 @@ struct Shared {
     deadline: Instant,
     stop: AtomicBool,
     refusal: Mutex<Option<FetchError>>,
+    phase: AtomicU8,
+    /// Bytes received from the remote in each phase.
+    received: [AtomicU64; 2],
+    /// The URL as people see it, for refusals.
+    shown: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +104,8 @@ impl std::fmt::Display for Origin {
 }
 
 impl ConnectGuard {
-    /// Starts a guard for a fetch of `url` (http or https) that must end by `deadline`.
+    /// Starts a guard for a fetch of `url` (http, https or git) that must end by
+    /// `deadline`.
     ///
     /// # Errors
     /// [`FetchError::Other`] when no loopback port can be had.
@@ -93,17 +117,19 @@ impl ConnectGuard {
     ) -> Result<ConnectGuard, FetchError> {
         let origin = Origin {
             host: bare_host(url.host_str().unwrap_or_default()).to_owned(),
-            port: url.port_or_known_default().unwrap_or(443),
+            port: url
+                .port_or_known_default()
+                .unwrap_or(if url.scheme() == "git" { 9418 } else { 443 }),
         };
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .map_err(|e| FetchError::Other(format!("cannot start the connection guard: {e}")))?;
         let address = listener
             .local_addr()
             .map_err(|e| FetchError::Other(format!("cannot start the connection guard: {e}")))?;
-        let mode = if url.scheme() == "http" {
-            Mode::Stand
-        } else {
-            Mode::Tunnel
+        let mode = match url.scheme() {
+            "http" => Mode::Stand,
+            "git" => Mode::Raw,
+            _ => Mode::Tunnel,
         };
         let shared = Arc::new(Shared {
             policy: policy.clone(),
@@ -114,6 +140,9 @@ impl ConnectGuard {
             deadline,
             stop: AtomicBool::new(false),
             refusal: Mutex::new(None),
+            phase: AtomicU8::new(Phase::Refs as u8),
+            received: [AtomicU64::new(0), AtomicU64::new(0)],
+            shown: super::redact_url(url.as_str()),
         });
         let accept_shared = shared.clone();
         let accept = std::thread::Builder::new()
@@ -144,9 +173,23 @@ impl ConnectGuard {
         local.to_string()
     }
 
-    /// Why the guard refused a connection, if it did (the first refusal).
+    /// Why the guard refused or cut a connection, if it did (the first refusal).
     pub fn refusal(&self) -> Option<FetchError> {
         lock(&self.shared.refusal).clone()
+    }
+
+    /// What the remote sends from now on counts against `phase`'s cap.
+    pub fn enter(&self, phase: Phase) {
+        self.shared.phase.store(phase as u8, Ordering::SeqCst);
+    }
+
+    /// Bytes received from the remote so far, all phases together.
+    pub fn received(&self) -> u64 {
+        self.shared
+            .received
+            .iter()
+            .map(|r| r.load(Ordering::SeqCst))
+            .sum()
     }
 }
 
@@ -193,12 +236,76 @@ impl Shared {
             .max(Duration::from_millis(100))
     }
 
-    fn refuse(&self, client: &mut TcpStream, refusal: FetchError) -> io::Result<()> {
+    fn record(&self, refusal: FetchError) {
         let mut first = lock(&self.refusal);
         if first.is_none() {
             *first = Some(refusal);
         }
-        drop(first);
+    }
+
+    /// Counts `bytes` from the remote; the refusal when the phase's cap or the deadline
+    /// is passed (the caller then closes the connection).
+    fn count(&self, bytes: usize) -> Option<FetchError> {
+        let phase = self.phase.load(Ordering::SeqCst);
+        let (index, cap, what) = if phase == Phase::Refs as u8 {
+            (0, self.policy.limits.refs_bytes, "the ref advertisement of")
+        } else {
+            (1, self.policy.limits.download_bytes, "the download from")
+        };
+        let total = self.received[index].fetch_add(bytes as u64, Ordering::SeqCst) + bytes as u64;
+        if total > cap {
+            return Some(FetchError::TooLarge {
+                what: format!("{what} {}", self.shown),
+                limit: cap,
+            });
+        }
+        if Instant::now() > self.deadline {
+            return Some(FetchError::Timeout {
+                url: self.shown.clone(),
+                seconds: self.policy.limits.timeout_seconds,
+            });
+        }
+        None
+    }
+
+    /// Copies what the remote sends to libgit2, counted, until either side closes, a cap
+    /// is passed or the deadline comes. A read waits at most until the deadline, so a
+    /// remote that trickles a byte at a time cannot stretch it.
+    fn copy_down(&self, upstream: &mut TcpStream, client: &mut TcpStream) -> io::Result<()> {
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.record(FetchError::Timeout {
+                    url: self.shown.clone(),
+                    seconds: self.policy.limits.timeout_seconds,
+                });
+                return Ok(());
+            }
+            upstream.set_read_timeout(Some(left))?;
+            let read = match upstream.read(&mut buffer) {
+                Ok(0) => return Ok(()),
+                Ok(read) => read,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(refusal) = self.count(read) {
+                self.record(refusal);
+                return Ok(());
+            }
+            client.write_all(&buffer[..read])?;
+        }
+    }
+
+    fn refuse(&self, client: &mut TcpStream, refusal: FetchError) -> io::Result<()> {
+        self.record(refusal);
         client
             .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
     }
@@ -233,6 +340,16 @@ impl Shared {
 /// One connection from libgit2: read the request head, decide, connect, relay.
 fn serve(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
     client.set_read_timeout(Some(shared.remaining()))?;
+    if shared.mode == Mode::Raw {
+        let upstream = match shared.connect(&shared.origin) {
+            Ok(upstream) => upstream,
+            Err(refusal) => {
+                shared.record(refusal);
+                return Ok(());
+            }
+        };
+        return relay(client, upstream, shared);
+    }
     let (head, rest) = read_head(&mut client)?;
     let text = String::from_utf8_lossy(&head).into_owned();
     let mut lines = text.split("\r\n");
@@ -243,6 +360,7 @@ fn serve(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
     match shared.mode {
         Mode::Tunnel => tunnel(client, shared, method, target, &rest),
         Mode::Stand => stand_in(client, shared, method, target, &headers, &rest),
+        Mode::Raw => Ok(()),
     }
 }
 
@@ -271,7 +389,7 @@ fn tunnel(
     };
     client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
     upstream.write_all(rest)?;
-    relay(client, upstream, shared.remaining())
+    relay(client, upstream, shared)
 }
 
 /// http: the request goes to the origin's checked address, one request per connection;
@@ -336,6 +454,9 @@ fn answer_back(
     shared: &Shared,
 ) -> io::Result<()> {
     let (head, rest) = read_head(upstream)?;
+    if let Some(refusal) = shared.count(head.len() + rest.len()) {
+        return shared.refuse(client, refusal);
+    }
     let text = String::from_utf8_lossy(&head).into_owned();
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
@@ -384,8 +505,7 @@ fn answer_back(
     out.push_str("\r\n");
     client.write_all(out.as_bytes())?;
     client.write_all(&rest)?;
-    io::copy(upstream, client)?;
-    Ok(())
+    shared.copy_down(upstream, client)
 }
 
 /// `host:port` of a CONNECT request (IPv6 in brackets).
@@ -421,11 +541,10 @@ fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
     }
 }
 
-/// Copies both ways until either side closes or the fetch's time is up.
-fn relay(client: TcpStream, upstream: TcpStream, remaining: Duration) -> io::Result<()> {
-    for stream in [&client, &upstream] {
-        stream.set_read_timeout(Some(remaining))?;
-    }
+/// Copies both ways until either side closes, the remote passes a cap or the fetch's
+/// time is up; then both connections are closed.
+fn relay(client: TcpStream, upstream: TcpStream, shared: &Shared) -> io::Result<()> {
+    client.set_read_timeout(Some(shared.remaining()))?;
     let (mut client_in, mut upstream_out) = (client.try_clone()?, upstream.try_clone()?);
     let upward = std::thread::Builder::new()
         .name("connect-guard-relay".to_owned())
@@ -434,7 +553,7 @@ fn relay(client: TcpStream, upstream: TcpStream, remaining: Duration) -> io::Res
             let _ = upstream_out.shutdown(Shutdown::Write);
         })?;
     let (mut upstream_in, mut client_out) = (upstream, client);
-    let _ = io::copy(&mut upstream_in, &mut client_out);
+    let _ = shared.copy_down(&mut upstream_in, &mut client_out);
     let _ = client_out.shutdown(Shutdown::Both);
     let _ = upstream_in.shutdown(Shutdown::Both);
     let _ = upward.join();

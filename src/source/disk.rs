@@ -9,6 +9,43 @@ use std::time::SystemTime;
 /// Touched on every use of a cached repository; its modification time orders eviction.
 const USED_MARKER: &str = "metahooks-last-used";
 
+/// The file under the cache directory holding the key of its repository names.
+const KEY_FILE: &str = "repository-key";
+
+/// The cache's key for naming repositories by credential holder: read from the cache
+/// directory, or drawn and written there (readable by this user only) the first time.
+///
+/// # Errors
+/// The directory or the key file cannot be created or read.
+pub fn key(cache_dir: &Path) -> Result<[u8; 32], super::FetchError> {
+    let file = cache_dir.join(KEY_FILE);
+    let problem = |e: std::io::Error| {
+        super::FetchError::Other(format!("cannot keep the cache key {}: {e}", file.display()))
+    };
+    if let Ok(bytes) = std::fs::read(&file)
+        && let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice())
+    {
+        return Ok(key);
+    }
+    std::fs::create_dir_all(cache_dir).map_err(problem)?;
+    let key = super::random_key();
+    let temporary = cache_dir.join(format!("{KEY_FILE}.new"));
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)
+            .map_err(problem)?;
+        out.write_all(&key).map_err(problem)?;
+    }
+    std::fs::rename(&temporary, &file).map_err(problem)?;
+    Ok(key)
+}
+
 /// Records that the repository at `dir` was just used.
 pub fn touch(dir: &Path) {
     let _ = std::fs::write(dir.join(USED_MARKER), b"");
@@ -17,14 +54,14 @@ pub fn touch(dir: &Path) {
 /// Removes least recently used repositories under `git_dir` until the total size is at
 /// most `max_bytes`. `claim(dir)` returns a claim held while the directory is removed,
 /// or `None` when the repository is in use and must stay. Returns the removed
-/// directories.
+/// directories and the bytes left.
 pub fn enforce_cap<C>(
     git_dir: &Path,
     max_bytes: u64,
     claim: impl Fn(&Path) -> Option<C>,
-) -> Vec<PathBuf> {
+) -> (Vec<PathBuf>, u64) {
     let Ok(entries) = std::fs::read_dir(git_dir) else {
-        return Vec::new();
+        return (Vec::new(), 0);
     };
     let mut repos: Vec<(PathBuf, u64, SystemTime)> = entries
         .filter_map(Result::ok)
@@ -55,7 +92,7 @@ pub fn enforce_cap<C>(
             removed.push(dir);
         }
     }
-    removed
+    (removed, total)
 }
 
 /// Bytes of the files under `dir` (symbolic links not followed).
@@ -106,9 +143,10 @@ mod tests {
                 .and_then(|f| f.set_modified(at))
                 .unwrap_or_else(|e| panic!("{e}"));
         }
-        let removed = enforce_cap(root.path(), 2100, |dir| (dir != busy).then_some(()));
+        let (removed, left) = enforce_cap(root.path(), 2100, |dir| (dir != busy).then_some(()));
+        assert!(left <= 2100, "{left}");
         assert_eq!(removed, vec![old.clone()]);
         assert!(!old.exists() && busy.exists() && new.exists());
-        assert!(enforce_cap(root.path(), 10_000, |_| Some(())).is_empty());
+        assert!(enforce_cap(root.path(), 10_000, |_| Some(())).0.is_empty());
     }
 }

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::policy::Policy;
+use super::slots::FairSlots;
+use super::worker::spawn::Isolation;
+use super::worker::{Fetched, GitJob, Read, WorkerLimits};
 use super::{FetchError, Location, SourceRequest, SourceState, Sources, git, http};
 
 #[derive(Default)]
@@ -83,15 +86,58 @@ struct Inner {
     client: reqwest::Client,
     state: Mutex<State>,
     /// Serialises git work per cache repository (libgit2 locks refs on disk).
-    repo_locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    repo_locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     network_fetches: AtomicU64,
     runtime: tokio::runtime::Handle,
     /// Bytes the git cache may hold on disk (see `disk`).
     cache_max_bytes: AtomicU64,
+    /// The cache's size when last measured (after a download or an eviction).
+    cache_bytes: AtomicU64,
+    /// Git jobs that may download right now (each reserves disk space).
+    downloads: AtomicU64,
+    options: Mutex<FetcherOptions>,
+    git_slots: Mutex<Arc<FairSlots>>,
+    http_slots: Arc<FairSlots>,
+    /// Keys the on-disk repositories by credential holder; kept in the cache directory
+    /// so that a restarted server finds its repositories again.
+    disk_key: [u8; 32],
 }
 
 /// Default cap of the on-disk git cache.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+/// Default number of git fetch workers running at once.
+pub const DEFAULT_WORKERS: usize = 8;
+/// Default number of those one namespace may use.
+pub const DEFAULT_WORKERS_PER_NAMESPACE: usize = 2;
+/// HTTP fetches at once, and for one namespace: each holds a socket and at most one
+/// file's bytes, so they are bounded apart from the git workers.
+const HTTP_FETCHES: usize = 32;
+const HTTP_FETCHES_PER_NAMESPACE: usize = 8;
+
+/// How git jobs run and how many at once.
+#[derive(Debug, Clone)]
+pub struct FetcherOptions {
+    /// Worker processes (or, in the engine's unit tests, blocking threads).
+    pub isolation: Isolation,
+    /// Git workers at once.
+    pub workers: usize,
+    /// Git workers one namespace may use at once.
+    pub workers_per_namespace: usize,
+    /// Address-space limit of each worker.
+    pub worker_memory_bytes: u64,
+}
+
+impl FetcherOptions {
+    /// Defaults with workers re-executing `isolation`'s program.
+    pub fn new(isolation: Isolation) -> FetcherOptions {
+        FetcherOptions {
+            isolation,
+            workers: DEFAULT_WORKERS,
+            workers_per_namespace: DEFAULT_WORKERS_PER_NAMESPACE,
+            worker_memory_bytes: WorkerLimits::DEFAULT_MEMORY_BYTES,
+        }
+    }
+}
 
 /// Cheap to clone; all clones share one cache.
 #[derive(Clone)]
@@ -100,11 +146,14 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    /// Must be called inside a Tokio runtime: jobs are spawned on it.
+    /// Must be called inside a Tokio runtime: jobs are spawned on it. Git jobs run in
+    /// worker processes of this program (see [`Fetcher::with_options`]).
     pub fn new(policy: Policy, cache_dir: PathBuf) -> Result<Fetcher, FetchError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             FetchError::Other("the source fetcher needs a Tokio runtime".to_owned())
         })?;
+        let options = FetcherOptions::new(Isolation::current_exe()?);
+        let disk_key = super::disk::key(&cache_dir)?;
         let policy = Arc::new(policy);
         Ok(Fetcher {
             inner: Arc::new(Inner {
@@ -116,8 +165,31 @@ impl Fetcher {
                 network_fetches: AtomicU64::new(0),
                 runtime,
                 cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
+                cache_bytes: AtomicU64::new(0),
+                downloads: AtomicU64::new(0),
+                git_slots: Mutex::new(FairSlots::new(
+                    options.workers,
+                    options.workers_per_namespace,
+                )),
+                options: Mutex::new(options),
+                http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
+                disk_key,
             }),
         })
+    }
+
+    /// How git jobs run and how many at once; set before the first lookup.
+    #[must_use]
+    pub fn with_options(self, options: FetcherOptions) -> Fetcher {
+        *lock(&self.inner.git_slots) =
+            FairSlots::new(options.workers, options.workers_per_namespace);
+        *lock(&self.inner.options) = options;
+        self
+    }
+
+    /// Git jobs (running, waiting for a worker).
+    pub fn git_load(&self) -> (usize, usize) {
+        lock(&self.inner.git_slots).load()
     }
 
     /// Caps the on-disk git cache (default [`DEFAULT_CACHE_MAX_BYTES`]).
@@ -175,12 +247,50 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
-    /// Evicts least recently used repositories beyond the cap, never `current` or one
-    /// whose lock is held, and forgets what was resolved in the evicted ones.
-    fn enforce_cache_cap(&self, current: &std::path::Path) {
+    /// `file://` URLs may not read the cache itself (another tenant's repositories).
+    fn refuse_cache_url(&self, url: &str) -> Result<(), FetchError> {
+        let Ok(parsed) = url::Url::parse(url) else {
+            return Ok(());
+        };
+        if parsed.scheme() != "file" {
+            return Ok(());
+        }
+        let Ok(path) = parsed.to_file_path() else {
+            return Ok(());
+        };
+        let resolved = std::fs::canonicalize(&path).unwrap_or(path);
+        let cache = std::fs::canonicalize(&self.cache_dir).unwrap_or(self.cache_dir.clone());
+        if resolved.starts_with(&cache) {
+            return Err(FetchError::PathRefused {
+                path: resolved.display().to_string(),
+                why: "it is inside the source cache".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Disk kept free for each git job that may download: a pack at the download limit
+    /// and its index.
+    fn reservation(&self) -> u64 {
+        self.policy.limits.download_bytes + 16 * 1024 * 1024
+    }
+
+    /// Before a job that may download: when the cache as last measured plus a
+    /// reservation for every running download would pass the cap, evict first.
+    fn reserve_disk(&self, current: &std::path::Path) {
+        let running = self.downloads.load(Ordering::SeqCst);
+        let reserved = running.saturating_mul(self.reservation());
         let max = self.cache_max_bytes.load(Ordering::SeqCst);
+        if self.cache_bytes.load(Ordering::SeqCst) + reserved > max {
+            self.enforce_cache_cap(current, max.saturating_sub(reserved));
+        }
+    }
+
+    /// Evicts least recently used repositories beyond `max`, never `current` or one
+    /// whose lock is held, and forgets what was resolved in the evicted ones.
+    fn enforce_cache_cap(&self, current: &std::path::Path, max: u64) {
         let git_dir = self.cache_dir.join("git");
-        let removed = {
+        let (removed, left) = {
             let locks = lock(&self.repo_locks);
             // A repository is removed only while its lock is held here (or when no job
             // ever locked it); the map lock keeps new jobs from taking one meanwhile.
@@ -194,6 +304,7 @@ impl Inner {
                 }
             })
         };
+        self.cache_bytes.store(left, Ordering::SeqCst);
         if removed.is_empty() {
             return;
         }
@@ -331,14 +442,6 @@ impl Drop for InFlight {
     }
 }
 
-/// What a job learnt for one request.
-enum Fetched {
-    Fresh(super::Snapshot),
-    /// The same commit as the snapshot already held: nothing to read again.
-    Unchanged,
-    Failed(FetchError),
-}
-
 type Results = Vec<(String, Fetched)>;
 
 impl Job {
@@ -397,94 +500,94 @@ impl Job {
         url: String,
         reference: Option<String>,
     ) -> (Results, Option<git::Resolved>) {
-        let inner = self.inner.clone();
-        let requests = self.requests.clone();
-        let use_network = self.use_network;
-        let known = self.resolved.clone();
-        let credentials = requests.iter().find_map(|r| r.credentials.clone());
-        let current = self.current.clone();
-        let work = move || {
-            let deadline = git::deadline(&inner.policy);
-            let dir = git::repo_dir(&inner.cache_dir, &url);
-            let repo_lock = lock(&inner.repo_locks)
-                .entry(dir.clone())
-                .or_default()
-                .clone();
-            let guard = lock(&repo_lock);
-            let resolved = match known.filter(|_| !use_network) {
-                Some(resolved) => Ok(resolved),
-                None => {
-                    inner.network_fetches.fetch_add(1, Ordering::SeqCst);
-                    git::fetch(
-                        &inner.cache_dir,
-                        &url,
-                        reference.as_deref(),
-                        credentials.as_ref(),
-                        &inner.policy,
-                        deadline,
-                    )
-                }
-            };
-            let results = requests
-                .iter()
-                .map(|request| {
-                    let path = match &request.location {
-                        Location::Git { path, .. } => path.as_str(),
-                        Location::Http { .. } => "",
-                    };
-                    let outcome = match &resolved {
-                        Err(error) => Fetched::Failed(error.clone()),
-                        Ok(r) if current.get(&request.key()) == Some(&r.revision()) => {
-                            Fetched::Unchanged
-                        }
-                        Ok(r) => match git::extract(r, path, &inner.policy, deadline) {
-                            Ok(snapshot) => Fetched::Fresh(snapshot),
-                            Err(error) => Fetched::Failed(error),
-                        },
-                    };
-                    (request.key(), outcome)
-                })
-                .collect::<Results>();
-            drop(guard);
-            if let Ok(r) = &resolved {
-                super::disk::touch(&r.repo_dir);
-                if r.downloaded {
-                    inner.enforce_cache_cap(&dir);
-                }
-            }
-            (results, resolved.ok())
-        };
-        // The job ends by the fetch limit (plus a little for the answer to come back),
-        // whatever the blocking work is doing; that work watches the same deadline and
-        // stops on its own soon after.
-        let limit = Duration::from_secs(self.inner.policy.limits.timeout_seconds + 5);
+        let inner = &self.inner;
+        let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
+        let reads: Vec<Read> = self
+            .requests
+            .iter()
+            .map(|request| Read {
+                key: request.key(),
+                path: match &request.location {
+                    Location::Git { path, .. } => path.clone(),
+                    Location::Http { .. } => String::new(),
+                },
+                current: self.current.get(&request.key()).cloned(),
+            })
+            .collect();
         let failed = |error: FetchError| -> (Results, Option<git::Resolved>) {
-            (
-                self.requests
-                    .iter()
-                    .map(|r| (r.key(), Fetched::Failed(error.clone())))
-                    .collect(),
-                None,
-            )
+            let results = reads
+                .iter()
+                .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
+                .collect();
+            (results, None)
         };
-        let span = tracing::Span::current();
-        let work = move || {
-            let _entered = span.enter();
-            work()
-        };
-        match tokio::time::timeout(limit, tokio::task::spawn_blocking(work)).await {
-            Ok(Ok(done)) => done,
-            Ok(Err(join_error)) => failed(FetchError::Other(format!(
-                "the git fetch aborted: {join_error}"
-            ))),
-            Err(_) => failed(FetchError::Timeout {
-                url: super::redact_url(self.requests.first().map_or("", |r| r.location.url())),
-                seconds: self.inner.policy.limits.timeout_seconds,
-            }),
+        if let Err(refusal) = inner.refuse_cache_url(&url) {
+            return failed(refusal);
         }
+        let fingerprint = credentials
+            .as_ref()
+            .map(|c| c.fingerprint_with(&inner.disk_key))
+            .unwrap_or_default();
+        let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
+        let options = lock(&inner.options).clone();
+        // A turn at a worker first (fair between namespaces), then the repository.
+        let slots = lock(&inner.git_slots).clone();
+        let _slot = slots.acquire(self.namespaces()).await;
+        let repo_lock = lock(&inner.repo_locks)
+            .entry(dir.clone())
+            .or_default()
+            .clone();
+        let repo_guard = repo_lock.lock().await;
+        let known = self.resolved.clone().filter(|_| !self.use_network);
+        let downloading = known.is_none();
+        if downloading {
+            inner.network_fetches.fetch_add(1, Ordering::SeqCst);
+            inner.reserve_disk(&dir);
+            inner.downloads.fetch_add(1, Ordering::SeqCst);
+        }
+        let job = GitJob {
+            repo_dir: dir.clone(),
+            url,
+            reference,
+            credentials,
+            policy: (*inner.policy).clone(),
+            known,
+            reads,
+            limits: WorkerLimits {
+                memory_bytes: options.worker_memory_bytes,
+                timeout_ms: inner.policy.limits.timeout_seconds.saturating_mul(1000),
+            },
+        };
+        let outcome = super::worker::spawn::run(&options.isolation, job).await;
+        if downloading {
+            inner.downloads.fetch_sub(1, Ordering::SeqCst);
+        }
+        drop(repo_guard);
+        if let Ok(r) = &outcome.resolved {
+            super::disk::touch(&r.repo_dir);
+            if r.downloaded {
+                let max = inner.cache_max_bytes.load(Ordering::SeqCst);
+                let reserved = inner
+                    .downloads
+                    .load(Ordering::SeqCst)
+                    .saturating_mul(inner.reservation());
+                inner.enforce_cache_cap(&dir, max.saturating_sub(reserved));
+            }
+        }
+        (outcome.results, outcome.resolved.ok())
+    }
+
+    /// The namespaces of the parents sharing this job: it may run under any of them.
+    fn namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> =
+            self.requests.iter().map(|r| r.namespace.clone()).collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
     }
 
     async fn run_http(&self, url: &str) -> Results {
+        let _slot = self.inner.http_slots.acquire(self.namespaces()).await;
         self.inner.network_fetches.fetch_add(1, Ordering::SeqCst);
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
         let result = http::fetch(
@@ -577,7 +680,11 @@ mod tests {
             allow_private_addresses: true,
             ..Policy::default()
         };
-        Fetcher::new(policy, cache.to_owned()).unwrap_or_else(|e| panic!("fetcher: {e}"))
+        // The test binary cannot be re-executed as a worker; the integration tests run
+        // real workers.
+        Fetcher::new(policy, cache.to_owned())
+            .unwrap_or_else(|e| panic!("fetcher: {e}"))
+            .with_options(FetcherOptions::new(Isolation::InProcess))
     }
 
     fn request(url: &str, path: &str) -> SourceRequest {
@@ -587,6 +694,7 @@ mod tests {
                 reference: None,
                 path: path.to_owned(),
             },
+            namespace: "team-a".to_owned(),
             credentials: None,
         }
     }

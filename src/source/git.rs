@@ -1,4 +1,5 @@
-//! Git over libgit2 (blocking; the fetcher runs it on the blocking pool). A poll first
+//! Git over libgit2 (blocking; run inside a fetch worker process, see
+//! [`super::worker`]). A poll first
 //! lists the remote's refs; only when the wanted commit is not already in the local bare
 //! repository is a pack downloaded, shallow where the server allows. Files are read from
 //! the commit's tree, never from a worktree, so nothing outside the repository can be
@@ -14,7 +15,7 @@ use git2::{
     ProxyOptions, RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult,
 };
 
-use super::connect_guard::ConnectGuard;
+use super::connect_guard::{ConnectGuard, Phase};
 use super::policy::{Policy, check_repo_path};
 use super::{Content, Credentials, FetchError, Snapshot};
 
@@ -24,7 +25,7 @@ const LOCAL_REF: &str = "refs/metahooks/one";
 const LOCAL_ALL: &str = "refs/metahooks/all";
 
 /// The commit a reference resolved to, in the local cache repository.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Resolved {
     /// The cache repository holding the commit.
     pub repo_dir: PathBuf,
@@ -63,9 +64,16 @@ fn set_network_timeouts() {
     });
 }
 
-/// Where the bare repository for `url` lives under `cache_dir`.
-pub fn repo_dir(cache_dir: &Path, url: &str) -> PathBuf {
-    let digest = crate::hash::sha256_hex(url.as_bytes());
+/// Where the bare repository for `url` fetched with credentials of `fingerprint` ("" for
+/// none) lives under `cache_dir`. Each credential holder has a repository of its own:
+/// objects one holder's access brought in are never served to another, whose own
+/// access the server may refuse.
+pub fn repo_dir(cache_dir: &Path, url: &str, fingerprint: &str) -> PathBuf {
+    let mut keyed = Vec::with_capacity(url.len() + fingerprint.len() + 1);
+    keyed.extend_from_slice(url.as_bytes());
+    keyed.push(0);
+    keyed.extend_from_slice(fingerprint.as_bytes());
+    let digest = crate::hash::sha256_hex(&keyed);
     cache_dir.join("git").join(&digest[..24])
 }
 
@@ -79,7 +87,7 @@ pub fn deadline(policy: &Policy) -> Instant {
 /// check the URL and host → connect through the guard → list the remote's refs →
 /// download the commit unless the cache already holds it.
 pub fn fetch(
-    cache_dir: &Path,
+    dir: &Path,
     raw_url: &str,
     reference: Option<&str>,
     credentials: Option<&Credentials>,
@@ -89,12 +97,16 @@ pub fn fetch(
     let parsed = policy
         .check_url(raw_url)
         .map_err(|e| redact_error(e, raw_url))?;
+    if let Some(credentials) = credentials {
+        credentials.check_url(raw_url)?;
+    }
     policy.check_host(&parsed)?;
     set_network_timeouts();
-    let dir = repo_dir(cache_dir, raw_url);
-    let repo = open_or_init(&dir)?;
+    let dir = dir.to_owned();
+    let repo = open_or_init(&dir, raw_url)?;
     let session = Session::connect(&parsed, raw_url, credentials, policy, deadline)?;
     let (commit, display_ref, remote_ref) = {
+        session.enter(Phase::Refs);
         let heads = session.list_heads(&repo)?;
         resolve(&heads, reference, &session.shown)?
     };
@@ -109,6 +121,7 @@ pub fn fetch(
         return Ok(resolved(have, false, 0));
     }
     let shallow = !matches!(parsed.scheme(), "file");
+    session.enter(Phase::Pack);
     session.download(&repo, remote_ref.as_deref(), shallow)?;
     let object = repo
         .find_object(commit, None)
@@ -136,7 +149,7 @@ fn commit_in(repo: &Repository, commit: Oid) -> Result<Option<String>, FetchErro
 }
 
 /// One fetch's way to the remote: the URL libgit2 is given (through the connect guard
-/// for http(s), pinned to a checked address for git://), credentials and bounds.
+/// for every network scheme), credentials and bounds.
 struct Session<'a> {
     /// The URL as people see it (conditions, events, logs): without user-info.
     shown: String,
@@ -156,11 +169,10 @@ impl<'a> Session<'a> {
         policy: &'a Policy,
         deadline: Instant,
     ) -> Result<Session<'a>, FetchError> {
-        // http(s): every connection libgit2 makes (redirects included) goes through a
-        // guard that connects only to checked addresses. git://: the address is resolved
-        // and checked once here and libgit2 is given that address.
+        // Every connection libgit2 makes (redirects included) goes through a guard that
+        // connects only to checked addresses and counts what the remote sends.
         let guard = match parsed.scheme() {
-            "http" | "https" => Some(ConnectGuard::start(
+            "http" | "https" | "git" => Some(ConnectGuard::start(
                 policy,
                 parsed,
                 credentials.is_some(),
@@ -168,10 +180,9 @@ impl<'a> Session<'a> {
             )?),
             _ => None,
         };
-        let remote_url = match (&guard, parsed.scheme()) {
-            (Some(guard), _) => guard.remote_url(parsed),
-            (None, "git") => pin_address(parsed, policy)?,
-            (None, _) => raw_url.to_owned(),
+        let remote_url = match &guard {
+            Some(guard) => guard.remote_url(parsed),
+            None => raw_url.to_owned(),
         };
         Ok(Session {
             shown: super::redact_url(raw_url),
@@ -182,6 +193,12 @@ impl<'a> Session<'a> {
             deadline,
             outcome: Outcome::default(),
         })
+    }
+
+    fn enter(&self, phase: Phase) {
+        if let Some(guard) = &self.guard {
+            guard.enter(phase);
+        }
     }
 
     fn proxy(&self) -> ProxyOptions<'static> {
@@ -273,37 +290,6 @@ impl<'a> Session<'a> {
     }
 }
 
-/// The git:// URL with its host replaced by the one address it was checked as, so that
-/// libgit2 cannot resolve the name to something else.
-fn pin_address(parsed: &url::Url, policy: &Policy) -> Result<String, FetchError> {
-    let host = parsed.host_str().unwrap_or_default();
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    if bare.parse::<std::net::IpAddr>().is_ok() {
-        return Ok(parsed.to_string());
-    }
-    let port = parsed.port_or_known_default().unwrap_or(9418);
-    let shown = super::redact_url(parsed.as_str());
-    let addresses: Vec<std::net::SocketAddr> =
-        std::net::ToSocketAddrs::to_socket_addrs(&(bare, port))
-            .map_err(|e| FetchError::Unreachable {
-                url: shown.clone(),
-                detail: format!("cannot resolve {host}: {e}"),
-            })?
-            .collect();
-    for address in &addresses {
-        policy.check_address(host, address.ip())?;
-    }
-    let first = addresses.first().ok_or_else(|| FetchError::Unreachable {
-        url: shown.clone(),
-        detail: format!("{host} has no addresses"),
-    })?;
-    let mut pinned = parsed.clone();
-    pinned
-        .set_ip_host(first.ip())
-        .map_err(|()| FetchError::Other(format!("cannot pin {shown} to {first}")))?;
-    Ok(pinned.to_string())
-}
-
 /// A policy refusal names the URL; shown without its user-info.
 fn redact_error(error: FetchError, raw_url: &str) -> FetchError {
     match error {
@@ -315,18 +301,66 @@ fn redact_error(error: FetchError, raw_url: &str) -> FetchError {
     }
 }
 
-fn open_or_init(dir: &Path) -> Result<Repository, FetchError> {
+fn open_or_init(dir: &Path, url: &str) -> Result<Repository, FetchError> {
+    let cache_error = |doing: &str, detail: String| {
+        if is_disk_full(&detail) {
+            FetchError::CacheFull {
+                url: super::redact_url(url),
+                detail,
+            }
+        } else {
+            FetchError::Other(format!(
+                "cannot {doing} the cache at {}: {detail}",
+                dir.display()
+            ))
+        }
+    };
     if dir.join("HEAD").exists() {
-        return Repository::open_bare(dir).map_err(|e| {
-            FetchError::Other(format!("cannot open the cache at {}: {e}", dir.display()))
-        });
+        remove_leftovers(dir);
+        return Repository::open_bare(dir).map_err(|e| cache_error("open", e.to_string()));
     }
-    std::fs::create_dir_all(dir).map_err(|e| {
-        FetchError::Other(format!("cannot create the cache at {}: {e}", dir.display()))
-    })?;
-    Repository::init_bare(dir).map_err(|e| {
-        FetchError::Other(format!("cannot create the cache at {}: {e}", dir.display()))
-    })
+    std::fs::create_dir_all(dir).map_err(|e| cache_error("create", e.to_string()))?;
+    Repository::init_bare(dir).map_err(|e| cache_error("create", e.to_string()))
+}
+
+/// Lock files and half-written packs left by a fetch that was killed (at its deadline or
+/// its memory limit) or by a crash. They are stale by construction: the fetcher runs one
+/// job per repository at a time, and this one holds it. Left alone, a `shallow.lock` or
+/// a ref's `.lock` fails every later fetch of the repository.
+pub fn remove_leftovers(dir: &Path) {
+    fn walk(dir: &Path, depth: usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() && depth < 8 && name != "objects" {
+                walk(&path, depth + 1);
+            } else if kind.is_file() && name.ends_with(".lock") {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    walk(dir, 0);
+    if let Ok(entries) = std::fs::read_dir(dir.join("objects").join("pack")) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            // libgit2's indexer writes `pack_git2_*` and renames it when the pack is whole.
+            if name.starts_with("pack_git2_") || name.starts_with("tmp_") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+fn is_disk_full(detail: &str) -> bool {
+    detail.contains("No space left on device") || detail.contains("os error 28")
 }
 
 /// Picks the advertised ref for what the user asked: remote HEAD, a branch, a tag
@@ -435,6 +469,19 @@ fn map_error(error: git2::Error, url: &str, outcome: &Outcome, policy: &Policy) 
         };
     }
     let message = error.message().to_owned();
+    if is_disk_full(&message) {
+        return FetchError::CacheFull {
+            url: url.to_owned(),
+            detail: message,
+        };
+    }
+    if error.class() == ErrorClass::NoMemory {
+        // The worker's address-space limit; the worker names its size.
+        return FetchError::MemoryLimit {
+            url: url.to_owned(),
+            limit_mib: 0,
+        };
+    }
     if error.code() == ErrorCode::Auth
         || outcome.auth_rejected.get()
         || message.contains("401")
@@ -495,15 +542,15 @@ pub fn extract(
     }
     match entry.kind() {
         Some(ObjectType::Blob) => {
-            let blob = repo
-                .find_blob(entry.id())
-                .map_err(|e| FetchError::Other(e.to_string()))?;
-            if blob.size() as u64 > limits.config_bytes {
+            if blob_size(&repo, entry.id())? > limits.config_bytes {
                 return Err(FetchError::TooLarge {
                     what: format!("file {path}"),
                     limit: limits.config_bytes,
                 });
             }
+            let blob = repo
+                .find_blob(entry.id())
+                .map_err(|e| FetchError::Other(e.to_string()))?;
             let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
             Ok(Snapshot {
                 revision,
@@ -582,11 +629,11 @@ fn read_tree(
     walked.map_err(|e| FetchError::Other(e.to_string()))?;
     let mut files = BTreeMap::new();
     let mut total: u64 = 0;
-    for (name, id) in found {
-        let blob = repo
-            .find_blob(id)
-            .map_err(|e| FetchError::Other(e.to_string()))?;
-        total += blob.size() as u64;
+    for (_, id) in &found {
+        let id = *id;
+        // Sizes come from the object headers, so a blob that inflates to a gigabyte is
+        // refused before a byte of it is inflated.
+        total += blob_size(repo, id)?;
         if total > max_bytes {
             return Err(FetchError::TooLarge {
                 what: format!(
@@ -596,9 +643,25 @@ fn read_tree(
                 limit: max_bytes,
             });
         }
+    }
+    for (name, id) in found {
+        let blob = repo
+            .find_blob(id)
+            .map_err(|e| FetchError::Other(e.to_string()))?;
         files.insert(name, Content::from_bytes(blob.content().to_vec()));
     }
     Ok(files)
+}
+
+/// A blob's size as its object header says, without inflating it.
+fn blob_size(repo: &Repository, id: Oid) -> Result<u64, FetchError> {
+    let odb = repo
+        .odb()
+        .map_err(|e| FetchError::Other(format!("cannot read the cache: {e}")))?;
+    let (size, _) = odb
+        .read_header(id)
+        .map_err(|e| FetchError::Other(format!("cannot read object {id}: {e}")))?;
+    Ok(size as u64)
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ pub mod fetcher;
 pub mod git;
 pub mod http;
 pub mod policy;
+pub mod slots;
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -106,7 +108,13 @@ impl Credentials {
     /// anyone who sees it (it is never logged, but keys end up in memory dumps), and it
     /// cannot be precomputed.
     pub fn fingerprint(&self) -> String {
-        let mut hasher = blake3::Hasher::new_keyed(fingerprint_key());
+        self.fingerprint_with(fingerprint_key())
+    }
+
+    /// The fingerprint under another key (the on-disk cache's, which outlives the
+    /// process).
+    pub fn fingerprint_with(&self, key: &[u8; 32]) -> String {
+        let mut hasher = blake3::Hasher::new_keyed(key);
         for part in [&self.username, &self.password, &self.token] {
             match part {
                 Some(text) => {
@@ -139,16 +147,27 @@ impl Credentials {
 /// (through std's hasher seeding, which draws from it).
 fn fingerprint_key() -> &'static [u8; 32] {
     static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
-    KEY.get_or_init(|| {
-        use std::hash::{BuildHasher, Hasher};
-        let mut key = [0u8; 32];
-        for chunk in key.chunks_mut(8) {
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_u64(0x6d65_7461_686f_6f6b);
-            chunk.copy_from_slice(&hasher.finish().to_le_bytes());
-        }
-        key
-    })
+    KEY.get_or_init(random_key)
+}
+
+/// 32 bytes from the OS's random source: `/dev/urandom`, or where it cannot be read,
+/// std's hasher seeding, which draws from the same source.
+fn random_key() -> [u8; 32] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Read;
+    let mut key = [0u8; 32];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut key))
+        .is_ok()
+    {
+        return key;
+    }
+    for chunk in key.chunks_mut(8) {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(0x6d65_7461_686f_6f6b);
+        chunk.copy_from_slice(&hasher.finish().to_le_bytes());
+    }
+    key
 }
 
 /// A URL as it may be shown in status, events and logs: without the user name and
@@ -176,6 +195,9 @@ pub fn redact_url(raw: &str) -> String {
 pub struct SourceRequest {
     /// Where the configuration is.
     pub location: Location,
+    /// The parent's namespace: fetches are queued fairly between namespaces. Not part
+    /// of the keys: parents of several namespaces share one fetch of a remote.
+    pub namespace: String,
     /// Credentials from the parent's Secret, if it names one.
     pub credentials: Option<Credentials>,
 }
@@ -209,12 +231,30 @@ impl SourceRequest {
 }
 
 /// A file's content: text goes to ConfigMap `data`, anything else to `binaryData`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Content {
     /// UTF-8 text.
     Text(String),
-    /// Anything else, as bytes.
-    Binary(Vec<u8>),
+    /// Anything else, as bytes (base64 when serialised: fetch workers send snapshots back
+    /// as JSON).
+    Binary(#[serde(with = "base64_bytes")] Vec<u8>),
+}
+
+/// Bytes as one base64 string in serde formats.
+mod base64_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = <&str>::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 impl Content {
@@ -241,7 +281,7 @@ impl Content {
 }
 
 /// Fetched configuration at one revision.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     /// `<ref>@sha1:<commit>` for git, `sha256:<hash>` for HTTP.
     pub revision: String,
@@ -256,7 +296,7 @@ pub struct Snapshot {
 }
 
 /// Why a fetch failed; each has a CamelCase reason for status conditions.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[allow(missing_docs)] // each variant is described by its #[error] message
 pub enum FetchError {
     #[error("URL {url:?} is not valid: {problem}")]
@@ -299,6 +339,16 @@ pub enum FetchError {
     Timeout { url: String, seconds: u64 },
     #[error("cannot reach {url}: {detail}")]
     Unreachable { url: String, detail: String },
+    #[error(
+        "the fetch of {url} needed more than the fetch worker's memory limit of {limit_mib} MiB"
+    )]
+    MemoryLimit { url: String, limit_mib: u64 },
+    #[error("the fetch of {url} used more than the fetch worker's CPU time limit of {seconds} s")]
+    CpuLimit { url: String, seconds: u64 },
+    #[error("the fetch worker for {url} failed: {detail}")]
+    WorkerCrashed { url: String, detail: String },
+    #[error("the source cache has no space left for {url}: {detail}")]
+    CacheFull { url: String, detail: String },
     #[error("{0}")]
     Other(String),
 }
@@ -323,6 +373,10 @@ impl FetchError {
             FetchError::HttpStatus { .. } => "HTTPError",
             FetchError::Timeout { .. } => "Timeout",
             FetchError::Unreachable { .. } => "Unreachable",
+            FetchError::MemoryLimit { .. } => "MemoryLimit",
+            FetchError::CpuLimit { .. } => "CPULimit",
+            FetchError::WorkerCrashed { .. } => "WorkerCrashed",
+            FetchError::CacheFull { .. } => "CacheFull",
             FetchError::Other(_) => "FetchFailed",
         }
     }

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use super::FetchError;
 
 /// How much one fetch may cost.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Bytes a single download (pack or file) may transfer.
     pub download_bytes: u64,
@@ -20,6 +20,9 @@ pub struct Limits {
     pub timeout_seconds: u64,
     /// Entries (files and directories) walked under the requested path.
     pub tree_entries: usize,
+    /// Bytes a remote's ref advertisement may take (a remote that lists refs forever is
+    /// cut off here, before its pack is even asked for).
+    pub refs_bytes: u64,
 }
 
 impl Default for Limits {
@@ -30,12 +33,13 @@ impl Default for Limits {
             config_bytes: 1024 * 1024 - 16 * 1024,
             timeout_seconds: 20,
             tree_entries: 4096,
+            refs_bytes: 16 * 1024 * 1024,
         }
     }
 }
 
 /// What may be fetched: schemes, destinations and limits.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Policy {
     /// Schemes besides https that may be fetched (`http`, `git`, `file`).
     pub extra_schemes: BTreeSet<String>,

@@ -54,7 +54,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
         allow_private_addresses: true,
         ..Policy::default()
     };
-    let fetcher = Fetcher::new(policy, cache.path().to_owned()).unwrap();
+    let fetcher = support::fetcher(policy, cache.path());
     let registry =
         Registry::standard(ControllerSettings::default()).with_sources(Arc::new(fetcher.clone()));
     let server = Server::start(support::local_settings(), registry, Clock::System)

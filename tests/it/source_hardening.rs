@@ -33,6 +33,7 @@ fn git_request(url: &str, reference: Option<&str>, path: &str) -> SourceRequest 
             reference: reference.map(str::to_owned),
             path: path.to_owned(),
         },
+        namespace: "team-a".to_owned(),
         credentials: None,
     }
 }
@@ -98,7 +99,7 @@ async fn tree_bombs_are_stopped_by_counting_every_entry() {
     commit_tree_bomb(&repo, 6, 100);
     let daemon = GitDaemon::start(&repo);
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned()).unwrap();
+    let fetcher = support::fetcher(loopback_policy(), cache.path());
     let bomb = git_request(&daemon.url(), Some("main"), "bomb");
     let neighbour = git_request(&daemon.url(), Some("main"), "ok.env");
     let _ = fetcher.lookup(&neighbour, Duration::from_secs(60));
@@ -120,7 +121,7 @@ async fn a_pinned_commit_works_after_a_shallow_branch_fetch() {
     repo.commit(&[("app.env", "V=2\n")]);
     let daemon = GitDaemon::start(&repo);
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned()).unwrap();
+    let fetcher = support::fetcher(loopback_policy(), cache.path());
     let branch = settled(
         &fetcher,
         &git_request(&daemon.url(), Some("main"), "app.env"),
@@ -151,11 +152,12 @@ async fn user_info_in_a_url_never_reaches_a_message() {
     files.set("/config", StatusCode::NOT_FOUND, "no");
     let port = serve_files(files).await;
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned()).unwrap();
+    let fetcher = support::fetcher(loopback_policy(), cache.path());
     let http = SourceRequest {
         location: Location::Http {
             url: format!("http://reader:s3cr3t-token@127.0.0.1:{port}/config"),
         },
+        namespace: "team-a".to_owned(),
         credentials: None,
     };
     let error = settled(&fetcher, &http)
@@ -182,7 +184,7 @@ async fn requests_nobody_asks_for_are_forgotten() {
     repo.commit(&[("a.env", "A=1\n"), ("b.env", "B=1\n")]);
     let daemon = GitDaemon::start(&repo);
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned()).unwrap();
+    let fetcher = support::fetcher(loopback_policy(), cache.path());
     for path in ["a.env", "b.env"] {
         let state = settled(&fetcher, &git_request(&daemon.url(), None, path)).await;
         assert!(state.snapshot.is_some());
@@ -202,7 +204,7 @@ async fn an_unchanged_commit_is_not_read_again() {
     repo.commit(&[("app.env", "A=1\n")]);
     let daemon = GitDaemon::start(&repo);
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned()).unwrap();
+    let fetcher = support::fetcher(loopback_policy(), cache.path());
     let request = git_request(&daemon.url(), None, "app.env");
     let first = settled(&fetcher, &request).await.snapshot.unwrap();
     fetcher.expire();
@@ -275,13 +277,14 @@ async fn git_credentials_never_follow_a_redirect_to_another_origin() {
     let (other, seen) = recording_server().await;
     let origin = redirecting_server(other).await;
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned()).unwrap();
+    let fetcher = support::fetcher(loopback_policy(), cache.path());
     let request = SourceRequest {
         location: Location::Git {
             url: format!("http://127.0.0.1:{origin}/config.git"),
             reference: None,
             path: String::new(),
         },
+        namespace: "team-a".to_owned(),
         credentials: Some(metahooks::source::Credentials {
             token: Some("tenant-token".to_owned()),
             // The owner allows the origin and the other origin too: a redirect still
@@ -322,9 +325,7 @@ async fn the_disk_cache_stays_under_its_cap() {
     let (first_daemon, second_daemon) = (GitDaemon::start(&first), GitDaemon::start(&second));
     let cache = tempfile::tempdir().unwrap();
     // A cap below one repository: each download evicts every other repository.
-    let fetcher = Fetcher::new(loopback_policy(), cache.path().to_owned())
-        .unwrap()
-        .with_cache_max_bytes(1);
+    let fetcher = support::fetcher(loopback_policy(), cache.path()).with_cache_max_bytes(1);
     let a = git_request(&first_daemon.url(), None, "a.env");
     let b = git_request(&second_daemon.url(), None, "b.env");
     assert!(settled(&fetcher, &a).await.snapshot.is_some());

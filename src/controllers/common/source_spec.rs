@@ -88,6 +88,7 @@ pub fn request(
     };
     Ok(SourceRequest {
         location,
+        namespace: namespace.to_owned(),
         credentials,
     })
 }

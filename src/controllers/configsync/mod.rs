@@ -192,6 +192,7 @@ impl<'a> Annotations<'a> {
         Ok((
             SourceRequest {
                 location,
+                namespace: namespace.to_owned(),
                 credentials,
             },
             interval,

@@ -96,6 +96,20 @@ pub struct SourceHarness {
     _cache: tempfile::TempDir,
 }
 
+/// A source engine whose git jobs run in worker processes of the metahooks binary, as
+/// the server's do (the test binary itself cannot be re-executed as a worker).
+pub fn fetcher(
+    policy: metahooks::source::policy::Policy,
+    cache: &std::path::Path,
+) -> metahooks::source::fetcher::Fetcher {
+    use metahooks::source::fetcher::{Fetcher, FetcherOptions};
+    use metahooks::source::worker::spawn::Isolation;
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
+    Fetcher::new(policy, cache.to_owned())
+        .expect("fetcher")
+        .with_options(FetcherOptions::new(Isolation::Process(program)))
+}
+
 /// Sources on loopback: the given extra schemes and private addresses allowed.
 pub fn loopback_policy(schemes: &[&str]) -> metahooks::source::policy::Policy {
     metahooks::source::policy::Policy {
@@ -107,8 +121,7 @@ pub fn loopback_policy(schemes: &[&str]) -> metahooks::source::policy::Policy {
 
 pub async fn source_harness(policy: metahooks::source::policy::Policy) -> SourceHarness {
     let cache = tempfile::tempdir().expect("temp dir");
-    let fetcher =
-        metahooks::source::fetcher::Fetcher::new(policy, cache.path().to_owned()).expect("fetcher");
+    let fetcher = fetcher(policy, cache.path());
     let registry = Registry::standard(ControllerSettings::default())
         .with_sources(std::sync::Arc::new(fetcher.clone()));
     let server = Server::start(local_settings(), registry, Clock::System)
