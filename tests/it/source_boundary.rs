@@ -210,3 +210,374 @@ async fn an_http_redirect_out_of_the_allowed_prefix_carries_no_credentials() {
         .collect();
     assert!(leaks.is_empty(), "credentials left the prefix: {leaks:?}");
 }
+
+// ---------------------------------------------------------------------------------
+// Remotes that try to make the engine spend without bound. Each runs in a fetch worker
+// of the real binary, as the server's do.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::source_hardening::{git_stdin, settled};
+use metahooks::source::fetcher::{Fetcher, FetcherOptions};
+use metahooks::source::policy::{Limits, Policy};
+use metahooks::source::worker::spawn::Isolation;
+use metahooks::source::{Location, SourceRequest, Sources};
+use support::servers::{GitDaemon, Repo, serve_git_http_per_user};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What a hostile remote does once a client has connected.
+#[derive(Clone, Copy)]
+enum Hostility {
+    /// Advertises distinct refs forever.
+    RefFlood,
+    /// Sends one byte at a time, slowly, forever.
+    Tarpit,
+}
+
+/// What the remote saw: bytes it got out, and how long each connection stayed open.
+#[derive(Default)]
+struct Witness {
+    sent: AtomicU64,
+    lifetimes: Mutex<Vec<Duration>>,
+}
+
+/// A git remote on loopback that behaves as `hostility` says. `http`: speaks smart HTTP's
+/// ref advertisement (a 200 and then the stream); otherwise git://.
+async fn hostile_remote(hostility: Hostility, http: bool) -> (u16, Arc<Witness>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let witness = Arc::new(Witness::default());
+    let seen = witness.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let opened = Instant::now();
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).await;
+                if http {
+                    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\nContent-Length: 100000000000\r\n\r\n001e# service=git-upload-pack\n0000";
+                    let _ = stream.write_all(head.as_bytes()).await;
+                }
+                let mut n: u64 = 0;
+                loop {
+                    let chunk = match hostility {
+                        Hostility::RefFlood => {
+                            let mut batch = String::new();
+                            for _ in 0..512 {
+                                let line = if n == 0 {
+                                    format!("{:040x} refs/heads/r{n}\0multi_ack\n", n + 1)
+                                } else {
+                                    format!("{:040x} refs/heads/r{n}\n", n + 1)
+                                };
+                                batch.push_str(&format!("{:04x}{line}", line.len() + 4));
+                                n += 1;
+                            }
+                            batch.into_bytes()
+                        }
+                        // A pkt-line announcing 64 KiB, then its bytes one at a time.
+                        Hostility::Tarpit if n == 0 => {
+                            n += 1;
+                            b"ffff".to_vec()
+                        }
+                        Hostility::Tarpit => {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            b"a".to_vec()
+                        }
+                    };
+                    if stream.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    seen.sent.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+                }
+                seen.lifetimes.lock().unwrap().push(opened.elapsed());
+            });
+        }
+    });
+    (port, witness)
+}
+
+fn worker_fetcher(
+    limits: Limits,
+    workers: usize,
+    per_namespace: usize,
+) -> (Fetcher, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let policy = Policy {
+        limits,
+        ..support::loopback_policy(&["git", "http"])
+    };
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
+    let fetcher = Fetcher::new(policy, cache.path().to_owned())
+        .unwrap()
+        .with_options(FetcherOptions {
+            workers,
+            workers_per_namespace: per_namespace,
+            ..FetcherOptions::new(Isolation::Process(program))
+        });
+    (fetcher, cache)
+}
+
+fn git(url: String, namespace: &str, path: &str) -> SourceRequest {
+    SourceRequest {
+        location: Location::Git {
+            url,
+            reference: None,
+            path: path.to_owned(),
+        },
+        namespace: namespace.to_owned(),
+        credentials: None,
+    }
+}
+
+/// Waits until the remote has seen every connection closed (or panics after `within`).
+async fn closed(witness: &Witness, connections: usize, within: Duration) -> Vec<Duration> {
+    let started = Instant::now();
+    loop {
+        let lifetimes = witness.lifetimes.lock().unwrap().clone();
+        if lifetimes.len() >= connections {
+            return lifetimes;
+        }
+        assert!(
+            started.elapsed() < within,
+            "the hostile connection was still open after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_ref_advertisement_is_cut_off_at_its_cap() {
+    for http in [false, true] {
+        let (port, witness) = hostile_remote(Hostility::RefFlood, http).await;
+        let limits = Limits {
+            refs_bytes: 1024 * 1024,
+            ..Limits::default()
+        };
+        let (fetcher, _cache) = worker_fetcher(limits.clone(), 2, 2);
+        let scheme = if http { "http" } else { "git" };
+        let request = git(
+            format!("{scheme}://127.0.0.1:{port}/repo.git"),
+            "team-a",
+            "",
+        );
+        let error = settled(&fetcher, &request).await.error.expect("refused");
+        assert_eq!(
+            error.reason(),
+            "TooLarge",
+            "{scheme}: {error} (the remote sent {})",
+            witness.sent.load(Ordering::SeqCst)
+        );
+        assert!(error.to_string().contains("ref advertisement"), "{error}");
+        let lifetimes = closed(&witness, 1, Duration::from_secs(limits.timeout_seconds + 5)).await;
+        let sent = witness.sent.load(Ordering::SeqCst);
+        // What the remote got out is the cap plus what socket buffers hold, not gigabytes.
+        assert!(
+            sent < 16 * 1024 * 1024,
+            "{scheme}: the remote sent {sent} bytes"
+        );
+        assert!(
+            lifetimes[0] < Duration::from_secs(limits.timeout_seconds),
+            "{scheme}: closed at the cap, not at the deadline: {lifetimes:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tarpit_is_closed_at_the_deadline() {
+    let (port, witness) = hostile_remote(Hostility::Tarpit, false).await;
+    let limits = Limits {
+        timeout_seconds: 3,
+        ..Limits::default()
+    };
+    let (fetcher, _cache) = worker_fetcher(limits, 2, 2);
+    let request = git(format!("git://127.0.0.1:{port}/repo.git"), "team-a", "");
+    let error = settled(&fetcher, &request).await.error.expect("timed out");
+    assert_eq!(error.reason(), "Timeout", "{error}");
+    let lifetimes = closed(&witness, 1, Duration::from_secs(3 + 5)).await;
+    assert!(lifetimes[0] <= Duration::from_secs(3 + 5), "{lifetimes:?}");
+    assert_eq!(
+        fetcher.git_load(),
+        (0, 0),
+        "the worker's turn is given back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_namespaces_tarpits_do_not_delay_another_namespace() {
+    let (port, _witness) = hostile_remote(Hostility::Tarpit, false).await;
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "HONEST=1\n")]);
+    let daemon = GitDaemon::start(&repo);
+    // The default deadline (20 s): every tarpit holds its worker far longer than an
+    // honest fetch takes.
+    let (fetcher, _cache) = worker_fetcher(Limits::default(), 4, 2);
+    let tarpits: Vec<SourceRequest> = (0..30)
+        .map(|i| {
+            git(
+                format!("git://127.0.0.1:{port}/repo-{i}.git"),
+                "attacker",
+                "",
+            )
+        })
+        .collect();
+    let interval = Duration::from_secs(3600);
+    for tarpit in &tarpits {
+        assert!(fetcher.lookup(tarpit, interval).pending);
+    }
+    let honest = git(daemon.url(), "honest", "app.env");
+    let asked = Instant::now();
+    loop {
+        let state = fetcher.lookup(&honest, interval);
+        if let Some(snapshot) = state.snapshot {
+            assert!(snapshot.files.contains_key("app.env"));
+            break;
+        }
+        assert!(state.error.is_none(), "{:?}", state.error);
+        assert!(
+            asked.elapsed() < Duration::from_secs(15),
+            "the honest source waited behind the tarpits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every tarpit is still unanswered: the honest fetch did not wait for any of them.
+    let (running, waiting) = fetcher.git_load();
+    assert_eq!(
+        (running, waiting),
+        (2, 28),
+        "the attacker holds its share only"
+    );
+    for tarpit in &tarpits {
+        let state = fetcher.lookup(tarpit, interval);
+        assert!(state.error.is_none() && state.snapshot.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_bomb_is_refused_from_its_header_without_inflating_it() {
+    let repo = Repo::new();
+    repo.commit(&[("ok.env", "A=1\n")]);
+    // 512 MiB of zeros: half a megabyte on the wire, past the worker's memory limit if
+    // it were ever inflated (the worker would then die with MemoryLimit instead).
+    let bare = repo.bare();
+    let blob = {
+        let mut child = std::process::Command::new("git")
+            .args(["hash-object", "-w", "--stdin"])
+            .current_dir(&bare)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let zeros = vec![0u8; 1024 * 1024];
+        for _ in 0..512 {
+            std::io::Write::write_all(&mut stdin, &zeros).unwrap();
+        }
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let ok = git_stdin(&bare, &["hash-object", "-w", "--stdin"], b"A=1\n");
+    let root = git_stdin(
+        &bare,
+        &["mktree"],
+        format!("100644 blob {blob}\tapp.env\n100644 blob {ok}\tok.env\n").as_bytes(),
+    );
+    let commit = git_stdin(&bare, &["commit-tree", &root, "-m", "bomb"], b"");
+    git_stdin(&bare, &["update-ref", "refs/heads/main", &commit], b"");
+    let daemon = GitDaemon::start(&repo);
+    let (fetcher, _cache) = worker_fetcher(Limits::default(), 2, 2);
+    for path in ["app.env", ""] {
+        let request = git(daemon.url(), "team-a", path);
+        let error = settled(&fetcher, &request).await.error.expect("refused");
+        assert_eq!(error.reason(), "TooLarge", "{path:?}: {error}");
+    }
+    // The cached bomb is refused the same way when read again (a restart re-reads it).
+    fetcher.expire();
+    let again = settled(&fetcher, &git(daemon.url(), "team-a", "app.env")).await;
+    assert_eq!(again.error.map(|e| e.reason()), Some("TooLarge"));
+    // The small file beside it is read as usual.
+    let fine = settled(&fetcher, &git(daemon.url(), "team-a", "ok.env")).await;
+    assert!(fine.snapshot.is_some(), "{:?}", fine.error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_one_token_may_read_is_never_served_to_another() {
+    // The forge shows team A's token a branch with a secret; team B's token sees a copy
+    // of the repository without it (and without its objects).
+    let full = Repo::new();
+    full.commit(&[("app.env", "PUBLIC=1\n")]);
+    git_stdin(&full.bare(), &["branch", "hidden", "main"], b"");
+    let hidden_blob = git_stdin(
+        &full.bare(),
+        &["hash-object", "-w", "--stdin"],
+        b"DB_PASSWORD=team-a-only\n",
+    );
+    let tree = git_stdin(
+        &full.bare(),
+        &["mktree"],
+        format!("100644 blob {hidden_blob}\tapp.env\n").as_bytes(),
+    );
+    let hidden = git_stdin(&full.bare(), &["commit-tree", &tree, "-m", "secret"], b"");
+    git_stdin(
+        &full.bare(),
+        &["update-ref", "refs/heads/hidden", &hidden],
+        b"",
+    );
+    let narrow = tempfile::tempdir().unwrap();
+    let narrow_bare = narrow.path().join("config.git");
+    let cloned = std::process::Command::new("git")
+        .args([
+            "clone",
+            "-q",
+            "--bare",
+            "--single-branch",
+            "--branch",
+            "main",
+        ])
+        .arg(full.bare())
+        .arg(&narrow_bare)
+        .status()
+        .unwrap();
+    assert!(cloned.success());
+    let port = serve_git_http_per_user(vec![
+        ("team-a", "a-token", full.root.path().to_owned()),
+        ("team-b", "b-token", narrow.path().to_owned()),
+    ])
+    .await;
+    let url = format!("http://127.0.0.1:{port}/config.git");
+    let (fetcher, _cache) = worker_fetcher(Limits::default(), 2, 2);
+    let with = |user: &str, password: &str, reference: &str| SourceRequest {
+        location: Location::Git {
+            url: url.clone(),
+            reference: Some(reference.to_owned()),
+            path: "app.env".to_owned(),
+        },
+        namespace: user.to_owned(),
+        credentials: Some(metahooks::source::Credentials {
+            secret: "creds".to_owned(),
+            binding: metahooks::source::binding::Binding::read("creds", None, Some(&url)),
+            username: Some(user.to_owned()),
+            password: Some(password.to_owned()),
+            token: None,
+        }),
+    };
+    let a = settled(&fetcher, &with("team-a", "a-token", "hidden")).await;
+    let a_text = a
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.files.get("app.env").cloned());
+    assert_eq!(
+        a_text,
+        Some(metahooks::source::Content::Text(
+            "DB_PASSWORD=team-a-only\n".to_owned()
+        )),
+        "{:?}",
+        a.error
+    );
+    // B asks for A's commit by id with its own token.
+    let b = settled(&fetcher, &with("team-b", "b-token", &hidden)).await;
+    assert!(b.snapshot.is_none(), "team B was served team A's commit");
+    assert_eq!(b.error.map(|e| e.reason()), Some("RefNotFound"));
+}

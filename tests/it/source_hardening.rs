@@ -40,7 +40,7 @@ fn git_request(url: &str, reference: Option<&str>, path: &str) -> SourceRequest 
 
 /// Asks and waits for background jobs until the request has a result (a snapshot or an
 /// error) and no job is pending for it.
-async fn settled(fetcher: &Fetcher, request: &SourceRequest) -> SourceState {
+pub async fn settled(fetcher: &Fetcher, request: &SourceRequest) -> SourceState {
     let interval = Duration::from_secs(60);
     for _ in 0..20 {
         let state = fetcher.lookup(request, interval);
@@ -52,7 +52,7 @@ async fn settled(fetcher: &Fetcher, request: &SourceRequest) -> SourceState {
     panic!("no result for {request:?}");
 }
 
-fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> String {
+pub fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> String {
     let mut child = Command::new("git")
         .args(args)
         .current_dir(dir)

@@ -214,10 +214,16 @@ pub async fn serve_git_http(
     user: &'static str,
     password: &'static str,
 ) -> u16 {
+    serve_git_http_per_user(vec![(user, password, project_root)]).await
+}
+
+/// Smart HTTP where each user (basic auth) sees a project root of their own, as a forge
+/// shows each token only the refs it may read.
+pub async fn serve_git_http_per_user(users: Vec<(&'static str, &'static str, PathBuf)>) -> u16 {
     #[derive(Clone)]
     struct Backend {
-        root: PathBuf,
-        expected: String,
+        /// (expected Authorization header, project root)
+        users: Vec<(String, PathBuf)>,
     }
     async fn handle(
         State(backend): State<Backend>,
@@ -226,16 +232,20 @@ pub async fn serve_git_http(
         headers: HeaderMap,
         body: Bytes,
     ) -> Response {
-        let authorized = headers.get("authorization").and_then(|v| v.to_str().ok())
-            == Some(backend.expected.as_str());
-        if !authorized {
+        let presented = headers.get("authorization").and_then(|v| v.to_str().ok());
+        let root = backend
+            .users
+            .iter()
+            .find(|(expected, _)| Some(expected.as_str()) == presented)
+            .map(|(_, root)| root.clone());
+        let Some(root) = root else {
             return (
                 StatusCode::UNAUTHORIZED,
                 [("www-authenticate", "Basic realm=\"git\"")],
                 "",
             )
                 .into_response();
-        }
+        };
         let content_type = headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
@@ -245,7 +255,7 @@ pub async fn serve_git_http(
             use std::io::Write;
             let mut child = Command::new("git")
                 .arg("http-backend")
-                .env("GIT_PROJECT_ROOT", &backend.root)
+                .env("GIT_PROJECT_ROOT", &root)
                 .env("GIT_HTTP_EXPORT_ALL", "1")
                 .env("PATH_INFO", uri.path())
                 .env("QUERY_STRING", uri.query().unwrap_or_default())
@@ -293,14 +303,17 @@ pub async fn serve_git_http(
             .unwrap()
     }
     use base64::Engine;
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-    );
-    let app = axum::Router::new().fallback(handle).with_state(Backend {
-        root: project_root,
-        expected,
-    });
+    let users = users
+        .into_iter()
+        .map(|(user, password, root)| {
+            let encoded =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            (format!("Basic {encoded}"), root)
+        })
+        .collect();
+    let app = axum::Router::new()
+        .fallback(handle)
+        .with_state(Backend { users });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move { axum::serve(listener, app).await });
