@@ -130,7 +130,8 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
     Ok(Fetcher::new(policy, cache_dir)
         .context("cannot start the source fetcher")?
         .with_options(options)
-        .with_cache_max_bytes(args.cache_max_bytes))
+        .with_cache_max_bytes(args.cache_max_bytes)
+        .with_snapshot_budget(args.snapshot_memory_bytes))
 }
 
 /// The controller settings the flags name.

@@ -157,6 +157,10 @@ pub struct ControllerArgs {
     /// with reason MemoryLimit.
     #[arg(long, env = "METAHOOKS_FETCH_WORKER_MEMORY_BYTES", default_value_t = crate::source::worker::WorkerLimits::DEFAULT_MEMORY_BYTES, value_parser = clap::value_parser!(u64).range(32 * 1024 * 1024..))]
     pub fetch_worker_memory_bytes: u64,
+    /// Bytes of fetched files held in memory; beyond it the least recently asked are let
+    /// go (parents keep running what their ConfigMaps hold; others are read again).
+    #[arg(long, env = "METAHOOKS_SNAPSHOT_MEMORY_BYTES", default_value_t = crate::source::fetcher::DEFAULT_SNAPSHOT_BUDGET_BYTES)]
+    pub snapshot_memory_bytes: u64,
 }
 
 /// How logs are written.

@@ -492,6 +492,16 @@ impl Sources for NotingSources {
         self.looked.store(true, Ordering::Relaxed);
         self.inner.lookup(request, interval)
     }
+
+    fn lookup_holding(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+    ) -> SourceState {
+        self.looked.store(true, Ordering::Relaxed);
+        self.inner.lookup_holding(request, interval, running)
+    }
 }
 
 /// Reads a request body, naming the JSON path of the first problem.

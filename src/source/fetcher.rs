@@ -44,6 +44,33 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 struct SnapshotEntry {
     snapshot: Option<Arc<super::Snapshot>>,
     error: Option<FetchError>,
+    /// Bytes the snapshot holds (counted against the budget).
+    bytes: u64,
+    last_used: Option<Instant>,
+    /// The revision of a snapshot let go under the memory budget.
+    let_go: Option<String>,
+    /// The parent last said it runs `let_go` already (read back from its ConfigMap), so
+    /// nothing needs reading again for it until the source changes.
+    held: bool,
+}
+
+impl SnapshotEntry {
+    /// Nothing to answer from: never read, or let go and the parent does not hold it.
+    fn needs_reading(&self) -> bool {
+        self.snapshot.is_none() && self.let_go.is_some() && !self.held
+    }
+
+    /// The revision the request already has, so a job need not read it again.
+    fn current_revision(&self) -> Option<&str> {
+        if self.error.is_some() {
+            return None;
+        }
+        match (&self.snapshot, &self.let_go) {
+            (Some(snapshot), _) => Some(snapshot.revision.as_str()),
+            (None, Some(revision)) if self.held => Some(revision.as_str()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -51,6 +78,18 @@ struct State {
     remotes: HashMap<String, RemoteEntry>,
     snapshots: HashMap<String, SnapshotEntry>,
     last_sweep: Option<Instant>,
+    /// Bytes of every snapshot held.
+    snapshot_bytes: u64,
+}
+
+/// What a snapshot costs to hold: its files' bytes and names, and some bookkeeping.
+fn snapshot_bytes(snapshot: &super::Snapshot) -> u64 {
+    let files: usize = snapshot
+        .files
+        .iter()
+        .map(|(name, content)| name.len() + content.len() + 64)
+        .sum();
+    (files + snapshot.revision.len() + 128) as u64
 }
 
 impl State {
@@ -72,11 +111,32 @@ impl State {
             .retain(|_, remote| remote.in_flight || !remote.requests.is_empty());
         for key in forgotten {
             let still_asked = self.remotes.values().any(|r| r.requests.contains_key(&key));
-            if !still_asked {
-                self.snapshots.remove(&key);
+            if !still_asked && let Some(entry) = self.snapshots.remove(&key) {
+                self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.bytes);
             }
         }
         self.last_sweep = Some(now);
+    }
+
+    /// Lets the least recently asked snapshots go until those held fit `budget`; never
+    /// `keep`'s. A parent whose snapshot went keeps running what its ConfigMap holds, and
+    /// a parent that does not hold it gets it read again at its next lookup.
+    fn fit(&mut self, budget: u64, keep: &str) {
+        while self.snapshot_bytes > budget {
+            let oldest = self
+                .snapshots
+                .iter()
+                .filter(|(key, entry)| entry.snapshot.is_some() && key.as_str() != keep)
+                .min_by_key(|(_, entry)| entry.last_used)
+                .map(|(key, _)| key.clone());
+            let Some(entry) = oldest.and_then(|key| self.snapshots.get_mut(&key)) else {
+                return;
+            };
+            entry.let_go = entry.snapshot.take().map(|s| s.revision.clone());
+            entry.held = false;
+            self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.bytes);
+            entry.bytes = 0;
+        }
     }
 }
 
@@ -98,6 +158,8 @@ struct Inner {
     options: Mutex<FetcherOptions>,
     git_slots: Mutex<Arc<FairSlots>>,
     http_slots: Arc<FairSlots>,
+    /// Bytes the snapshots held in memory may take together.
+    snapshot_budget: AtomicU64,
     /// Keys the on-disk repositories by credential holder; kept in the cache directory
     /// so that a restarted server finds its repositories again.
     disk_key: [u8; 32],
@@ -105,6 +167,8 @@ struct Inner {
 
 /// Default cap of the on-disk git cache.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
+/// Default bytes of fetched snapshots held in memory.
+pub const DEFAULT_SNAPSHOT_BUDGET_BYTES: u64 = 96 * 1024 * 1024;
 /// Default number of git fetch workers running at once.
 pub const DEFAULT_WORKERS: usize = 8;
 /// Default number of those one namespace may use.
@@ -166,6 +230,7 @@ impl Fetcher {
                 runtime,
                 cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
                 cache_bytes: AtomicU64::new(0),
+                snapshot_budget: AtomicU64::new(DEFAULT_SNAPSHOT_BUDGET_BYTES),
                 downloads: AtomicU64::new(0),
                 git_slots: Mutex::new(FairSlots::new(
                     options.workers,
@@ -197,6 +262,19 @@ impl Fetcher {
     pub fn with_cache_max_bytes(self, bytes: u64) -> Fetcher {
         self.inner.cache_max_bytes.store(bytes, Ordering::SeqCst);
         self
+    }
+
+    /// Caps the bytes of snapshots held in memory (default
+    /// [`DEFAULT_SNAPSHOT_BUDGET_BYTES`]).
+    #[must_use]
+    pub fn with_snapshot_budget(self, bytes: u64) -> Fetcher {
+        self.inner.snapshot_budget.store(bytes, Ordering::SeqCst);
+        self
+    }
+
+    /// Bytes of the snapshots held in memory now.
+    pub fn snapshot_bytes(&self) -> u64 {
+        lock(&self.inner.state).snapshot_bytes
     }
 
     /// Remote fetches that went to the network so far (git ref listings and HTTP GETs).
@@ -323,6 +401,15 @@ impl Inner {
 
 impl Sources for Fetcher {
     fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
+        self.lookup_holding(request, interval, None)
+    }
+
+    fn lookup_holding(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+    ) -> SourceState {
         // Credentials the Secret's owner did not allow for this URL are never used: no
         // job is scheduled, so no request is made at all.
         if let Some(Err(refusal)) = request
@@ -345,7 +432,11 @@ impl Sources for Fetcher {
         {
             state.sweep(now, None);
         }
-        let known = state.snapshots.get(&key).cloned();
+        let known = state.snapshots.get_mut(&key).map(|entry| {
+            entry.last_used = Some(now);
+            entry.held = entry.let_go.is_some() && entry.let_go.as_deref() == running;
+            entry.clone()
+        });
         let remote = state.remotes.entry(remote_key.clone()).or_default();
         remote.requests.insert(
             key,
@@ -358,7 +449,7 @@ impl Sources for Fetcher {
         let stale = remote
             .started
             .is_none_or(|started| started.elapsed() >= interval);
-        let unknown = known.is_none();
+        let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
         if !remote.in_flight && (stale || unknown) {
             remote.in_flight = true;
             // A fresh remote with a new path only needs reading, not another fetch.
@@ -376,8 +467,7 @@ impl Sources for Fetcher {
                 .iter()
                 .filter_map(|r| {
                     let entry = state.snapshots.get(&r.key())?;
-                    let snapshot = entry.snapshot.as_ref().filter(|_| entry.error.is_none())?;
-                    Some((r.key(), snapshot.revision.clone()))
+                    Some((r.key(), entry.current_revision()?.to_owned()))
                 })
                 .collect();
             let job = Job {
@@ -476,11 +566,18 @@ impl Job {
             if !asked {
                 continue;
             }
-            let entry = state.snapshots.entry(key).or_default();
+            let entry = state.snapshots.entry(key.clone()).or_default();
             match result {
                 Fetched::Fresh(snapshot) => {
+                    let (old, new) = (entry.bytes, snapshot_bytes(&snapshot));
+                    entry.bytes = new;
                     entry.snapshot = Some(Arc::new(snapshot));
                     entry.error = None;
+                    entry.let_go = None;
+                    entry.last_used.get_or_insert_with(Instant::now);
+                    state.snapshot_bytes = state.snapshot_bytes.saturating_sub(old) + new;
+                    let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
+                    state.fit(budget, &key);
                 }
                 Fetched::Unchanged => entry.error = None,
                 Fetched::Failed(error) => entry.error = Some(error),
@@ -782,5 +879,52 @@ mod tests {
         };
         let theirs = sources.lookup(&with_token, HOUR);
         assert!(theirs.snapshot.is_none() && theirs.pending, "{theirs:?}");
+    }
+
+    #[tokio::test]
+    async fn snapshots_stay_within_their_budget_and_are_read_again_only_when_needed() {
+        let repo = Repo::new();
+        let big = "X=".to_owned() + &"y".repeat(100 * 1024) + "\n";
+        for name in ["a.env", "b.env", "c.env"] {
+            repo.commit(name, &big);
+        }
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let sources = fetcher(cache.path()).with_snapshot_budget(250 * 1024);
+        let wanted: Vec<SourceRequest> = ["a.env", "b.env", "c.env"]
+            .iter()
+            .map(|path| request(&repo.url(), path))
+            .collect();
+        let mut revisions = Vec::new();
+        for one in &wanted {
+            let _ = sources.lookup(one, HOUR);
+            sources.idle().await;
+            let state = sources.lookup(one, HOUR);
+            let snapshot = state
+                .snapshot
+                .unwrap_or_else(|| panic!("{:?}", state.error));
+            revisions.push(snapshot.revision.clone());
+            assert!(
+                sources.snapshot_bytes() <= 250 * 1024,
+                "{}",
+                sources.snapshot_bytes()
+            );
+        }
+        // "a" was asked for least recently and went.
+        let fetches = sources.network_fetches();
+        let holding = sources.lookup_holding(&wanted[0], HOUR, Some(&revisions[0]));
+        assert!(
+            holding.snapshot.is_none() && holding.error.is_none() && !holding.pending,
+            "a parent that runs the revision is answered without reading it again: {holding:?}"
+        );
+        // A parent that does not hold it gets it read again (from the cached repository).
+        assert!(sources.lookup(&wanted[0], HOUR).pending);
+        sources.idle().await;
+        assert!(sources.lookup(&wanted[0], HOUR).snapshot.is_some());
+        assert_eq!(
+            sources.network_fetches(),
+            fetches,
+            "read from the cache, not fetched"
+        );
+        assert!(sources.snapshot_bytes() <= 250 * 1024);
     }
 }

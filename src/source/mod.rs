@@ -398,6 +398,19 @@ pub trait Sources: Send + Sync {
     /// Answers from the cache without waiting; schedules a fetch when the entry is
     /// missing or older than `interval`.
     fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState;
+
+    /// As `lookup`, for a parent that already runs revision `running` (read back from
+    /// its observed ConfigMap): an engine that let its copy of that revision go need not
+    /// read it again for this parent.
+    fn lookup_holding(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+    ) -> SourceState {
+        let _ = running;
+        self.lookup(request, interval)
+    }
 }
 
 /// No sources at all: every lookup is an error. For controllers that fetch nothing.

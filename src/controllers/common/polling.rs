@@ -47,12 +47,22 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
             "Fetched",
             format!("fetched {}", snapshot.revision),
         ),
-        (None, None) => Decided::new(
-            "Fetched",
-            false,
-            "FetchPending",
-            format!("the first fetch of the {what} is in progress"),
-        ),
+        // This server has no copy yet (it restarted, or let its copy go under the
+        // snapshot budget) while what runs came from the source: nothing failed.
+        (None, None) => match running {
+            Some(revision) => Decided::new(
+                "Fetched",
+                true,
+                "Fetched",
+                format!("running {revision}; this server is reading its own copy of the {what}"),
+            ),
+            None => Decided::new(
+                "Fetched",
+                false,
+                "FetchPending",
+                format!("the first fetch of the {what} is in progress"),
+            ),
+        },
     }
 }
 

@@ -83,7 +83,11 @@ impl DecoratorHooks for ConfigSync {
                 );
             }
         };
-        let state = ctx.sources.lookup(&wanted, Duration::from_secs(interval));
+        let state = ctx.sources.lookup_holding(
+            &wanted,
+            Duration::from_secs(interval),
+            observed.as_ref().map(|c| c.revision.as_str()),
+        );
         let resync = polling::resync_seconds(&state, false, interval);
         let fresh = state
             .snapshot

@@ -125,7 +125,11 @@ impl CompositeHooks for MonitoredService {
             }
         };
 
-        let state = ctx.sources.lookup(&wanted, Duration::from_secs(interval));
+        let state = ctx.sources.lookup_holding(
+            &wanted,
+            Duration::from_secs(interval),
+            call.running().map(|c| c.revision.as_str()),
+        );
         let fresh = state
             .snapshot
             .as_deref()

@@ -183,3 +183,41 @@ fn a_spec_that_cannot_be_used_keeps_what_runs() {
     assert_eq!(nothing["children"], json!([]));
     assert_eq!(nothing["resyncAfterSeconds"], 60);
 }
+
+#[test]
+fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    let first = harness.sync(spec(), &[]);
+    let observed = children(&first);
+    let with_copy = harness.sync(spec(), &observed);
+    // A restarted server (or one that let its copy go under the snapshot budget): the
+    // running config is in the observed ConfigMap, and nothing has failed.
+    harness.sources.set(
+        URL,
+        crate::source::SourceState {
+            snapshot: None,
+            error: None,
+            pending: true,
+        },
+    );
+    let without = harness.sync(spec(), &observed);
+    assert_eq!(condition(&without, "Fetched")["status"], "True");
+    assert_eq!(hash(&without), hash(&with_copy));
+    for kind in ["Ready", "ConfigValid"] {
+        assert_eq!(
+            (
+                condition(&without, kind)["status"].clone(),
+                condition(&without, kind)["reason"].clone()
+            ),
+            (
+                condition(&with_copy, kind)["status"].clone(),
+                condition(&with_copy, kind)["reason"].clone()
+            ),
+            "{kind} is as it was"
+        );
+    }
+    assert_eq!(without["status"]["revision"], "main@sha1:a");
+}
