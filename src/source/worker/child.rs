@@ -68,6 +68,11 @@ fn fence(job: &GitJob) -> std::io::Result<()> {
     let file = job.policy.limits.download_bytes + 16 * 1024 * 1024;
     Resource::FSIZE.set(file, file)?;
     Resource::CORE.set(0, 0)?;
+    // In a container the workers share the server's memory limit: when it is reached,
+    // the kernel should end a worker (its fetch fails with MemoryLimit), not the server.
+    // Raising one's own score needs no privilege; where /proc is not writable the
+    // address-space limit above still holds.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     Ok(())
 }
 
