@@ -144,11 +144,19 @@ def rss_kib(pid):
 
 
 def children(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except OSError:
-        return []
+    """Processes whose parent is `pid` (the server's fetch workers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
 
 
 class Sampler:
@@ -577,6 +585,21 @@ def attack_blob_bomb():
     daemon.terminate()
 
 
+def attack_delta_bomb():
+    """A hostile git:// server sending a 17 KB pack whose 300 MiB blob is a delta."""
+    bare = os.path.join(tempfile.mkdtemp(prefix="metahooks-delta-"), "config.git")
+    subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", bare], check=True)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "hostile", "delta_bomb.py")
+    bomb = subprocess.Popen([sys.executable, script, "serve", bare, "300"], stdout=subprocess.PIPE)
+    port = int(bomb.stdout.readline())
+    server = sourced_server()
+    started = time.time()
+    outcome, _ = sync_until_fetched(server, service_request("delta", {"git": {"url": f"git://127.0.0.1:{port}/config.git", "path": "app.env"}}))
+    report("delta bomb: 17 KB pack, 300 MiB blob as a delta (~340 MiB to index unbounded)", server, started, outcome)
+    finish(server)
+    bomb.kill()
+
+
 def attack_tarpits(count=200):
     honest_url, daemon = git_repo({"app.env": b"HONEST=1\n"})
     # Baseline: the honest source alone.
@@ -598,7 +621,7 @@ def attack_tarpits(count=200):
     daemon.terminate()
 
 
-def attack_many_http_sources(count=300, size=1 << 20):
+def attack_many_http_sources(count=300, size=1000 * 1000):
     import http.server
 
     class Files(http.server.BaseHTTPRequestHandler):
@@ -619,6 +642,7 @@ def attack_many_http_sources(count=300, size=1 << 20):
     server = sourced_server()
     started = time.time()
     pending = set(range(count))
+    outcomes = {}
     deadline = time.time() + 240
     while pending and time.time() < deadline:
         for i in sorted(pending):
@@ -626,9 +650,12 @@ def attack_many_http_sources(count=300, size=1 << 20):
             fetched = fetched_of(data)
             if fetched and fetched["reason"] != "FetchPending":
                 pending.discard(i)
+                key = f"Fetched={fetched['status']} {fetched['reason']}"
+                outcomes[key] = outcomes.get(key, 0) + 1
         time.sleep(0.2)
-    report(f"{count} MonitoredServices, each on its own ~1 MB HTTP file", server, started,
-           f"{count - len(pending)} of {count} fetched")
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
+    report(f"{count} MonitoredServices, each on its own {size / 1e6:.2f} MB HTTP file", server, started,
+           f"{summary}; {len(pending)} pending")
     finish(server)
     httpd.shutdown()
 
@@ -638,6 +665,7 @@ def attack_sources():
     attack_ref_flood(http=False)
     attack_ref_flood(http=True)
     attack_blob_bomb()
+    attack_delta_bomb()
     attack_tarpits()
     attack_many_http_sources()
 

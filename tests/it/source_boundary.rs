@@ -581,3 +581,67 @@ async fn a_commit_one_token_may_read_is_never_served_to_another() {
     assert!(b.snapshot.is_none(), "team B was served team A's commit");
     assert_eq!(b.error.map(|e| e.reason()), Some("RefNotFound"));
 }
+
+/// A hostile git:// server (tests/hostile/delta_bomb.py) that sends a crafted pack as it
+/// is; killed when dropped.
+struct DeltaBombServer {
+    child: std::process::Child,
+    port: u16,
+    _repo: Repo,
+}
+
+impl DeltaBombServer {
+    fn start(target_mib: u32) -> DeltaBombServer {
+        use std::io::BufRead;
+        let repo = Repo::new();
+        let mut child = std::process::Command::new("python3")
+            .arg(support::repo_dir().join("tests/hostile/delta_bomb.py"))
+            .arg("serve")
+            .arg(repo.bare())
+            .arg(target_mib.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("no port: {line:?}"));
+        DeltaBombServer {
+            child,
+            port,
+            _repo: repo,
+        }
+    }
+}
+
+impl Drop for DeltaBombServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_bomb_ends_the_worker_at_its_memory_limit_not_the_server() {
+    // A 17 KB pack whose commit holds, beside a 4-byte file, a 300 MiB blob stored as a
+    // delta: indexing it needs the whole blob in memory (~340 MiB unbounded).
+    let bomb = DeltaBombServer::start(300);
+    let (fetcher, _cache) = worker_fetcher(Limits::default(), 2, 2);
+    let url = format!("git://127.0.0.1:{}/config.git", bomb.port);
+    let error = settled(&fetcher, &git(url, "team-a", "app.env"))
+        .await
+        .error
+        .expect("the fetch fails");
+    assert_eq!(error.reason(), "MemoryLimit", "{error}");
+    assert!(error.to_string().contains("160 MiB"), "{error}");
+    // The engine goes on: an honest repository is fetched by the next worker.
+    let honest = Repo::new();
+    honest.commit(&[("app.env", "A=1\n")]);
+    let daemon = GitDaemon::start(&honest);
+    let fine = settled(&fetcher, &git(daemon.url(), "team-a", "app.env")).await;
+    assert!(fine.snapshot.is_some(), "{:?}", fine.error);
+}
