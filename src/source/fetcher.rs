@@ -52,6 +52,10 @@ struct SnapshotEntry {
     /// The parent last said it runs `let_go` already (read back from its ConfigMap), so
     /// nothing needs reading again for it until the source changes.
     held: bool,
+    /// A lookup has returned the snapshot since it was fetched. One not yet delivered is
+    /// never let go: under a working set larger than the budget, a parent would
+    /// otherwise find its snapshot gone every time it came back for it.
+    delivered: bool,
 }
 
 impl SnapshotEntry {
@@ -118,15 +122,17 @@ impl State {
         self.last_sweep = Some(now);
     }
 
-    /// Lets the least recently asked snapshots go until those held fit `budget`; never
-    /// `keep`'s. A parent whose snapshot went keeps running what its ConfigMap holds, and
-    /// a parent that does not hold it gets it read again at its next lookup.
-    fn fit(&mut self, budget: u64, keep: &str) {
+    /// Lets the least recently asked snapshots go until those held fit `budget`, never
+    /// one not yet delivered to a parent (those exceed the budget by at most what the
+    /// running jobs fetched since their parents last asked). A parent whose snapshot went
+    /// keeps running what its ConfigMap holds, and a parent that does not hold it gets it
+    /// read again at its next lookup.
+    fn fit(&mut self, budget: u64) {
         while self.snapshot_bytes > budget {
             let oldest = self
                 .snapshots
                 .iter()
-                .filter(|(key, entry)| entry.snapshot.is_some() && key.as_str() != keep)
+                .filter(|(_, entry)| entry.snapshot.is_some() && entry.delivered)
                 .min_by_key(|(_, entry)| entry.last_used)
                 .map(|(key, _)| key.clone());
             let Some(entry) = oldest.and_then(|key| self.snapshots.get_mut(&key)) else {
@@ -435,6 +441,7 @@ impl Sources for Fetcher {
         let known = state.snapshots.get_mut(&key).map(|entry| {
             entry.last_used = Some(now);
             entry.held = entry.let_go.is_some() && entry.let_go.as_deref() == running;
+            entry.delivered |= entry.snapshot.is_some();
             entry.clone()
         });
         let remote = state.remotes.entry(remote_key.clone()).or_default();
@@ -566,7 +573,7 @@ impl Job {
             if !asked {
                 continue;
             }
-            let entry = state.snapshots.entry(key.clone()).or_default();
+            let entry = state.snapshots.entry(key).or_default();
             match result {
                 Fetched::Fresh(snapshot) => {
                     let (old, new) = (entry.bytes, snapshot_bytes(&snapshot));
@@ -574,10 +581,11 @@ impl Job {
                     entry.snapshot = Some(Arc::new(snapshot));
                     entry.error = None;
                     entry.let_go = None;
+                    entry.delivered = false;
                     entry.last_used.get_or_insert_with(Instant::now);
                     state.snapshot_bytes = state.snapshot_bytes.saturating_sub(old) + new;
                     let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
-                    state.fit(budget, &key);
+                    state.fit(budget);
                 }
                 Fetched::Unchanged => entry.error = None,
                 Fetched::Failed(error) => entry.error = Some(error),
@@ -926,5 +934,37 @@ mod tests {
             "read from the cache, not fetched"
         );
         assert!(sources.snapshot_bytes() <= 250 * 1024);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_delivered_before_it_can_be_let_go() {
+        let repo = Repo::new();
+        let big = "X=".to_owned() + &"y".repeat(100 * 1024) + "\n";
+        for name in ["a.env", "b.env", "c.env"] {
+            repo.commit(name, &big);
+        }
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let sources = fetcher(cache.path()).with_snapshot_budget(150 * 1024);
+        let wanted: Vec<SourceRequest> = ["a.env", "b.env", "c.env"]
+            .iter()
+            .map(|path| request(&repo.url(), path))
+            .collect();
+        // Three parents ask before any answer.
+        for one in &wanted {
+            let _ = sources.lookup(one, HOUR);
+        }
+        sources.idle().await;
+        // The first job read "a" (it alone had asked when the job started); "b" starts
+        // the one for the others. Three snapshots, none delivered yet, over the budget.
+        let _ = sources.lookup(&wanted[1], HOUR);
+        sources.idle().await;
+        assert!(sources.snapshot_bytes() > 150 * 1024);
+        for one in &wanted {
+            let state = sources.lookup(one, HOUR);
+            assert!(
+                state.snapshot.is_some(),
+                "{one:?} was let go before it was delivered"
+            );
+        }
     }
 }
