@@ -13,7 +13,36 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 pub struct Kinds {
     by_resource: BTreeMap<String, String>,
+    /// Kinds whose objects have no namespace (discovery's `namespaced: false`).
+    cluster_scoped: std::collections::BTreeSet<String>,
 }
+
+/// Built-in kinds that are cluster-scoped in Kubernetes 1.33 discovery.
+const CLUSTER_SCOPED: &[&str] = &[
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "StorageClass",
+    "PriorityClass",
+    "IngressClass",
+    "RuntimeClass",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "APIService",
+    "CertificateSigningRequest",
+    "CSIDriver",
+    "CSINode",
+    "VolumeAttachment",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "CompositeController",
+    "DecoratorController",
+];
 
 impl Default for Kinds {
     fn default() -> Kinds {
@@ -31,6 +60,17 @@ impl Default for Kinds {
             ("cronjobs", "CronJob"),
             ("ingresses", "Ingress"),
             ("namespaces", "Namespace"),
+            ("nodes", "Node"),
+            ("persistentvolumes", "PersistentVolume"),
+            ("clusterroles", "ClusterRole"),
+            ("clusterrolebindings", "ClusterRoleBinding"),
+            ("customresourcedefinitions", "CustomResourceDefinition"),
+            ("storageclasses", "StorageClass"),
+            ("priorityclasses", "PriorityClass"),
+            ("ingressclasses", "IngressClass"),
+            ("controllerrevisions", "ControllerRevision"),
+            ("compositecontrollers", "CompositeController"),
+            ("decoratorcontrollers", "DecoratorController"),
             ("persistentvolumeclaims", "PersistentVolumeClaim"),
             ("roles", "Role"),
             ("rolebindings", "RoleBinding"),
@@ -44,6 +84,10 @@ impl Default for Kinds {
             by_resource: builtin
                 .iter()
                 .map(|(resource, kind)| ((*resource).to_owned(), (*kind).to_owned()))
+                .collect(),
+            cluster_scoped: CLUSTER_SCOPED
+                .iter()
+                .map(|kind| (*kind).to_owned())
                 .collect(),
         }
     }
@@ -59,6 +103,12 @@ impl Kinds {
                 object.pointer("/spec/names/kind").and_then(Value::as_str),
             ) {
                 self.by_resource.insert(plural.to_owned(), kind.to_owned());
+                // The API server's discovery answers `namespaced` from the CRD's scope.
+                if object.pointer("/spec/scope").and_then(Value::as_str) == Some("Cluster") {
+                    self.cluster_scoped.insert(kind.to_owned());
+                } else {
+                    self.cluster_scoped.remove(kind);
+                }
             }
             return;
         }
@@ -67,6 +117,11 @@ impl Kinds {
                 .entry(plural_of(kind))
                 .or_insert_with(|| kind.to_owned());
         }
+    }
+
+    /// Whether objects of `kind` have no namespace.
+    pub fn is_cluster_scoped(&self, kind: &str) -> bool {
+        self.cluster_scoped.contains(kind)
     }
 
     /// The kind a plural resource name stands for.

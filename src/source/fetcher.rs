@@ -543,6 +543,7 @@ type Results = Vec<(String, Fetched)>;
 
 impl Job {
     async fn run(self) {
+        self.wait_for_room().await;
         let started = Instant::now();
         let (results, resolved) = match self.requests.first().map(|r| r.location.clone()) {
             Some(Location::Git { url, reference, .. }) => self.run_git(url, reference).await,
@@ -680,6 +681,27 @@ impl Job {
             }
         }
         (outcome.results, outcome.resolved.ok())
+    }
+
+    /// Snapshots not yet delivered cannot be let go, so while they alone fill the budget
+    /// a new job would only add to them: it waits until parents have come for theirs (or,
+    /// should they never come, a bounded while, after which the sweep forgets them).
+    async fn wait_for_room(&self) {
+        let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
+        let give_up =
+            Instant::now() + Duration::from_secs(2 * self.inner.policy.limits.timeout_seconds);
+        while Instant::now() < give_up {
+            let undelivered: u64 = lock(&self.inner.state)
+                .snapshots
+                .values()
+                .filter(|entry| entry.snapshot.is_some() && !entry.delivered)
+                .map(|entry| entry.bytes)
+                .sum();
+            if undelivered < budget {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// The namespaces of the parents sharing this job: it may run under any of them.

@@ -198,12 +198,11 @@ async fn catches_owner_references_on_children() {
 }
 
 #[tokio::test]
-async fn catches_status_on_children() {
-    assert!(
-        violation(Fault::ChildStatus, "v1")
-            .await
-            .contains("sets status")
-    );
+async fn status_on_children_is_dropped_as_metacontroller_does() {
+    let mut emulator = emulator_with(Fault::ChildStatus, "v1").await;
+    emulator.converge(5).await.unwrap();
+    let child = emulator.get("v1", "ConfigMap", "ns", "one-cm").unwrap();
+    assert!(child.get("status").is_none(), "{child}");
 }
 
 #[tokio::test]

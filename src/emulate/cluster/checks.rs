@@ -88,14 +88,20 @@ pub(super) fn check_child(
             registration.name
         ));
     }
-    if child.pointer("/metadata/ownerReferences").is_some() {
+    // Metacontroller appends its controller reference to the hook's (MakeControllerRef
+    // in pkg/controller/common/manage_children.go); the API server then refuses a second
+    // controller (ValidateOwnerReferences).
+    let controllers = child
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map_or(0, |refs| {
+            refs.iter()
+                .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                .count()
+        });
+    if controllers > 0 {
         return Err(format!(
-            "{kind} {name} sets metadata.ownerReferences (Metacontroller owns them)"
-        ));
-    }
-    if child.get("status").is_some() {
-        return Err(format!(
-            "{kind} {name} sets status (a parent cannot set child status)"
+            "{kind} {name}: metadata.ownerReferences: Invalid value: only one reference can have Controller set to true (the hook set one, Metacontroller adds its own)"
         ));
     }
     for field in [
@@ -113,8 +119,12 @@ pub(super) fn check_child(
     }
     let namespace = child.pointer("/metadata/namespace").and_then(Value::as_str);
     let parent_namespace = key_of(parent).2;
+    // A cluster-scoped parent may own children in any namespace; a namespaced parent's
+    // children in another namespace would carry an owner reference the garbage collector
+    // cannot resolve there.
     if registration.type_ == ControllerType::Composite
-        && namespace.is_some_and(|ns| ns != parent_namespace)
+        && !parent_namespace.is_empty()
+        && namespace.is_some_and(|ns| !ns.is_empty() && ns != parent_namespace)
     {
         return Err(format!(
             "{kind} {name} is in namespace {namespace:?}, not the parent's"

@@ -21,7 +21,24 @@ impl Emulator {
         let mut dropped = Vec::new();
         let mut desired_by_key = BTreeMap::new();
         for mut child in desired {
-            if child.pointer("/metadata/namespace").is_none() {
+            // A parent cannot set its children's status: Metacontroller reverts it to the
+            // observed one on update (ApplyUpdate) and the API server drops it on create.
+            if let Some(map) = child.as_object_mut() {
+                map.remove("status");
+            }
+            let kind = child
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if self.kinds.is_cluster_scoped(kind) {
+                if let Some(meta) = child.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.remove("namespace");
+                }
+            } else if child
+                .pointer("/metadata/namespace")
+                .is_none_or(|ns| ns.as_str() == Some(""))
+            {
+                // applyNamespaceDefaults (pkg/controller/composite): the parent's namespace.
                 child["metadata"]["namespace"] = json!(parent_namespace);
             }
             desired_by_key.insert(key_of(&child), child);
@@ -106,11 +123,19 @@ impl Emulator {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let reference = json!([{
+        let reference = json!({
             "apiVersion": parent["apiVersion"], "kind": parent["kind"],
             "name": parent["metadata"]["name"], "uid": parent_uid,
             "controller": true, "blockOwnerDeletion": true,
-        }]);
+        });
+        // The hook's own (non-controller) references stay; Metacontroller's comes last.
+        let mut references = child
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        references.push(reference);
+        let reference = Value::Array(references);
         let uid = format!("uid-{:04}", self.next_uid);
         self.next_uid += 1;
         let version = self.bump_version();

@@ -218,12 +218,21 @@ impl Emulator {
         {
             map.insert("metadata".to_owned(), json!({}));
         }
-        let cluster_scoped = object.get("kind").and_then(Value::as_str) == Some("Namespace");
-        if !cluster_scoped
-            && object.pointer("/metadata/namespace").is_none()
-            && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
-        {
-            meta.insert("namespace".to_owned(), json!("default"));
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let cluster_scoped = self.kinds.is_cluster_scoped(kind);
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            if cluster_scoped {
+                // The API server ignores a namespace on a cluster-scoped object.
+                meta.remove("namespace");
+            } else if meta
+                .get("namespace")
+                .is_none_or(|ns| ns.as_str() == Some(""))
+            {
+                meta.insert("namespace".to_owned(), json!("default"));
+            }
         }
         let now = self.now_text();
         let key = key_of(&object);
@@ -525,9 +534,14 @@ fn parent_identity(parent: &Value) -> Value {
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
 fn qualified_name(object: &Value) -> String {
-    let key = key_of(object);
+    uniform_name(&key_of(object))
+}
+
+/// How Metacontroller keys an object in request maps: `namespace/name`, or just `name`
+/// for a cluster-scoped one (`UniformObjectMap.qualifiedName`, pkg/controller/common/api/v2).
+pub(super) fn uniform_name(key: &Key) -> String {
     if key.2.is_empty() {
-        key.3
+        key.3.clone()
     } else {
         format!("{}/{}", key.2, key.3)
     }

@@ -36,7 +36,7 @@ impl Emulator {
                     || parent_namespace.is_empty()
                     || key.2 != parent_namespace
                 {
-                    format!("{}/{}", key.2, key.3)
+                    super::uniform_name(key)
                 } else {
                     key.3.clone()
                 };
@@ -172,7 +172,7 @@ impl Emulator {
                 continue;
             };
             let map_key = if version == "v2" || parent_namespace.is_empty() {
-                format!("{}/{}", key.2, key.3)
+                super::uniform_name(key)
             } else {
                 key.3.clone()
             };

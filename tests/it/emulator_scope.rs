@@ -1,0 +1,166 @@
+//! The emulator's namespaces as Metacontroller and the API server have them: scope from
+//! discovery (built-in kinds, CRDs' `spec.scope`), cluster-scoped keys, children of
+//! cluster-scoped parents in any namespace, and what Metacontroller adds to or takes from
+//! a desired child (its controller reference, status).
+
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::State;
+use axum::routing::post;
+use metahooks::emulate::{Emulator, Kinds, Registration};
+use serde_json::{Value, json};
+
+type Seen = Arc<Mutex<Vec<Value>>>;
+
+/// A sync hook answering `children` for every parent, recording each request.
+async fn hook(children: Value) -> (String, Seen) {
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let state = (seen.clone(), children);
+    let app = axum::Router::new()
+        .route(
+            "/sync",
+            post(
+                |State((seen, children)): State<(Seen, Value)>, Json(request): Json<Value>| async move {
+                    seen.lock().unwrap().push(request);
+                    Json(json!({"status": {"ok": true}, "children": children}))
+                },
+            ),
+        )
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}"), seen)
+}
+
+fn crd(kind: &str, plural: &str, scope: &str) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": format!("{plural}.example.com")},
+           "spec": {"group": "example.com", "scope": scope,
+                    "names": {"kind": kind, "plural": plural},
+                    "versions": [{"name": "v1", "served": true, "storage": true}]}})
+}
+
+fn emulator(base: &str, plural: &str, crds: &[Value]) -> Emulator {
+    let mut kinds = Kinds::default();
+    for crd in crds {
+        kinds.learn(crd);
+    }
+    let registration = Registration::parse(
+        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+               "metadata": {"name": plural},
+               "spec": {"generateSelector": true,
+                        "parentResource": {"apiVersion": "example.com/v1", "resource": plural},
+                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"},
+                                           {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles"}],
+                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
+        &kinds,
+    )
+    .unwrap();
+    let mut emulator = Emulator::new(base, vec![registration]);
+    emulator.kinds = kinds;
+    for crd in crds {
+        emulator.apply(crd.clone());
+    }
+    emulator
+}
+
+#[tokio::test]
+async fn a_cluster_scoped_parent_owns_children_in_any_namespace_and_cluster_scoped_ones() {
+    let (base, seen) = hook(json!([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared", "namespace": "first"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared", "namespace": "second"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"}},
+    ]))
+    .await;
+    let global = crd("Global", "globals", "Cluster");
+    let mut emulator = emulator(&base, "globals", &[global]);
+    // A namespace written on a cluster-scoped object is dropped, as the API server does.
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Global",
+                          "metadata": {"name": "everywhere", "namespace": "default"}, "spec": {}}));
+    emulator.converge(10).await.unwrap();
+    let parent = emulator
+        .get("example.com/v1", "Global", "", "everywhere")
+        .unwrap();
+    assert!(parent.pointer("/metadata/namespace").is_none(), "{parent}");
+    assert_eq!(parent["status"]["ok"], true);
+    for namespace in ["first", "second"] {
+        assert!(
+            emulator
+                .get("v1", "ConfigMap", namespace, "shared")
+                .is_some(),
+            "{namespace}"
+        );
+    }
+    let role = emulator
+        .get("rbac.authorization.k8s.io/v1", "ClusterRole", "", "reader")
+        .expect("the cluster-scoped child exists without a namespace");
+    assert!(role.pointer("/metadata/namespace").is_none(), "{role}");
+    // Request maps key cluster-scoped objects by name alone (UniformObjectMap).
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    let roles = last["children"]["ClusterRole.rbac.authorization.k8s.io/v1"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        roles.keys().collect::<Vec<_>>(),
+        ["reader"],
+        "{}",
+        last["children"]
+    );
+    let maps = last["children"]["ConfigMap.v1"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        maps.keys().collect::<Vec<_>>(),
+        ["first/shared", "second/shared"]
+    );
+    // Scope comes from the CRD given, or the built-in table.
+    let namespaced = crd("Local", "locals", "Namespaced");
+    let mut kinds = Kinds::default();
+    kinds.learn(&namespaced);
+    assert!(!kinds.is_cluster_scoped("Local"));
+    assert!(kinds.is_cluster_scoped("ClusterRole") && kinds.is_cluster_scoped("Namespace"));
+}
+
+#[tokio::test]
+async fn a_namespaced_parent_cannot_put_a_child_in_another_namespace() {
+    let (base, _) = hook(json!([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "stray", "namespace": "elsewhere"}},
+    ]))
+    .await;
+    let local = crd("Local", "locals", "Namespaced");
+    let mut emulator = emulator(&base, "locals", &[local]);
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
+                          "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+    let error = emulator.converge(5).await.expect_err("refused");
+    assert!(error.contains("elsewhere"), "{error}");
+}
+
+#[tokio::test]
+async fn the_hooks_owner_references_are_kept_beside_metacontrollers_and_status_is_dropped() {
+    let (base, _) = hook(json!([
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "owned", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                              "name": "other", "uid": "uid-other"}]},
+         "status": {"made": "up"}},
+    ]))
+    .await;
+    let local = crd("Local", "locals", "Namespaced");
+    let mut emulator = emulator(&base, "locals", &[local]);
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
+                          "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+    emulator.converge(10).await.unwrap();
+    let child = emulator.get("v1", "ConfigMap", "team-a", "owned").unwrap();
+    let references = child["metadata"]["ownerReferences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(references.len(), 2, "{child}");
+    assert_eq!(references[0]["name"], "other");
+    assert_eq!(references[1]["kind"], "Local");
+    assert_eq!(references[1]["controller"], true);
+    assert!(child.get("status").is_none(), "{child}");
+}
