@@ -51,8 +51,15 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     let summary = play(&mut emulator, input.objects, &plan)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
-    let clean = emulator.findings.is_empty();
-    let report = match args.output {
+    if emulator.calls.is_empty() {
+        bail!(
+            "nothing was reconciled: no object in the input is a parent of {} (check each object's apiVersion and kind against the registration's parentResource)",
+            describe_parents(&emulator)
+        );
+    }
+    let unmet = unmet_requirements(&emulator, &args.require);
+    let clean = emulator.findings.is_empty() && unmet.is_empty();
+    let mut report = match args.output {
         EmulateOutput::Json => format!(
             "{}\n",
             serde_json::to_string_pretty(&json_report(&emulator, &summary))?
@@ -65,7 +72,69 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
             },
         ),
     };
+    for line in &unmet {
+        report.push_str(line);
+        report.push('\n');
+    }
     Ok((report, clean))
+}
+
+/// The parent types the registrations name, for the "nothing was reconciled" message.
+fn describe_parents(emulator: &Emulator) -> String {
+    let names: Vec<String> = emulator
+        .registrations
+        .iter()
+        .flat_map(|r| {
+            r.parents
+                .iter()
+                .map(move |(api_version, kind, _)| format!("{} ({kind} {api_version})", r.name))
+        })
+        .collect();
+    if names.is_empty() {
+        "any registration (none was given)".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// One line per parent that does not end with a required condition True.
+fn unmet_requirements(emulator: &Emulator, required: &[String]) -> Vec<String> {
+    let mut unmet = Vec::new();
+    if required.is_empty() {
+        return unmet;
+    }
+    for (key, object) in &emulator.objects {
+        let is_parent = emulator.registrations.iter().any(|r| {
+            r.type_ == crate::emulate::registration::ControllerType::Composite
+                && r.parents.iter().any(|(v, k, _)| *v == key.0 && *k == key.1)
+        });
+        if !is_parent {
+            continue;
+        }
+        for kind in required {
+            let condition = object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == kind.as_str()));
+            let status = condition
+                .and_then(|c| c["status"].as_str())
+                .unwrap_or("absent");
+            if status != "True" {
+                let reason = condition
+                    .and_then(|c| c["reason"].as_str())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                unmet.push(format!(
+                    "required: {} {} ends with {kind}={status}{reason}, not True",
+                    key.1,
+                    crate::emulate::describe(key)
+                        .split_once(' ')
+                        .map_or(key.3.clone(), |(_, name)| name.to_owned())
+                ));
+            }
+        }
+    }
+    unmet
 }
 
 fn transport(args: &EmulateArgs) -> anyhow::Result<Transport> {

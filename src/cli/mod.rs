@@ -163,6 +163,16 @@ pub struct ControllerArgs {
     pub snapshot_memory_bytes: u64,
 }
 
+/// `condition=TYPE` → TYPE.
+fn required_condition(text: &str) -> Result<String, String> {
+    match text.split_once('=') {
+        Some(("condition", kind)) if !kind.trim().is_empty() => Ok(kind.trim().to_owned()),
+        _ => Err(format!(
+            "{text:?}: write condition=TYPE, e.g. --require condition=Ready"
+        )),
+    }
+}
+
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -227,6 +237,10 @@ pub struct EmulateArgs {
     /// decodes loosely (dropping such fields without a word).
     #[arg(long)]
     pub strict: bool,
+    /// Every parent must end with this condition True, as `condition=TYPE` (repeatable);
+    /// a parent that does not is reported and the run fails.
+    #[arg(long = "require", value_parser = required_condition)]
+    pub require: Vec<String>,
     /// Leave answer times out of the text report (for golden files and diffs).
     #[arg(long)]
     pub no_timing: bool,

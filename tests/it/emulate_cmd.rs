@@ -65,6 +65,12 @@ fn every_example_converges_without_findings() {
         if path.extension().is_none_or(|x| x != "yaml") {
             continue;
         }
+        // A credentials Secret alone is no parent: emulate says nothing was reconciled.
+        if path.to_string_lossy().ends_with(".secret.yaml") {
+            let output = emulate(&["-f", path.to_str().unwrap()]);
+            assert!(!output.status.success(), "{}", path.display());
+            continue;
+        }
         seen += 1;
         let output = emulate(&["-f", path.to_str().unwrap(), "-o", "json"]);
         let report = report(&output);
@@ -299,4 +305,56 @@ fn replicas_answer_alike() {
         .map(|call| call["replica"].as_u64().unwrap())
         .collect();
     assert_eq!(replicas.len(), 3, "calls went to replicas {replicas:?}");
+}
+
+#[test]
+fn a_run_that_reconciles_nothing_fails_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("typo.yaml");
+    // `ApiMock` is not the kind the APIMock registration watches.
+    std::fs::write(
+        &typo,
+        "apiVersion: apirator.io/v1alpha1\nkind: ApiMock\nmetadata: {name: users}\nspec: {definition: x}\n",
+    )
+    .unwrap();
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "").unwrap();
+    for file in [&typo, &empty] {
+        let output = emulate(&["-f", file.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{}", stdout(&output));
+        assert!(
+            stderr.contains("nothing was reconciled")
+                && stderr.contains("APIMock apirator.io/v1alpha1"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn required_conditions_are_checked_per_parent() {
+    let example = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let met = emulate(&[
+        "-f",
+        example.to_str().unwrap(),
+        "--require",
+        "condition=Ready",
+    ]);
+    assert!(met.status.success(), "{}", stdout(&met));
+    let unmet = emulate(&[
+        "-f",
+        example.to_str().unwrap(),
+        "--require",
+        "condition=Frobnicated",
+    ]);
+    assert!(!unmet.status.success());
+    assert!(
+        stdout(&unmet).contains("required: APIMock default/")
+            && stdout(&unmet).contains("Frobnicated=absent"),
+        "{}",
+        stdout(&unmet)
+    );
+    let malformed = emulate(&["-f", example.to_str().unwrap(), "--require", "Ready"]);
+    assert!(!malformed.status.success());
+    assert!(String::from_utf8_lossy(&malformed.stderr).contains("condition=TYPE"));
 }

@@ -263,12 +263,15 @@ async fn catches_non_200_answers() {
 }
 
 #[tokio::test]
-async fn catches_a_composite_answer_without_status() {
-    assert!(
-        violation(Fault::NoStatus, "v1")
-            .await
-            .contains("without an object status")
-    );
+async fn an_answer_without_status_applies_its_children_and_writes_observed_generation() {
+    // As Metacontroller's updateParentStatus: no status is an empty one.
+    let mut emulator = emulator_with(Fault::NoStatus, "v1").await;
+    emulator.converge(5).await.unwrap();
+    assert!(emulator.get("v1", "ConfigMap", "ns", "one-cm").is_some());
+    let parent = emulator
+        .get("example.com/v1", "Thing", "ns", "one")
+        .unwrap();
+    assert_eq!(parent["status"], json!({"observedGeneration": 1}));
 }
 
 #[test]

@@ -38,13 +38,6 @@ pub(super) fn check_response(
     {
         return Err(invalid("status must be an object or null"));
     }
-    if registration.type_ == ControllerType::Composite
-        && !object.get("status").is_some_and(Value::is_object)
-    {
-        return Err(invalid(
-            "a composite answer without an object status (it would wipe the parent's status)",
-        ));
-    }
     for field in ["labels", "annotations"] {
         if let Some(map) = object.get(field).and_then(Value::as_object)
             && map.values().any(|v| !(v.is_string() || v.is_null()))

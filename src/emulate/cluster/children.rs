@@ -203,7 +203,13 @@ impl Emulator {
             .pointer("/metadata/generation")
             .cloned()
             .unwrap_or(json!(1));
-        let mut status = response.get("status").cloned().unwrap_or(json!({}));
+        // updateParentStatus (pkg/controller/composite): a missing or null status is an
+        // empty one, and observedGeneration is always written.
+        let mut status = response
+            .get("status")
+            .filter(|s| s.is_object())
+            .cloned()
+            .unwrap_or(json!({}));
         if let Some(map) = status.as_object_mut() {
             map.insert("observedGeneration".to_owned(), generation);
         }
