@@ -408,6 +408,23 @@ def sync_until_fetched(server, request, limit=90):
     return "still pending", time.time() - started
 
 
+def sync_all(server, requests, limit):
+    """Syncs every request until its Fetched is no longer pending (or `limit` seconds);
+    returns a count of the outcomes and how many were still pending."""
+    pending = set(range(len(requests)))
+    outcomes = {}
+    started = time.time()
+    while pending and time.time() - started < limit:
+        for i in sorted(pending):
+            fetched = fetched_of(post(server.hook, "/monitoredservice/sync", requests[i])[1])
+            if fetched and fetched["reason"] != "FetchPending":
+                pending.discard(i)
+                key = f"Fetched={fetched['status']} {fetched['reason']}"
+                outcomes[key] = outcomes.get(key, 0) + 1
+        time.sleep(0.1)
+    return ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())), len(pending)
+
+
 class Hostile:
     """A hostile TCP remote on loopback: each connection runs `behave(conn)` in a thread;
     records bytes sent and how long connections stayed open."""
@@ -641,23 +658,54 @@ def attack_many_http_sources(count=300, size=1000 * 1000):
     port = httpd.server_address[1]
     server = sourced_server()
     started = time.time()
-    pending = set(range(count))
-    outcomes = {}
-    deadline = time.time() + 240
-    while pending and time.time() < deadline:
-        for i in sorted(pending):
-            code, data = post(server.hook, "/monitoredservice/sync", service_request(f"s{i}", {"http": {"url": f"http://127.0.0.1:{port}/{i}.env"}}))
-            fetched = fetched_of(data)
-            if fetched and fetched["reason"] != "FetchPending":
-                pending.discard(i)
-                key = f"Fetched={fetched['status']} {fetched['reason']}"
-                outcomes[key] = outcomes.get(key, 0) + 1
-        time.sleep(0.2)
-    summary = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
+    summary, pending = sync_all(server, [service_request(f"s{i}", {"http": {"url": f"http://127.0.0.1:{port}/{i}.env"}})
+                                         for i in range(count)], limit=240)
     report(f"{count} MonitoredServices, each on its own {size / 1e6:.2f} MB HTTP file", server, started,
-           f"{summary}; {len(pending)} pending")
+           f"{summary}; {pending} pending")
     finish(server)
     httpd.shutdown()
+
+
+def disk_bytes(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def attack_disk_cap(repos=8, size=40 << 20, cap=100 << 20):
+    """Eight namespaces each on its own 40 MiB (incompressible) repository at once, with
+    --cache-max-bytes 100 MiB: the most the cache held on disk."""
+    urls = []
+    daemons = []
+    for i in range(repos):
+        url, daemon = git_repo({"app.env": b"A=1\n", "blob.bin": os.urandom(size)})
+        urls.append(url)
+        daemons.append(daemon)
+    server = sourced_server("--cache-max-bytes", str(cap))
+    peak = [0]
+    sampling = [True]
+
+    def sample():
+        while sampling[0]:
+            peak[0] = max(peak[0], disk_bytes(server.cache))
+            time.sleep(0.05)
+
+    threading.Thread(target=sample, daemon=True).start()
+    started = time.time()
+    summary, _ = sync_all(server, [service_request(f"d{i}", {"git": {"url": urls[i], "path": "app.env"}}, namespace=f"team-{i}")
+                                   for i in range(repos)], limit=120)
+    sampling[0] = False
+    left = disk_bytes(server.cache)
+    report(f"{repos} namespaces on {size >> 20} MiB repositories at once, cache cap {cap >> 20} MiB", server, started,
+           summary, f"cache on disk: peak {peak[0] / 2**20:.0f} MiB, after {left / 2**20:.0f} MiB")
+    finish(server)
+    for daemon in daemons:
+        daemon.terminate()
 
 
 def attack_sources():
@@ -668,6 +716,7 @@ def attack_sources():
     attack_delta_bomb()
     attack_tarpits()
     attack_many_http_sources()
+    attack_disk_cap()
 
 
 def main():
