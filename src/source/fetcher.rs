@@ -911,19 +911,25 @@ mod tests {
         assert!(theirs.snapshot.is_none() && theirs.pending, "{theirs:?}");
     }
 
-    #[tokio::test]
-    async fn snapshots_stay_within_their_budget_and_are_read_again_only_when_needed() {
+    /// A repository with three ~100 KiB files, a cache directory, and a request for each.
+    fn three_100k_files() -> (Repo, tempfile::TempDir, Vec<SourceRequest>) {
         let repo = Repo::new();
         let big = "X=".to_owned() + &"y".repeat(100 * 1024) + "\n";
         for name in ["a.env", "b.env", "c.env"] {
             repo.commit(name, &big);
         }
         let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let sources = fetcher(cache.path()).with_snapshot_budget(250 * 1024);
-        let wanted: Vec<SourceRequest> = ["a.env", "b.env", "c.env"]
+        let wanted = ["a.env", "b.env", "c.env"]
             .iter()
             .map(|path| request(&repo.url(), path))
             .collect();
+        (repo, cache, wanted)
+    }
+
+    #[tokio::test]
+    async fn snapshots_stay_within_their_budget_and_are_read_again_only_when_needed() {
+        let (_repo, cache, wanted) = three_100k_files();
+        let sources = fetcher(cache.path()).with_snapshot_budget(250 * 1024);
         let mut revisions = Vec::new();
         for one in &wanted {
             let _ = sources.lookup(one, HOUR);
@@ -960,17 +966,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_snapshot_is_delivered_before_it_can_be_let_go() {
-        let repo = Repo::new();
-        let big = "X=".to_owned() + &"y".repeat(100 * 1024) + "\n";
-        for name in ["a.env", "b.env", "c.env"] {
-            repo.commit(name, &big);
-        }
-        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let (_repo, cache, wanted) = three_100k_files();
         let sources = fetcher(cache.path()).with_snapshot_budget(150 * 1024);
-        let wanted: Vec<SourceRequest> = ["a.env", "b.env", "c.env"]
-            .iter()
-            .map(|path| request(&repo.url(), path))
-            .collect();
         // Three parents ask before any answer.
         for one in &wanted {
             let _ = sources.lookup(one, HOUR);
