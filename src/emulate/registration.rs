@@ -191,6 +191,45 @@ pub struct Hook {
     pub version: String,
     /// Whether unknown fields in an answer are refused.
     pub strict: bool,
+    /// `webhook.timeout`: how long Metacontroller's HTTP client waits for an answer.
+    pub timeout: std::time::Duration,
+}
+
+/// Metacontroller's webhook timeout when none (or a non-positive one) is given
+/// (`webhookTimeout`, pkg/hooks/webhook.go).
+pub const DEFAULT_WEBHOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A Go duration as metav1.Duration reads it (`1h2m3.5s`, `500ms`, `10s`).
+fn go_duration(text: &str) -> Result<std::time::Duration, String> {
+    let mut rest = text.trim();
+    let problem =
+        || format!("webhook.timeout {text:?} is not a duration (write e.g. 10s or 500ms)");
+    if rest.is_empty() {
+        return Err(problem());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(problem)?;
+        let number: f64 = rest[..number_end].parse().map_err(|_| problem())?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(problem()),
+        };
+        total += number * seconds;
+        rest = &rest[unit_end..];
+    }
+    Ok(std::time::Duration::from_secs_f64(total))
 }
 
 /// A child (or attachment) type of a registration.
@@ -260,10 +299,18 @@ impl Hook {
             Some("loose") => false,
             _ => version == "v2",
         };
+        let timeout = match webhook.get("timeout") {
+            None | Some(Value::Null) => DEFAULT_WEBHOOK_TIMEOUT,
+            Some(Value::String(text)) => Some(go_duration(text)?)
+                .filter(|d| !d.is_zero())
+                .unwrap_or(DEFAULT_WEBHOOK_TIMEOUT),
+            Some(other) => return Err(format!("webhook.timeout {other} is not a duration string")),
+        };
         Ok(Hook {
             path,
             version,
             strict,
+            timeout,
         })
     }
 }
@@ -451,5 +498,28 @@ mod tests {
             Some("/c/sync".to_owned())
         );
         assert!(registration(json!({"version": "v2"})).is_err_and(|e| e.contains("webhook")));
+    }
+
+    #[test]
+    fn webhook_timeouts_read_as_go_durations_with_metacontrollers_default() {
+        use std::time::Duration;
+        assert_eq!(go_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(go_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(go_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert!(
+            go_duration("10").is_err() && go_duration("ten s").is_err() && go_duration("").is_err()
+        );
+        let hook = |webhook: Value| Hook::parse(&json!({"webhook": webhook}));
+        assert_eq!(
+            hook(json!({"url": "http://h/s"})).map(|h| h.timeout),
+            Ok(DEFAULT_WEBHOOK_TIMEOUT)
+        );
+        assert_eq!(
+            hook(json!({"url": "http://h/s", "timeout": "0s"})).map(|h| h.timeout),
+            Ok(DEFAULT_WEBHOOK_TIMEOUT),
+            "a non-positive timeout is the default, as Metacontroller has it"
+        );
+        assert!(hook(json!({"url": "http://h/s", "timeout": 5})).is_err());
     }
 }

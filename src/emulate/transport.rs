@@ -72,6 +72,7 @@ impl Transport {
         path: &str,
         body: Vec<u8>,
         now: jiff::Timestamp,
+        timeout: Duration,
     ) -> Result<Answer, String> {
         let started = Instant::now();
         match self {
@@ -102,18 +103,28 @@ impl Transport {
                     .get(replica % bases.len().max(1))
                     .ok_or("no hook URL to call")?;
                 let url = format!("{base}{path}");
-                let reply = client
-                    .post(&url)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .map_err(|e| format!("cannot call {url}: {e}"))?;
-                let status = reply.status().as_u16();
-                let body = reply
-                    .bytes()
-                    .await
-                    .map_err(|e| format!("cannot read the answer of {url}: {e}"))?;
+                // Metacontroller's client gives up at the webhook timeout, headers and
+                // body together.
+                let call = async {
+                    let reply = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .map_err(|e| format!("cannot call {url}: {e}"))?;
+                    let status = reply.status().as_u16();
+                    let body = reply
+                        .bytes()
+                        .await
+                        .map_err(|e| format!("cannot read the answer of {url}: {e}"))?;
+                    Ok::<_, String>((status, body))
+                };
+                let (status, body) = tokio::time::timeout(timeout, call).await.map_err(|_| {
+                    format!(
+                        "{url} did not answer within the webhook timeout of {timeout:?} (Metacontroller gives up and retries)"
+                    )
+                })??;
                 Ok(Answer {
                     status,
                     body: body.to_vec(),

@@ -14,6 +14,7 @@ mod configsync_oracles;
 mod configsync_sources;
 mod emulate_cmd;
 mod emulator;
+mod emulator_decoding;
 mod emulator_scope;
 mod fuzz_replay;
 mod golden;

@@ -25,6 +25,37 @@ pub(super) fn check_response(
             "finalized",
         ],
     };
+    // Type errors fail whatever the decoding mode (kjson.UnmarshalStrict's main error).
+    let response_type = match registration.type_ {
+        ControllerType::Composite => "CompositeHookResponse",
+        ControllerType::Decorator => "DecoratorHookResponse",
+    };
+    for (field, value) in object {
+        let fits = match field.as_str() {
+            "status" | "labels" | "annotations" => value.is_object() || value.is_null(),
+            "children" | "attachments" => {
+                value.is_null()
+                    || value
+                        .as_array()
+                        .is_some_and(|items| items.iter().all(|i| i.is_object() || i.is_null()))
+            }
+            "resyncAfterSeconds" => value.is_number() || value.is_null(),
+            "finalized" => value.is_boolean() || value.is_null(),
+            _ => true,
+        };
+        if !fits {
+            let go_type = match field.as_str() {
+                "resyncAfterSeconds" => "float64",
+                "finalized" => "bool",
+                "children" | "attachments" => "[]*unstructured.Unstructured",
+                _ => "map[string]interface {}",
+            };
+            return Err(invalid(&format!(
+                "json: cannot unmarshal {} into Go struct field {response_type}.{field} of type {go_type} (Metacontroller applies nothing)",
+                json_type(value)
+            )));
+        }
+    }
     for field in object.keys() {
         if hook.strict && !allowed.contains(&field.as_str()) {
             return Err((
@@ -49,6 +80,18 @@ pub(super) fn check_response(
         }
     }
     Ok(())
+}
+
+/// The JSON type of `value` in Go's decoding messages.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
 }
 
 /// One desired child, as Metacontroller checks it before applying.

@@ -205,7 +205,7 @@ impl Emulator {
         let replica = self.current_replica;
         let answer = self
             .transport
-            .post(replica, &hook.path, body, self.now())
+            .post(replica, &hook.path, body, self.now(), hook.timeout)
             .await
             .map_err(|e| (Rule::NonOkAnswer, e))?;
         self.calls.push(CallRecord {
@@ -237,6 +237,14 @@ impl Emulator {
                 ),
             )
         })?;
+        if hook.strict
+            && let Some(path) = crate::emulate::answers::duplicate_key(&text)
+        {
+            return Err((
+                Rule::StrictDecoding,
+                format!("strict decoding failed: duplicate field {path:?} in the answer"),
+            ));
+        }
         Ok((text, value))
     }
 }
