@@ -161,6 +161,8 @@ struct Inner {
     cache_bytes: AtomicU64,
     /// Git jobs that may download right now (each reserves disk space).
     downloads: AtomicU64,
+    /// Held while a job checks and takes its disk reservation.
+    reserving: Mutex<()>,
     options: Mutex<FetcherOptions>,
     git_slots: Mutex<Arc<FairSlots>>,
     http_slots: Arc<FairSlots>,
@@ -224,6 +226,9 @@ impl Fetcher {
         })?;
         let options = FetcherOptions::new(Isolation::current_exe()?);
         let disk_key = super::disk::key(&cache_dir)?;
+        // What a restarted server's cache already holds (nothing is removed here).
+        let (_, cached_bytes) =
+            super::disk::enforce_cap(&cache_dir.join("git"), u64::MAX, |_| None::<()>);
         let policy = Arc::new(policy);
         Ok(Fetcher {
             inner: Arc::new(Inner {
@@ -235,9 +240,10 @@ impl Fetcher {
                 network_fetches: AtomicU64::new(0),
                 runtime,
                 cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
-                cache_bytes: AtomicU64::new(0),
+                cache_bytes: AtomicU64::new(cached_bytes),
                 snapshot_budget: AtomicU64::new(DEFAULT_SNAPSHOT_BUDGET_BYTES),
                 downloads: AtomicU64::new(0),
+                reserving: Mutex::new(()),
                 git_slots: Mutex::new(FairSlots::new(
                     options.workers,
                     options.workers_per_namespace,
@@ -359,14 +365,29 @@ impl Inner {
         self.policy.limits.download_bytes + 16 * 1024 * 1024
     }
 
-    /// Before a job that may download: when the cache as last measured plus a
-    /// reservation for every running download would pass the cap, evict first.
-    fn reserve_disk(&self, current: &std::path::Path) {
-        let running = self.downloads.load(Ordering::SeqCst);
-        let reserved = running.saturating_mul(self.reservation());
-        let max = self.cache_max_bytes.load(Ordering::SeqCst);
-        if self.cache_bytes.load(Ordering::SeqCst) + reserved > max {
-            self.enforce_cache_cap(current, max.saturating_sub(reserved));
+    /// Before a job that may download: its reservation and every running download's,
+    /// plus the cache as last measured, must fit under the cap. Least recently used
+    /// repositories are evicted to make room; when the rest are in use, the job waits for
+    /// running downloads to end (up to a deadline; a lone download always starts), so the
+    /// cache overshoots the cap by at most one reservation.
+    async fn reserve_disk(&self, current: &std::path::Path) {
+        let give_up = Instant::now() + Duration::from_secs(self.policy.limits.timeout_seconds);
+        loop {
+            {
+                let _reserving = lock(&self.reserving);
+                let running = self.downloads.load(Ordering::SeqCst);
+                let reserved = (running + 1).saturating_mul(self.reservation());
+                let max = self.cache_max_bytes.load(Ordering::SeqCst);
+                if self.cache_bytes.load(Ordering::SeqCst) + reserved > max {
+                    self.enforce_cache_cap(current, max.saturating_sub(reserved));
+                }
+                let fits = self.cache_bytes.load(Ordering::SeqCst) + reserved <= max;
+                if fits || running == 0 || Instant::now() >= give_up {
+                    self.downloads.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
 
@@ -648,8 +669,7 @@ impl Job {
         let downloading = known.is_none();
         if downloading {
             inner.network_fetches.fetch_add(1, Ordering::SeqCst);
-            inner.reserve_disk(&dir);
-            inner.downloads.fetch_add(1, Ordering::SeqCst);
+            inner.reserve_disk(&dir).await;
         }
         let job = GitJob {
             repo_dir: dir.clone(),
