@@ -9,16 +9,22 @@ pub enum Rule {
     /// Anything but 200 (or no answer): Metacontroller logs it and retries with backoff;
     /// nothing is applied for that parent.
     NonOkAnswer,
-    /// An answer that is not a JSON object of the right shape (status not an object,
-    /// label values not strings, no status from a composite hook).
+    /// An answer that is not a JSON object of the right shape (a field of the wrong
+    /// type, label values not strings): Metacontroller applies none of it.
     InvalidAnswer,
     /// A field the response type does not have, under strict decoding (v2 hooks, or
     /// `responseUnMarshallMode: strict`): Metacontroller rejects the whole answer.
     StrictDecoding,
     /// A child Metacontroller would refuse: no `kind` or name, a type the registration
-    /// does not list, `ownerReferences`, `status` or server-set metadata, another
-    /// namespace, labels outside the parent's selector.
+    /// does not list, a controller owner reference, server-set metadata, another
+    /// namespace than its namespaced parent's, labels outside the parent's selector.
     InvalidChild,
+    /// 429 with Retry-After: Metacontroller requeues the parent after that delay, with
+    /// no error. Only a hook that keeps answering it becomes a finding (as NonOkAnswer).
+    Throttled,
+    /// A parent Metacontroller refuses before any hook call (no `spec.selector` without
+    /// `generateSelector`).
+    InvalidParent,
     /// A desired child that exists and is owned by another parent.
     OwnershipConflict,
     /// Two identical requests got different answers (nondeterminism, or state that
@@ -50,6 +56,8 @@ impl Rule {
         match self {
             Rule::NonOkAnswer => "NonOkAnswer",
             Rule::InvalidAnswer => "InvalidAnswer",
+            Rule::InvalidParent => "InvalidParent",
+            Rule::Throttled => "Throttled",
             Rule::StrictDecoding => "StrictDecoding",
             Rule::InvalidChild => "InvalidChild",
             Rule::OwnershipConflict => "OwnershipConflict",

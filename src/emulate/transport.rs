@@ -37,6 +37,8 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// How long the answer took.
     pub elapsed: Duration,
+    /// The Retry-After header, if any (read for 429 answers).
+    pub retry_after: Option<String>,
 }
 
 impl Transport {
@@ -96,6 +98,7 @@ impl Transport {
                     status,
                     body,
                     elapsed: started.elapsed(),
+                    retry_after: None,
                 })
             }
             Transport::Http { client, bases } => {
@@ -114,13 +117,18 @@ impl Transport {
                         .await
                         .map_err(|e| format!("cannot call {url}: {e}"))?;
                     let status = reply.status().as_u16();
+                    let retry_after = reply
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
                     let body = reply
                         .bytes()
                         .await
                         .map_err(|e| format!("cannot read the answer of {url}: {e}"))?;
-                    Ok::<_, String>((status, body))
+                    Ok::<_, String>((status, body, retry_after))
                 };
-                let (status, body) = tokio::time::timeout(timeout, call).await.map_err(|_| {
+                let (status, body, retry_after) = tokio::time::timeout(timeout, call).await.map_err(|_| {
                     format!(
                         "{url} did not answer within the webhook timeout of {timeout:?} (Metacontroller gives up and retries)"
                     )
@@ -129,6 +137,7 @@ impl Transport {
                     status,
                     body: body.to_vec(),
                     elapsed: started.elapsed(),
+                    retry_after,
                 })
             }
         }

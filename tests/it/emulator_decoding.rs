@@ -2,6 +2,8 @@
 //! does (pkg/hooks/webhook.go): type errors fail in every mode, duplicate fields where it
 //! decodes strictly, and a hook slower than `webhook.timeout` gets no answer applied.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::routing::post;
@@ -107,4 +109,109 @@ async fn a_hook_slower_than_its_webhook_timeout_gets_nothing_applied() {
     let error = emulator.converge(3).await.expect_err("timed out");
     assert!(error.contains("webhook timeout of 300ms"), "{error}");
     assert!(emulator.get("v1", "ConfigMap", "ns", "cm").is_none());
+}
+
+/// A sync hook answering 429 (Retry-After: 3) to its first `throttled` calls, then
+/// `body`; counts its calls.
+async fn throttling_hook(throttled: u64, body: &'static str) -> (String, Arc<AtomicU64>) {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = calls.clone();
+    let app = axum::Router::new().route(
+        "/sync",
+        post(move || {
+            let counter = counter.clone();
+            async move {
+                let call = counter.fetch_add(1, Ordering::SeqCst);
+                if call < throttled {
+                    return (
+                        axum::http::StatusCode::TOO_MANY_REQUESTS,
+                        [("retry-after", "3"), ("content-type", "text/plain")],
+                        "slow down",
+                    );
+                }
+                (
+                    axum::http::StatusCode::OK,
+                    [("retry-after", "0"), ("content-type", "application/json")],
+                    body,
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}"), calls)
+}
+
+#[tokio::test]
+async fn a_429_is_a_requeue_not_an_error_unless_it_never_ends() {
+    let body: &'static str =
+        Box::leak(format!(r#"{{"status": {{}}, "children": [{CHILD}]}}"#).into_boxed_str());
+    let (base, _) = throttling_hook(2, body).await;
+    let mut patient = emulator(&base, "v2", None);
+    patient.converge(10).await.unwrap();
+    assert!(patient.get("v1", "ConfigMap", "ns", "cm").is_some());
+    let (base, _) = throttling_hook(u64::MAX, body).await;
+    let mut stuck = emulator(&base, "v2", None);
+    let error = stuck
+        .converge(10)
+        .await
+        .expect_err("a hook that never stops throttling");
+    assert!(
+        error.starts_with("[NonOkAnswer]") && error.contains("429"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_parent_without_a_selector_gets_no_hook_call() {
+    let (base, calls) = throttling_hook(0, r#"{"status": {}, "children": []}"#).await;
+    let mut kinds = Kinds::default();
+    kinds.learn(
+        &json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "x"}}),
+    );
+    let registration = Registration::parse(
+        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+               "metadata": {"name": "things"},
+               "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
+                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "hooks": {"sync": {"webhook": {"url": "http://hooks.example/sync"}}}}}),
+        &kinds,
+    )
+    .unwrap();
+    let mut emulator = Emulator::new(&base, vec![registration]);
+    emulator.kinds = kinds;
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Thing",
+                          "metadata": {"name": "one", "namespace": "ns"}, "spec": {}}));
+    let error = emulator.converge(3).await.expect_err("refused");
+    assert!(
+        error.starts_with("[InvalidParent]") && error.contains(".spec.selector"),
+        "{error}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_terminating_parent_without_a_finalize_hook_gets_no_new_children() {
+    let body: &'static str =
+        Box::leak(format!(r#"{{"status": {{}}, "children": [{CHILD}]}}"#).into_boxed_str());
+    let (base, _) = throttling_hook(0, body).await;
+    let mut emulator = emulator(&base, "v2", None);
+    // A parent already being deleted (held by another finalizer) when first seen.
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Thing",
+                          "metadata": {"name": "going", "namespace": "ns", "finalizers": ["someone.else/hold"],
+                                       "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}));
+    emulator.converge(5).await.unwrap();
+    let owners: Vec<String> = ["cm"]
+        .iter()
+        .filter_map(|name| emulator.get("v1", "ConfigMap", "ns", name))
+        .flat_map(|cm| {
+            cm["metadata"]["ownerReferences"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!owners.contains(&"going".to_owned()), "{owners:?}");
 }

@@ -26,6 +26,9 @@ use super::registration::{ControllerType, Hook, HookName, Kinds, Registration, s
 use super::transport::Transport;
 use super::{Key, key_of};
 
+/// 429 answers in a row for one parent before they count as a finding.
+const THROTTLED_CALLS_BEFORE_FINDING: u32 = 5;
+
 /// A message for the test suite, which stops at the first problem.
 pub type Violation = String;
 
@@ -44,6 +47,8 @@ pub struct RoundReport {
     pub resync_after: Vec<(Key, f64)>,
     /// Parents whose finalizer was removed.
     pub finalizers_removed: Vec<Key>,
+    /// Parents whose hook answered 429: they are still to be synced.
+    pub throttled: Vec<Key>,
 }
 
 impl RoundReport {
@@ -52,7 +57,8 @@ impl RoundReport {
         !(self.created.is_empty()
             && self.updated.is_empty()
             && self.deleted.is_empty()
-            && self.status_changed.is_empty())
+            && self.status_changed.is_empty()
+            && self.throttled.is_empty())
     }
 }
 
@@ -122,6 +128,10 @@ pub struct Emulator {
     pub rounds: usize,
     /// The last resyncAfterSeconds each parent asked for.
     pub resync_requests: BTreeMap<(String, Key), f64>,
+    /// Calls in a row a parent's hook answered 429 (by registration and parent).
+    throttled: BTreeMap<(String, Key), u32>,
+    /// The Retry-After of the latest 429.
+    last_retry_after: Option<f64>,
     /// Report unknown answer fields even where Metacontroller decodes loosely (v1 hooks),
     /// since it then drops them without a word.
     pub strict_everywhere: bool,
@@ -167,6 +177,8 @@ impl Emulator {
             findings: Vec::new(),
             rounds: 0,
             resync_requests: BTreeMap::new(),
+            throttled: BTreeMap::new(),
+            last_retry_after: None,
             strict_everywhere: false,
             timeline: Vec::new(),
             next_replica: 0,
@@ -448,12 +460,27 @@ impl Emulator {
                 .map(|(key, _)| key.clone())
                 .collect();
             for parent in parents {
-                if let Err((rule, message)) =
-                    self.reconcile(&registration, &parent, &mut report).await
-                {
-                    let subject = format!("{} {}", registration.name, describe(&parent));
-                    self.record(rule, subject, message)?;
-                }
+                let outcome = self.reconcile(&registration, &parent, &mut report).await;
+                let throttle_key = (registration.name.clone(), parent.clone());
+                let Err((rule, message)) = outcome else {
+                    self.throttled.remove(&throttle_key);
+                    continue;
+                };
+                let rule = if rule == Rule::Throttled {
+                    let times = self.throttled.entry(throttle_key.clone()).or_default();
+                    *times += 1;
+                    let seconds = self.last_retry_after.take().unwrap_or(0.0);
+                    self.resync_requests.insert(throttle_key, seconds.max(1.0));
+                    report.throttled.push(parent.clone());
+                    if *times < THROTTLED_CALLS_BEFORE_FINDING {
+                        continue;
+                    }
+                    Rule::NonOkAnswer
+                } else {
+                    rule
+                };
+                let subject = format!("{} {}", registration.name, describe(&parent));
+                self.record(rule, subject, message)?;
             }
         }
         self.timeline.push((self.rounds, report.clone()));

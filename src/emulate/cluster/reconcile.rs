@@ -17,6 +17,20 @@ impl Emulator {
         let Some(mut parent) = self.objects.get(parent_key).cloned() else {
             return Ok(());
         };
+        // makeSelector (pkg/controller/composite): without generateSelector, a parent
+        // needs a non-empty spec.selector, or no hook is called at all.
+        if registration.type_ == ControllerType::Composite
+            && !registration.generate_selector
+            && !has_selector(&parent)
+        {
+            return Err((
+                Rule::InvalidParent,
+                format!(
+                    "{}: .spec.selector must have either matchLabels, matchExpressions, or both (Metacontroller calls no hook for this parent; or set generateSelector)",
+                    describe(parent_key)
+                ),
+            ));
+        }
         let finalizer = registration.finalizer();
         let finalizing = self.mark_for_finalize(registration, parent_key, &mut parent, &finalizer);
         let hook_name = if finalizing {
@@ -63,7 +77,15 @@ impl Emulator {
         for child in &desired {
             check_child(registration, &parent, child).map_err(|m| (Rule::InvalidChild, m))?;
         }
-        let dropped = self.manage_children(registration, &parent, owned, desired, report)?;
+        // Children are managed while the parent is alive, or pending deletion with a
+        // finalize hook (syncParentObject); a terminating parent without one only gets
+        // its status written.
+        let terminating = parent.pointer("/metadata/deletionTimestamp").is_some();
+        let dropped = if !terminating || finalizing {
+            self.manage_children(registration, &parent, owned, desired, report)?
+        } else {
+            Vec::new()
+        };
         match registration.type_ {
             ControllerType::Composite => self.write_composite_status(parent_key, &response, report),
             ControllerType::Decorator => self.write_decorator_result(parent_key, &response, report),
@@ -218,6 +240,23 @@ impl Emulator {
             millis: answer.elapsed.as_secs_f64() * 1000.0,
         });
         let text = String::from_utf8_lossy(&answer.body).into_owned();
+        if answer.status == 429 {
+            // TooManyRequestError (pkg/hooks/webhook.go): Retry-After in seconds or as an
+            // HTTP date; the parent is requeued after it (composite/controller.go sync).
+            let seconds = answer
+                .retry_after
+                .as_deref()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            self.last_retry_after = Some(seconds);
+            return Err((
+                Rule::Throttled,
+                format!(
+                    "{} kept answering 429 (Retry-After {seconds} s): {text:.200}",
+                    name.key()
+                ),
+            ));
+        }
         if answer.status != 200 {
             return Err((
                 Rule::NonOkAnswer,
@@ -247,4 +286,17 @@ impl Emulator {
         }
         Ok((text, value))
     }
+}
+
+/// Whether `spec.selector` has matchLabels or matchExpressions.
+fn has_selector(parent: &Value) -> bool {
+    let non_empty = |field: &str| {
+        parent
+            .pointer(&format!("/spec/selector/{field}"))
+            .is_some_and(|v| {
+                v.as_object().is_some_and(|m| !m.is_empty())
+                    || v.as_array().is_some_and(|a| !a.is_empty())
+            })
+    };
+    non_empty("matchLabels") || non_empty("matchExpressions")
 }
