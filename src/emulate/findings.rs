@@ -31,8 +31,8 @@ pub enum Rule {
     /// differs between replicas).
     UnstableAnswer,
     /// A child deleted because an answer left it out while its parent had not changed
-    /// since the child was last asked for: the usual cause of "my Deployment keeps
-    /// disappearing".
+    /// since the child was last asked for, and asked for again later: the usual cause of
+    /// "my Deployment keeps disappearing".
     ChildDropped,
     /// Children still created, updated or deleted after the round limit: the answers
     /// fight what the API server or the last round made of them.

@@ -215,3 +215,29 @@ async fn a_terminating_parent_without_a_finalize_hook_gets_no_new_children() {
         .collect();
     assert!(!owners.contains(&"going".to_owned()), "{owners:?}");
 }
+
+#[tokio::test]
+async fn a_child_the_hook_replaces_is_no_dropped_child() {
+    // step-1 while the first syncs run, then step-2 for good, the parent unchanged: a
+    // replacement the hook chose (a job's next step), not a lost child.
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = calls.clone();
+    let app = axum::Router::new().route(
+        "/sync",
+        post(move || {
+            let counter = counter.clone();
+            async move {
+                let step = if counter.fetch_add(1, Ordering::SeqCst) < 2 { 1 } else { 2 };
+                axum::Json(json!({"status": {}, "children": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("step-{step}")}}]}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut emulator = emulator(&format!("http://{address}"), "v2", None);
+    emulator.converge(10).await.unwrap();
+    assert!(emulator.get("v1", "ConfigMap", "ns", "step-2").is_some());
+    assert!(emulator.get("v1", "ConfigMap", "ns", "step-1").is_none());
+}

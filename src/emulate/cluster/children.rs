@@ -50,8 +50,10 @@ impl Emulator {
                     .get(&key)
                     .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
                 if !terminating {
+                    // Left out while the parent is unchanged: a hook may mean it (a step
+                    // replaced by the next); only asking for it again below is certain.
                     if self.desired_under.get(&key) == Some(&identity) {
-                        dropped.push(key.clone());
+                        self.dropped_under.insert(key.clone(), identity.clone());
                     }
                     self.desired_under.remove(&key);
                     self.remove_with_dependents(&key);
@@ -61,6 +63,13 @@ impl Emulator {
         }
         for (key, child) in desired_by_key {
             self.desired_under.insert(key.clone(), identity.clone());
+            // Dropped and asked for again with the parent unchanged all along: the child
+            // was deleted for nothing and is recreated.
+            if self.dropped_under.remove(&key).as_ref() == Some(&identity)
+                && !self.objects.contains_key(&key)
+            {
+                dropped.push(key.clone());
+            }
             let strategy = registration
                 .child_rule(&key.0, &key.1)
                 .map(|r| r.strategy.clone())

@@ -100,8 +100,10 @@ pub struct Emulator {
     by_owner: BTreeMap<String, BTreeSet<Key>>,
     /// For each child, its parent as it was when an answer last asked for the child
     /// (without status and server fields): a child left out while its parent is still
-    /// the same is a [`Rule::ChildDropped`].
+    /// the same, and then asked for again, is a [`Rule::ChildDropped`].
     desired_under: BTreeMap<Key, Value>,
+    /// Children an answer left out while their parent was unchanged, with that parent.
+    dropped_under: BTreeMap<Key, Value>,
     next_uid: u64,
     next_version: u64,
     /// Every hook call made.
@@ -166,6 +168,7 @@ impl Emulator {
             last_applied: BTreeMap::new(),
             by_owner: BTreeMap::new(),
             desired_under: BTreeMap::new(),
+            dropped_under: BTreeMap::new(),
             next_uid: 1,
             next_version: 1,
             calls: Vec::new(),

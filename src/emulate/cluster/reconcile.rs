@@ -101,7 +101,7 @@ impl Emulator {
             return Err((
                 Rule::ChildDropped,
                 format!(
-                    "the {} answer left out {}, which an earlier answer for this unchanged parent asked for, so Metacontroller deleted it",
+                    "the {} answer asked again for {}, which an earlier answer for this unchanged parent had left out, so Metacontroller deleted it and created it anew (an answer that flaps deletes what runs)",
                     hook_name.key(),
                     names.join(", ")
                 ),
