@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+pub mod apiserver;
 pub mod cli;
 pub mod controllers;
 pub mod crds;

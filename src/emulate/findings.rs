@@ -25,6 +25,9 @@ pub enum Rule {
     /// A parent Metacontroller refuses before any hook call (no `spec.selector` without
     /// `generateSelector`).
     InvalidParent,
+    /// A child write the API server refuses (a name, label or annotation size it does not
+    /// accept, an immutable field changed), in its words.
+    APIServerRefused,
     /// A desired child that exists and is owned by another parent.
     OwnershipConflict,
     /// Two identical requests got different answers (nondeterminism, or state that
@@ -57,6 +60,7 @@ impl Rule {
             Rule::NonOkAnswer => "NonOkAnswer",
             Rule::InvalidAnswer => "InvalidAnswer",
             Rule::InvalidParent => "InvalidParent",
+            Rule::APIServerRefused => "APIServerRefused",
             Rule::Throttled => "Throttled",
             Rule::StrictDecoding => "StrictDecoding",
             Rule::InvalidChild => "InvalidChild",

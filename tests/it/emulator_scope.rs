@@ -164,3 +164,46 @@ async fn the_hooks_owner_references_are_kept_beside_metacontrollers_and_status_i
     assert_eq!(references[1]["controller"], true);
     assert!(child.get("status").is_none(), "{child}");
 }
+
+#[tokio::test]
+async fn the_api_server_refuses_bad_names_long_labels_and_oversized_annotations() {
+    let local = crd("Local", "locals", "Namespaced");
+    let parent = json!({"apiVersion": "example.com/v1", "kind": "Local",
+                        "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}});
+    let cases = [
+        (
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "BadName_x"}}]),
+            "metadata.name: Invalid value: \"BadName_x\"",
+        ),
+        (
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ok", "labels": {"target": "x".repeat(70)}}}]),
+            "must be no more than 63 characters",
+        ),
+        // ~300 KB of data: fine as data, but client-side apply copies it into an annotation.
+        (
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"d": "x".repeat(300 * 1024)}}]),
+            "metadata.annotations: Too long",
+        ),
+    ];
+    for (children, expected) in cases {
+        let (base, _) = hook(children).await;
+        let mut emulator = emulator(&base, "locals", std::slice::from_ref(&local));
+        emulator.apply(parent.clone());
+        let error = emulator.converge(5).await.expect_err("refused");
+        assert!(
+            error.starts_with("[APIServerRefused]") && error.contains(expected),
+            "{error}"
+        );
+    }
+    // Under server-side apply there is no last-applied annotation: the big one is fine.
+    let (base, _) = hook(
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+                                 "data": {"d": "x".repeat(300 * 1024)}}]),
+    )
+    .await;
+    let mut emulator = emulator(&base, "locals", &[local]);
+    emulator.server_side_apply = true;
+    emulator.apply(parent);
+    emulator.converge(5).await.unwrap();
+    assert!(emulator.get("v1", "ConfigMap", "team-a", "big").is_some());
+}

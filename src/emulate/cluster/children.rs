@@ -76,6 +76,9 @@ impl Emulator {
                 .unwrap_or_default();
             match self.objects.get(&key).cloned() {
                 None => {
+                    if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
+                        return Err((Rule::APIServerRefused, refusal));
+                    }
                     let created = self.create_child(registration, parent, child.clone());
                     self.annotate_applied(&created, &child);
                     self.last_applied.insert(key.clone(), child);
@@ -108,6 +111,11 @@ impl Emulator {
                             report.deleted.push(key);
                         }
                         _ => {
+                            if let Some(refusal) =
+                                self.api_server_refusal(&merged, &child, Some(&live))
+                            {
+                                return Err((Rule::APIServerRefused, refusal));
+                            }
                             let updated = self.update_child(&key, &live, merged);
                             self.put(key.clone(), updated);
                             self.annotate_applied(&key, &child);
@@ -119,6 +127,33 @@ impl Emulator {
             }
         }
         Ok(dropped)
+    }
+
+    /// What the API server would answer to writing `candidate` (over `live` on update),
+    /// with the last-applied annotation client-side apply adds for `desired`.
+    fn api_server_refusal(
+        &self,
+        candidate: &Value,
+        desired: &Value,
+        live: Option<&Value>,
+    ) -> Option<String> {
+        let mut probe = candidate.clone();
+        if !self.server_side_apply
+            && let Some(meta) = probe.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED] =
+                json!(desired.to_string());
+        }
+        let mut found = crate::apiserver::refusals(&probe);
+        if let Some(live) = live {
+            found.extend(crate::apiserver::immutable_changes(live, candidate));
+        }
+        (!found.is_empty()).then(|| {
+            format!(
+                "{} (the write fails; Metacontroller retries it at every sync)",
+                found.join("; ")
+            )
+        })
     }
 
     pub(super) fn create_child(
