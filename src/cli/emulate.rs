@@ -41,6 +41,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     emulator.kinds = input.kinds;
     emulator.stop_at_first = false;
     emulator.hold_unready = args.hold_unready;
+    emulator.nodes = usize::from(args.nodes);
     emulator.server_side_apply = args.apply_strategy == ApplyStrategy::ServerSide;
     emulator.strict_everywhere = args.strict;
     let plan = Plan {

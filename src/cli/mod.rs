@@ -227,9 +227,12 @@ pub struct EmulateArgs {
     /// Delete every parent at the end and check that finalize lets it go.
     #[arg(long)]
     pub delete: bool,
-    /// Deployments and StatefulSets never become ready (a stuck rollout).
+    /// Deployments and Pods never become ready (a stuck rollout).
     #[arg(long)]
     pub hold_unready: bool,
+    /// Nodes of the simulated cluster (a DaemonSet runs one Pod on each).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub nodes: u16,
     /// Metacontroller's apply strategy for children.
     #[arg(long, value_enum, default_value_t = ApplyStrategy::ClientSide)]
     pub apply_strategy: ApplyStrategy,

@@ -102,6 +102,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
             "updatedReplicas",
             "readyReplicas",
             "availableReplicas",
+            "currentReplicas",
             "conditions",
         ];
         let status_keys: Vec<&String> = workload_now["status"]

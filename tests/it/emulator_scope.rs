@@ -207,3 +207,92 @@ async fn the_api_server_refuses_bad_names_long_labels_and_oversized_annotations(
     emulator.converge(5).await.unwrap();
     assert!(emulator.get("v1", "ConfigMap", "team-a", "big").is_some());
 }
+
+/// An emulator whose registration may own every workload kind.
+fn workload_emulator(base: &str) -> Emulator {
+    let local = crd("Local", "locals", "Namespaced");
+    let mut kinds = Kinds::default();
+    kinds.learn(&local);
+    let registration = Registration::parse(
+        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+               "metadata": {"name": "locals"},
+               "spec": {"generateSelector": true,
+                        "parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
+                        "childResources": [{"apiVersion": "apps/v1", "resource": "statefulsets"},
+                                           {"apiVersion": "apps/v1", "resource": "daemonsets"},
+                                           {"apiVersion": "batch/v1", "resource": "jobs"},
+                                           {"apiVersion": "v1", "resource": "pods"}],
+                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
+        &kinds,
+    )
+    .unwrap();
+    let mut emulator = Emulator::new(base, vec![registration]);
+    emulator.kinds = kinds;
+    emulator.nodes = 2;
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
+                          "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+    emulator
+}
+
+#[tokio::test]
+async fn workloads_get_pods_that_run_and_report_status() {
+    let template = json!({"metadata": {"labels": {"app": "w"}},
+                          "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let (base, seen) = hook(json!([
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+         "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "w"}}, "template": template}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+         "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": template}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "batch"},
+         "spec": {"completions": 2, "completionMode": "Indexed", "template": template}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "own-pod"},
+         "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+    ]))
+    .await;
+    let mut emulator = workload_emulator(&base);
+    emulator.converge(20).await.unwrap();
+    for i in 0..3 {
+        let pod = emulator
+            .get("v1", "Pod", "team-a", &format!("db-{i}"))
+            .unwrap();
+        assert_eq!(pod["status"]["phase"], "Running");
+        assert_eq!(
+            pod["metadata"]["labels"]["statefulset.kubernetes.io/pod-name"],
+            format!("db-{i}")
+        );
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "StatefulSet");
+    }
+    let db = emulator
+        .get("apps/v1", "StatefulSet", "team-a", "db")
+        .unwrap();
+    assert_eq!(db["status"]["readyReplicas"], 3);
+    let agent = emulator
+        .get("apps/v1", "DaemonSet", "team-a", "agent")
+        .unwrap();
+    assert_eq!(agent["status"]["numberReady"], 2, "one Pod per node");
+    let job = emulator.get("batch/v1", "Job", "team-a", "batch").unwrap();
+    assert_eq!(job["status"]["succeeded"], 2);
+    assert_eq!(job["status"]["conditions"][0]["type"], "Complete");
+    let index = emulator.get("v1", "Pod", "team-a", "batch-1").unwrap()["metadata"]["annotations"]
+        ["batch.kubernetes.io/job-completion-index"]
+        .clone();
+    assert_eq!(index, "1");
+    // The hook's own Pod runs too, and the hook sees the workloads' status.
+    let own = emulator.get("v1", "Pod", "team-a", "own-pod").unwrap();
+    assert_eq!(own["status"]["phase"], "Running");
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        last["children"]["StatefulSet.apps/v1"]["team-a/db"]["status"]["readyReplicas"],
+        3
+    );
+    // Deleting the parent collects the workloads and their Pods.
+    let key = (
+        "example.com/v1".to_owned(),
+        "Local".to_owned(),
+        "team-a".to_owned(),
+        "one".to_owned(),
+    );
+    emulator.delete(&key);
+    emulator.converge(10).await.unwrap();
+    assert!(emulator.get("v1", "Pod", "team-a", "db-0").is_none());
+}

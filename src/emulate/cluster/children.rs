@@ -313,13 +313,14 @@ impl Emulator {
         }
     }
 
-    /// Fake kube-controller-manager: a Deployment first reports its new generation with no
-    /// ready pods, then on the next tick all replicas ready. Returns whether anything moved.
-    pub fn tick_workloads(&mut self) -> bool {
+    /// Fake kube-controller-manager for Deployments (no Pods of their own): first the new
+    /// generation with no ready replicas, then on the next tick all replicas ready.
+    /// Returns whether anything moved.
+    pub(super) fn tick_deployments(&mut self) -> bool {
         let mut moved = false;
         let hold_unready = self.hold_unready;
         for (key, object) in self.objects.iter_mut() {
-            if key.1 != "Deployment" && key.1 != "StatefulSet" {
+            if key.1 != "Deployment" {
                 continue;
             }
             let generation = object

@@ -4,10 +4,12 @@
 //! - `reconcile`: one parent's sync or finalize call, as Metacontroller makes it;
 //! - `related`: the customize hook and the related objects it selects;
 //! - `children`: applying an answer (children, attachments, status) and workloads;
-//! - `checks`: what Metacontroller refuses in an answer or a child.
+//! - `checks`: what Metacontroller refuses in an answer or a child;
+//! - `kubelet`: the workload controllers and kubelet that make and run Pods.
 
 mod checks;
 mod children;
+mod kubelet;
 mod reconcile;
 mod related;
 
@@ -122,6 +124,8 @@ pub struct Emulator {
     pub server_side_apply: bool,
     /// Deployments and StatefulSets never report ready replicas (a stuck rollout).
     pub hold_unready: bool,
+    /// Nodes DaemonSets run a Pod on.
+    pub nodes: usize,
     /// Stop at the first problem (the test suite) or record it and go on (`emulate`).
     pub stop_at_first: bool,
     /// Problems seen so far (with `stop_at_first` off).
@@ -176,6 +180,7 @@ impl Emulator {
             clock: Duration::ZERO,
             server_side_apply: false,
             hold_unready: false,
+            nodes: 1,
             stop_at_first: true,
             findings: Vec::new(),
             rounds: 0,
