@@ -296,3 +296,21 @@ async fn workloads_get_pods_that_run_and_report_status() {
     emulator.converge(10).await.unwrap();
     assert!(emulator.get("v1", "Pod", "team-a", "db-0").is_none());
 }
+
+#[tokio::test]
+async fn run_to_completion_pods_of_a_hook_succeed() {
+    // As Metacontroller's indexedjob example makes them: Pods with restartPolicy Never.
+    let (base, _) = hook(json!([
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once"},
+         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "server"},
+         "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+    ]))
+    .await;
+    let mut emulator = workload_emulator(&base);
+    emulator.converge(10).await.unwrap();
+    let phase =
+        |name: &str| emulator.get("v1", "Pod", "team-a", name).unwrap()["status"]["phase"].clone();
+    assert_eq!(phase("once"), "Succeeded");
+    assert_eq!(phase("server"), "Running");
+}

@@ -1,7 +1,7 @@
 //! The rest of the cluster, simulated enough for hooks that watch it: the workload
 //! controllers that make Pods (StatefulSet, ReplicaSet, DaemonSet over `nodes`, Job), a
-//! kubelet that runs every Pod (Running and Ready after a tick; a Job's Pods then
-//! succeed), and each workload's status as its controller reports it. Deployments keep
+//! kubelet that runs every Pod (Running and Ready after a tick; run-to-completion Pods
+//! then succeed), and each workload's status as its controller reports it. Deployments keep
 //! their status-only simulation (`tick_deployments`).
 
 use serde_json::{Value, json};
@@ -171,7 +171,8 @@ impl Emulator {
     }
 
     /// The kubelet: every Pod (a workload's or a hook's own) runs and becomes Ready a
-    /// tick after it appears (not with `hold_unready`); a Job's Running Pods succeed.
+    /// tick after it appears (not with `hold_unready`); a Job's Running Pods, and any with
+    /// restartPolicy Never or OnFailure, then succeed.
     fn run_pods(&mut self) -> bool {
         let now = self.now_text();
         let hold = self.hold_unready;
@@ -194,13 +195,19 @@ impl Emulator {
                 .pointer("/status/phase")
                 .and_then(Value::as_str)
                 .unwrap_or("Pending");
-            let of_job = owner_uid(pod).is_some_and(|uid| job_uids.contains(&uid));
+            // Run-to-completion Pods (a Job's, or restartPolicy Never/OnFailure) finish:
+            // their containers are taken to exit 0.
+            let completes = owner_uid(pod).is_some_and(|uid| job_uids.contains(&uid))
+                || matches!(
+                    pod.pointer("/spec/restartPolicy").and_then(Value::as_str),
+                    Some("Never" | "OnFailure")
+                );
             let next = match phase {
                 "Pending" if !hold => Some(json!({
                     "phase": "Running", "podIP": "10.0.0.1", "startTime": now,
                     "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}],
                 })),
-                "Running" if of_job => Some(json!({
+                "Running" if completes => Some(json!({
                     "phase": "Succeeded", "startTime": now,
                     "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
                 })),
