@@ -11,7 +11,7 @@ use crate::cli::config::{controller_settings, source_fetcher};
 use crate::cli::{ApplyStrategy, EmulateArgs, EmulateOutput};
 use crate::controllers::Registry;
 use crate::emulate::output::{TextOptions, json_report, text_report};
-use crate::emulate::story::{Plan, built_in_registrations, play, sort_documents};
+use crate::emulate::story::{Plan, built_in_registrations, play, read_steps, sort_documents};
 use crate::emulate::{Emulator, LocalReplica, Transport};
 
 /// Files read at most, and bytes per file: an emulation is for a handful of objects.
@@ -44,10 +44,19 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     emulator.nodes = usize::from(args.nodes);
     emulator.server_side_apply = args.apply_strategy == ApplyStrategy::ServerSide;
     emulator.strict_everywhere = args.strict;
+    let steps = match &args.story {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            read_steps(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => Vec::new(),
+    };
     let plan = Plan {
         max_rounds: usize::from(args.max_rounds),
         run_for: std::time::Duration::from_secs(args.for_seconds),
         delete_parents: args.delete,
+        steps,
     };
     let summary = play(&mut emulator, input.objects, &plan)
         .await

@@ -230,6 +230,10 @@ pub struct EmulateArgs {
     /// Deployments and Pods never become ready (a stuck rollout).
     #[arg(long)]
     pub hold_unready: bool,
+    /// A story file: edits and checks made after the first convergence (`steps:` of
+    /// patch, scale, delete and expect), each followed by a convergence.
+    #[arg(long)]
+    pub story: Option<PathBuf>,
     /// Nodes of the simulated cluster (a DaemonSet runs one Pod on each).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub nodes: u16,

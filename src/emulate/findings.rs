@@ -51,6 +51,8 @@ pub enum Rule {
     InvalidCustomize,
     /// Something the emulator cannot simulate faithfully (it says what).
     NotEmulated,
+    /// A story step's expectation did not hold (or the object it edits is gone).
+    ExpectationFailed,
 }
 
 impl Rule {
@@ -62,6 +64,7 @@ impl Rule {
             Rule::InvalidParent => "InvalidParent",
             Rule::APIServerRefused => "APIServerRefused",
             Rule::Throttled => "Throttled",
+            Rule::ExpectationFailed => "ExpectationFailed",
             Rule::StrictDecoding => "StrictDecoding",
             Rule::InvalidChild => "InvalidChild",
             Rule::OwnershipConflict => "OwnershipConflict",

@@ -135,6 +135,189 @@ pub struct Plan {
     pub run_for: Duration,
     /// Delete every parent at the end and check that finalize lets it go.
     pub delete_parents: bool,
+    /// Edits made after the first convergence, one at a time, each followed by a
+    /// convergence (a test.sh written down: scale, delete a child, check a field).
+    pub steps: Vec<Step>,
+}
+
+/// One edit or check of a story file (`--story`), on the object it names.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum Step {
+    /// A JSON merge patch (RFC 7386) applied as a user's edit (spec changes bump the
+    /// generation).
+    Patch {
+        /// Which object.
+        #[serde(flatten)]
+        target: Target,
+        /// The patch.
+        merge: Value,
+    },
+    /// `spec.replicas` set, as `kubectl scale` does.
+    Scale {
+        /// Which object.
+        #[serde(flatten)]
+        target: Target,
+        /// The new count.
+        replicas: u32,
+    },
+    /// The object deleted, as `kubectl delete` does (finalizers honoured).
+    Delete {
+        /// Which object.
+        #[serde(flatten)]
+        target: Target,
+    },
+    /// The value at a JSON pointer must equal this (or the object must be gone, with
+    /// `absent: true`); a failed expectation is a finding.
+    Expect {
+        /// Which object.
+        #[serde(flatten)]
+        target: Target,
+        /// JSON pointer into the object (`/status/readyReplicas`).
+        #[serde(default)]
+        path: Option<String>,
+        /// The value expected there.
+        #[serde(default)]
+        equals: Option<Value>,
+        /// The object must not exist.
+        #[serde(default)]
+        absent: bool,
+    },
+}
+
+/// The object a step is about.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Target {
+    /// apiVersion.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace ("" or unset for cluster-scoped objects).
+    #[serde(default)]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl Target {
+    fn key(&self) -> Key {
+        (
+            self.api_version.clone(),
+            self.kind.clone(),
+            self.namespace.clone(),
+            self.name.clone(),
+        )
+    }
+}
+
+/// Reads a story file: `steps:` and a list of steps.
+///
+/// # Errors
+/// Not YAML, or a step with an unknown kind or field (named).
+pub fn read_steps(text: &str) -> Result<Vec<Step>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Story {
+        steps: Vec<Step>,
+    }
+    let value: Value = crate::yaml::documents(text)
+        .map_err(|e| format!("not YAML: {e}"))?
+        .into_iter()
+        .next()
+        .ok_or("the story file is empty")?;
+    let story: Story = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("at {}: {}", e.path(), e.inner()))?;
+    Ok(story.steps)
+}
+
+/// RFC 7386: objects merge, null removes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(map), Some(changes)) => {
+            for (key, change) in changes {
+                if change.is_null() {
+                    map.remove(key);
+                } else {
+                    merge_patch(map.entry(key.clone()).or_insert(Value::Null), change);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+/// Plays the steps, converging after each edit.
+async fn play_steps(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> {
+    for (index, step) in plan.steps.iter().enumerate() {
+        let number = index + 1;
+        match step {
+            Step::Patch { target, merge } => {
+                let Some(mut object) = emulator.objects.get(&target.key()).cloned() else {
+                    return missing(emulator, number, target);
+                };
+                merge_patch(&mut object, merge);
+                emulator.apply(object);
+            }
+            Step::Scale { target, replicas } => {
+                let Some(mut object) = emulator.objects.get(&target.key()).cloned() else {
+                    return missing(emulator, number, target);
+                };
+                object["spec"]["replicas"] = serde_json::json!(replicas);
+                emulator.apply(object);
+            }
+            Step::Delete { target } => {
+                if !emulator.objects.contains_key(&target.key()) {
+                    return missing(emulator, number, target);
+                }
+                emulator.delete(&target.key());
+            }
+            Step::Expect {
+                target,
+                path,
+                equals,
+                absent,
+            } => {
+                let object = emulator.objects.get(&target.key());
+                let problem = match (object, absent) {
+                    (Some(_), true) => Some("exists, expected absent".to_owned()),
+                    (None, true) => None,
+                    (None, false) => Some("does not exist".to_owned()),
+                    (Some(object), false) => {
+                        let found = path.as_deref().map_or(Some(object), |p| object.pointer(p));
+                        match (found, equals) {
+                            (Some(found), Some(wanted)) if found != wanted => Some(format!(
+                                "{} is {found}, expected {wanted}",
+                                path.as_deref().unwrap_or("the object")
+                            )),
+                            (None, _) => {
+                                Some(format!("{} is not set", path.as_deref().unwrap_or("")))
+                            }
+                            _ => None,
+                        }
+                    }
+                };
+                if let Some(problem) = problem {
+                    emulator.record(
+                        Rule::ExpectationFailed,
+                        describe(&target.key()),
+                        format!("story step {number}: {problem}"),
+                    )?;
+                }
+                continue;
+            }
+        }
+        emulator.converge(plan.max_rounds).await?;
+    }
+    Ok(())
+}
+
+fn missing(emulator: &mut Emulator, number: usize, target: &Target) -> Result<(), String> {
+    emulator.record(
+        Rule::ExpectationFailed,
+        describe(&target.key()),
+        format!("story step {number}: the object to edit does not exist"),
+    )
 }
 
 impl Default for Plan {
@@ -143,6 +326,7 @@ impl Default for Plan {
             max_rounds: 20,
             run_for: Duration::ZERO,
             delete_parents: false,
+            steps: Vec::new(),
         }
     }
 }
@@ -171,6 +355,7 @@ pub async fn play(
         emulator.apply(object);
     }
     let rounds_to_converge = emulator.converge(plan.max_rounds).await?;
+    play_steps(emulator, plan).await?;
     let started = emulator.clock;
     if !plan.run_for.is_zero() {
         pass_time(emulator, plan).await?;

@@ -359,3 +359,51 @@ fn required_conditions_are_checked_per_parent() {
     assert!(!malformed.status.success());
     assert!(String::from_utf8_lossy(&malformed.stderr).contains("condition=TYPE"));
 }
+
+#[test]
+fn a_story_edits_the_cluster_after_convergence_and_checks_what_follows() {
+    let example = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let story = dir.path().join("story.yaml");
+    let write = |text: &str| std::fs::write(&story, text).unwrap();
+    let deployment = "apiVersion: apps/v1, kind: Deployment, namespace: default, name: users";
+    // The mock's Deployment is a child: deleted, it comes back; scaled parent-side, the
+    // controller puts its own replica count back.
+    write(&format!(
+        "steps:\n- delete: {{{deployment}}}\n- expect: {{{deployment}, path: /status/readyReplicas, equals: 1}}\n"
+    ));
+    let output = emulate(&[
+        "-f",
+        example.to_str().unwrap(),
+        "--story",
+        story.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    write(&format!(
+        "steps:\n- expect: {{{deployment}, path: /spec/replicas, equals: 7}}\n"
+    ));
+    let failed = emulate(&[
+        "-f",
+        example.to_str().unwrap(),
+        "--story",
+        story.to_str().unwrap(),
+    ]);
+    assert!(!failed.status.success());
+    assert!(
+        stdout(&failed).contains("ExpectationFailed") && stdout(&failed).contains("expected 7"),
+        "{}",
+        stdout(&failed)
+    );
+    write("steps:\n- scael: {apiVersion: v1, kind: X, name: y}\n");
+    let typo = emulate(&[
+        "-f",
+        example.to_str().unwrap(),
+        "--story",
+        story.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        !typo.status.success() && stderr.contains("scael"),
+        "{stderr}"
+    );
+}
