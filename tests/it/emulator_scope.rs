@@ -314,3 +314,48 @@ async fn run_to_completion_pods_of_a_hook_succeed() {
     assert_eq!(phase("once"), "Succeeded");
     assert_eq!(phase("server"), "Running");
 }
+
+#[tokio::test]
+async fn orphans_the_selector_matches_are_adopted_and_children_that_stop_matching_released() {
+    // A hook that asks for nothing of its own, so what it sees is what was claimed.
+    let (base, seen) = hook(json!([])).await;
+    let local = crd("Local", "locals", "Namespaced");
+    let mut kinds = Kinds::default();
+    kinds.learn(&local);
+    let registration = Registration::parse(
+        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+               "metadata": {"name": "locals"},
+               "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
+                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
+        &kinds,
+    )
+    .unwrap();
+    let mut emulator = Emulator::new(&base, vec![registration]);
+    emulator.kinds = kinds;
+    emulator.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "orphan", "namespace": "team-a", "labels": {"app": "x"}}}));
+    emulator.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "stranger", "namespace": "team-a", "labels": {"app": "y"}}}));
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
+                          "metadata": {"name": "one", "namespace": "team-a"},
+                          "spec": {"selector": {"matchLabels": {"app": "x"}}}}));
+    // The first sync sees the adopted orphan and not the stranger; its answer (no
+    // children) then deletes the orphan, as Metacontroller would.
+    emulator.converge(10).await.unwrap();
+    let first = seen.lock().unwrap().first().cloned().unwrap();
+    let observed: Vec<String> = first["children"]["ConfigMap.v1"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(observed, ["team-a/orphan"]);
+    assert!(
+        emulator
+            .get("v1", "ConfigMap", "team-a", "orphan")
+            .is_none()
+    );
+    let stranger = emulator
+        .get("v1", "ConfigMap", "team-a", "stranger")
+        .unwrap();
+    assert!(stranger.pointer("/metadata/ownerReferences").is_none());
+}

@@ -5,10 +5,12 @@
 //! - `related`: the customize hook and the related objects it selects;
 //! - `children`: applying an answer (children, attachments, status) and workloads;
 //! - `checks`: what Metacontroller refuses in an answer or a child;
+//! - `claim`: adoption and release of children by the parent's selector;
 //! - `kubelet`: the workload controllers and kubelet that make and run Pods.
 
 mod checks;
 mod children;
+mod claim;
 mod kubelet;
 mod reconcile;
 mod related;

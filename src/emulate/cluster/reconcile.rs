@@ -52,6 +52,7 @@ impl Emulator {
         self.current_replica = self.next_replica % self.transport.replicas();
         self.next_replica += 1;
         let related = self.related(registration, &parent).await?;
+        self.claim_children(registration, &parent);
         let owned = self.owned_by(registration, &parent);
         let observed = self.object_map(registration, &parent, &owned, &hook.version);
         let (root_field, observed_field, desired_field) = match registration.type_ {

@@ -1,0 +1,80 @@
+//! Which objects a CompositeController parent owns before its hook is called, as
+//! Metacontroller's `claimChildren` decides (pkg/controller/composite, with
+//! k8s.io/controller-manager's ControllerRefManager): an orphan of a child type that
+//! the parent's selector matches is adopted, and an owned child whose labels no longer
+//! match is released.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+impl Emulator {
+    /// Adopts matching orphans and releases owned children that stopped matching.
+    pub(super) fn claim_children(&mut self, registration: &Registration, parent: &Value) {
+        if registration.type_ != ControllerType::Composite {
+            return;
+        }
+        let Some(uid) = parent
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return;
+        };
+        let selector = if registration.generate_selector {
+            json!({"matchLabels": {"controller-uid": uid}})
+        } else {
+            match parent.pointer("/spec/selector") {
+                Some(selector) => selector.clone(),
+                None => return,
+            }
+        };
+        let namespace = key_of(parent).2;
+        let deleting = parent.pointer("/metadata/deletionTimestamp").is_some();
+        let candidates: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(key, object)| {
+                registration.child_rule(&key.0, &key.1).is_some()
+                    // A namespaced parent lists its own namespace; a cluster-scoped one all.
+                    && (namespace.is_empty() || key.2 == namespace)
+                    && object.pointer("/metadata/deletionTimestamp").is_none()
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in candidates {
+            let Some(mut object) = self.objects.get(&key).cloned() else {
+                continue;
+            };
+            let matches = labels_match(&selector, &object);
+            match owner_uid(&object) {
+                Some(owner) if owner == uid && !matches => {
+                    // Release: drop our controller reference, keep the others.
+                    if let Some(refs) = object
+                        .pointer_mut("/metadata/ownerReferences")
+                        .and_then(Value::as_array_mut)
+                    {
+                        refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+                    }
+                    self.put(key, object);
+                }
+                None if matches && !deleting => {
+                    let reference = json!({
+                        "apiVersion": parent["apiVersion"], "kind": parent["kind"],
+                        "name": parent["metadata"]["name"], "uid": uid,
+                        "controller": true, "blockOwnerDeletion": true,
+                    });
+                    match object
+                        .pointer_mut("/metadata/ownerReferences")
+                        .and_then(Value::as_array_mut)
+                    {
+                        Some(refs) => refs.push(reference),
+                        None => object["metadata"]["ownerReferences"] = json!([reference]),
+                    }
+                    self.put(key, object);
+                }
+                _ => {}
+            }
+        }
+    }
+}
