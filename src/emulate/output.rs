@@ -92,6 +92,21 @@ fn write_objects(out: &mut String, emulator: &Emulator) {
             continue;
         }
         let _ = writeln!(out, "  {}", headline(object));
+        // What a decorator set on this target (configsync's revision and error among them).
+        for (name, value) in emulator
+            .decorated
+            .get(&key_of(object))
+            .into_iter()
+            .flatten()
+        {
+            let shown: String = value.chars().take(120).collect();
+            let more = if value.chars().count() > 120 {
+                "…"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "    set by decorator: {name}={shown}{more}");
+        }
         let uid = object
             .pointer("/metadata/uid")
             .and_then(Value::as_str)

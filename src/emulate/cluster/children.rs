@@ -271,6 +271,23 @@ impl Emulator {
         response: &Value,
         report: &mut RoundReport,
     ) {
+        // What the hook set on its target, for the report (its latest answer's).
+        let set: BTreeMap<String, String> = ["labels", "annotations"]
+            .iter()
+            .flat_map(|field| {
+                response
+                    .get(*field)
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+            })
+            .collect();
+        if set.is_empty() {
+            self.decorated.remove(target_key);
+        } else {
+            self.decorated.insert(target_key.clone(), set);
+        }
         let Some(target) = self.objects.get_mut(target_key) else {
             return;
         };

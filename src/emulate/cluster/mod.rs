@@ -128,6 +128,8 @@ pub struct Emulator {
     pub hold_unready: bool,
     /// Nodes DaemonSets run a Pod on.
     pub nodes: usize,
+    /// The labels and annotations a decorator's latest answer set on each target.
+    pub decorated: BTreeMap<Key, BTreeMap<String, String>>,
     /// Stop at the first problem (the test suite) or record it and go on (`emulate`).
     pub stop_at_first: bool,
     /// Problems seen so far (with `stop_at_first` off).
@@ -183,6 +185,7 @@ impl Emulator {
             server_side_apply: false,
             hold_unready: false,
             nodes: 1,
+            decorated: BTreeMap::new(),
             stop_at_first: true,
             findings: Vec::new(),
             rounds: 0,
