@@ -10,6 +10,14 @@ use axum::routing::post;
 use metahooks::emulate::{Emulator, Kinds, Registration};
 use serde_json::json;
 
+/// Serves `app` on a loopback port; returns its base URL.
+async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
 /// A sync hook answering `body` as it is, after `delay`.
 async fn raw_hook(body: &'static str, delay: Duration) -> String {
     let app = axum::Router::new().route(
@@ -19,10 +27,7 @@ async fn raw_hook(body: &'static str, delay: Duration) -> String {
             ([("content-type", "application/json")], body)
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}")
+    serve(app).await
 }
 
 fn emulator(base: &str, version: &str, timeout: Option<&str>) -> Emulator {
@@ -137,10 +142,7 @@ async fn throttling_hook(throttled: u64, body: &'static str) -> (String, Arc<Ato
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}"), calls)
+    (serve(app).await, calls)
 }
 
 #[tokio::test]
@@ -233,10 +235,7 @@ async fn a_child_the_hook_replaces_is_no_dropped_child() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let mut emulator = emulator(&format!("http://{address}"), "v2", None);
+    let mut emulator = emulator(&serve(app).await, "v2", None);
     emulator.converge(10).await.unwrap();
     assert!(emulator.get("v1", "ConfigMap", "ns", "step-2").is_some());
     assert!(emulator.get("v1", "ConfigMap", "ns", "step-1").is_none());

@@ -42,22 +42,33 @@ fn crd(kind: &str, plural: &str, scope: &str) -> Value {
                     "versions": [{"name": "v1", "served": true, "storage": true}]}})
 }
 
+/// A v2 CompositeController for `plural` (of group example.com) with these child types.
+fn registration(
+    plural: &str,
+    children: Value,
+    generate_selector: bool,
+    kinds: &Kinds,
+) -> Registration {
+    Registration::parse(
+        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+               "metadata": {"name": plural},
+               "spec": {"generateSelector": generate_selector,
+                        "parentResource": {"apiVersion": "example.com/v1", "resource": plural},
+                        "childResources": children,
+                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
+        kinds,
+    )
+    .unwrap()
+}
+
 fn emulator(base: &str, plural: &str, crds: &[Value]) -> Emulator {
     let mut kinds = Kinds::default();
     for crd in crds {
         kinds.learn(crd);
     }
-    let registration = Registration::parse(
-        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-               "metadata": {"name": plural},
-               "spec": {"generateSelector": true,
-                        "parentResource": {"apiVersion": "example.com/v1", "resource": plural},
-                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"},
-                                           {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles"}],
-                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
-        &kinds,
-    )
-    .unwrap();
+    let children = json!([{"apiVersion": "v1", "resource": "configmaps"},
+                          {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles"}]);
+    let registration = registration(plural, children, true, &kinds);
     let mut emulator = Emulator::new(base, vec![registration]);
     emulator.kinds = kinds;
     for crd in crds {
@@ -213,19 +224,11 @@ fn workload_emulator(base: &str) -> Emulator {
     let local = crd("Local", "locals", "Namespaced");
     let mut kinds = Kinds::default();
     kinds.learn(&local);
-    let registration = Registration::parse(
-        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-               "metadata": {"name": "locals"},
-               "spec": {"generateSelector": true,
-                        "parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
-                        "childResources": [{"apiVersion": "apps/v1", "resource": "statefulsets"},
-                                           {"apiVersion": "apps/v1", "resource": "daemonsets"},
-                                           {"apiVersion": "batch/v1", "resource": "jobs"},
-                                           {"apiVersion": "v1", "resource": "pods"}],
-                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
-        &kinds,
-    )
-    .unwrap();
+    let children = json!([{"apiVersion": "apps/v1", "resource": "statefulsets"},
+                          {"apiVersion": "apps/v1", "resource": "daemonsets"},
+                          {"apiVersion": "batch/v1", "resource": "jobs"},
+                          {"apiVersion": "v1", "resource": "pods"}]);
+    let registration = registration("locals", children, true, &kinds);
     let mut emulator = Emulator::new(base, vec![registration]);
     emulator.kinds = kinds;
     emulator.nodes = 2;
@@ -322,15 +325,12 @@ async fn orphans_the_selector_matches_are_adopted_and_children_that_stop_matchin
     let local = crd("Local", "locals", "Namespaced");
     let mut kinds = Kinds::default();
     kinds.learn(&local);
-    let registration = Registration::parse(
-        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-               "metadata": {"name": "locals"},
-               "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
-                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
+    let registration = registration(
+        "locals",
+        json!([{"apiVersion": "v1", "resource": "configmaps"}]),
+        false,
         &kinds,
-    )
-    .unwrap();
+    );
     let mut emulator = Emulator::new(&base, vec![registration]);
     emulator.kinds = kinds;
     emulator.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
