@@ -44,6 +44,7 @@ pub fn json_report(emulator: &Emulator, summary: &Summary) -> Value {
         "summary": summary,
         "hookCalls": emulator.calls.len(),
         "findings": emulator.findings,
+        "notModelled": not_modelled(emulator),
         "objects": emulator.objects.values().collect::<Vec<_>>(),
         "timeline": timeline,
     })
@@ -64,6 +65,9 @@ pub fn text_report(emulator: &Emulator, summary: &Summary, options: TextOptions)
         emulator.findings.len(),
         plural(emulator.findings.len()),
     );
+    for line in not_modelled(emulator) {
+        let _ = writeln!(out, "not modelled: {line}");
+    }
     write_objects(&mut out, emulator);
     write_timeline(&mut out, emulator, options);
     if !emulator.findings.is_empty() {
@@ -73,6 +77,19 @@ pub fn text_report(emulator: &Emulator, summary: &Summary, options: TextOptions)
         }
     }
     out
+}
+
+/// What the registrations ask of Metacontroller that the emulator does not do.
+fn not_modelled(emulator: &Emulator) -> Vec<String> {
+    emulator
+        .registrations
+        .iter()
+        .flat_map(|r| {
+            r.not_modelled
+                .iter()
+                .map(move |line| format!("{}: {line}", r.name))
+        })
+        .collect()
 }
 
 fn plural(n: usize) -> &'static str {

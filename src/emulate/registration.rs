@@ -271,12 +271,60 @@ pub struct Registration {
     pub generate_selector: bool,
     /// `spec.resyncPeriodSeconds`: how often every parent is synced with nothing changed.
     pub resync_period_seconds: Option<f64>,
+    /// Fields Metacontroller acts on that the emulator does not (each named, with what
+    /// the emulator does instead), for the report: never a silent fallback.
+    pub not_modelled: Vec<String>,
 }
+
+/// Webhook fields the emulator honours. `etag` only lets Metacontroller reuse an answer
+/// the server says is unchanged (304); calling in full gets the same answer, so the
+/// emulator does that.
+const WEBHOOK_FIELDS: &[&str] = &[
+    "url",
+    "timeout",
+    "path",
+    "service",
+    "responseUnMarshallMode",
+    "etag",
+];
+/// Webhook fields Metacontroller knows and the emulator does not act on.
+const WEBHOOK_NOT_MODELLED: &[(&str, &str)] = &[
+    (
+        "caBundle",
+        "https hooks are verified against the system roots only",
+    ),
+    ("clientTLS", "no client certificate is presented"),
+    ("authorization", "no Authorization header is sent"),
+    ("basicAuth", "no basic-auth credentials are sent"),
+];
 
 impl Hook {
     /// One `spec.hooks.<hook>`: its path, version, and whether answers are decoded
     /// strictly (v2 unless `responseUnMarshallMode` says otherwise).
-    fn parse(config: &Value) -> Result<Hook, String> {
+    fn parse(config: &Value, at: &str, not_modelled: &mut Vec<String>) -> Result<Hook, String> {
+        for field in config.as_object().into_iter().flatten().map(|(k, _)| k) {
+            if !matches!(field.as_str(), "version" | "webhook") {
+                return Err(format!(
+                    "{at}: unknown field {field:?} (version and webhook are)"
+                ));
+            }
+        }
+        if let Some(webhook) = config.get("webhook").and_then(Value::as_object) {
+            for field in webhook.keys() {
+                if WEBHOOK_FIELDS.contains(&field.as_str()) {
+                    continue;
+                }
+                match WEBHOOK_NOT_MODELLED.iter().find(|(name, _)| name == field) {
+                    Some((_, instead)) => {
+                        not_modelled
+                            .push(format!("{at}.webhook.{field}: not modelled ({instead})"));
+                    }
+                    None => {
+                        return Err(format!("{at}.webhook: unknown field {field:?}"));
+                    }
+                }
+            }
+        }
         let version = config
             .get("version")
             .and_then(Value::as_str)
@@ -351,6 +399,7 @@ impl Registration {
         } else {
             "attachments"
         };
+        let mut not_modelled = Vec::new();
         let children = spec
             .get(child_key)
             .and_then(Value::as_array)
@@ -363,6 +412,12 @@ impl Registration {
                     .and_then(Value::as_str)
                     .unwrap_or("OnDelete")
                     .to_owned();
+                if strategy.starts_with("Rolling") {
+                    not_modelled.push(format!(
+                        "{child_key} {kind}: updateStrategy {strategy} runs as {} (ControllerRevisions and statusChecks are not modelled)",
+                        strategy.trim_start_matches("Rolling")
+                    ));
+                }
                 Ok(ChildRule {
                     api_version,
                     kind,
@@ -373,8 +428,30 @@ impl Registration {
         let mut hooks = BTreeMap::new();
         for hook in [HookName::Sync, HookName::Finalize, HookName::Customize] {
             if let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) {
-                hooks.insert(hook, Hook::parse(config)?);
+                let at = format!("hooks.{}", hook.key());
+                hooks.insert(hook, Hook::parse(config, &at, &mut not_modelled)?);
             }
+        }
+        for field in spec
+            .get("hooks")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+        {
+            match field.as_str() {
+                "sync" | "finalize" | "customize" => {}
+                "preUpdateChild" | "postUpdateChild" => not_modelled.push(format!(
+                    "hooks.{field}: not modelled (rolling updates are not; the hook is never called)"
+                )),
+                other => return Err(format!("hooks: unknown hook {other:?}")),
+            }
+        }
+        if spec.get("endpointConfigs").is_some() {
+            not_modelled.push(
+                "endpointConfigs: not modelled (hooks are called at --hooks-url, with no TLS or auth settings)"
+                    .to_owned(),
+            );
         }
         Ok(Registration {
             name,
@@ -388,6 +465,7 @@ impl Registration {
             parents,
             children,
             hooks,
+            not_modelled,
         })
     }
 
@@ -510,7 +588,9 @@ mod tests {
         assert!(
             go_duration("10").is_err() && go_duration("ten s").is_err() && go_duration("").is_err()
         );
-        let hook = |webhook: Value| Hook::parse(&json!({"webhook": webhook}));
+        let hook = |webhook: Value| {
+            Hook::parse(&json!({"webhook": webhook}), "hooks.sync", &mut Vec::new())
+        };
         assert_eq!(
             hook(json!({"url": "http://h/s"})).map(|h| h.timeout),
             Ok(DEFAULT_WEBHOOK_TIMEOUT)
@@ -521,5 +601,48 @@ mod tests {
             "a non-positive timeout is the default, as Metacontroller has it"
         );
         assert!(hook(json!({"url": "http://h/s", "timeout": 5})).is_err());
+    }
+
+    #[test]
+    fn fields_not_modelled_are_named_and_unknown_ones_refused() {
+        let mut kinds = Kinds::default();
+        kinds.learn(&json!({"kind": "Thing"}));
+        let parse = |hooks: Value, strategy: &str| {
+            Registration::parse(
+                json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+                       "metadata": {"name": "things"},
+                       "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
+                                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                                    "updateStrategy": {"method": strategy}}],
+                                "hooks": hooks}}),
+                &kinds,
+            )
+        };
+        let registration = parse(
+            json!({"sync": {"webhook": {"url": "https://h/s", "caBundle": {"inline": "x"}}},
+                   "postUpdateChild": {"webhook": {"url": "https://h/p"}}}),
+            "RollingInPlace",
+        )
+        .unwrap();
+        let notes = registration.not_modelled.join("\n");
+        assert!(
+            notes.contains("hooks.sync.webhook.caBundle: not modelled"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("hooks.postUpdateChild: not modelled"),
+            "{notes}"
+        );
+        assert!(notes.contains("RollingInPlace runs as InPlace"), "{notes}");
+        let typo = parse(
+            json!({"sync": {"webhook": {"url": "https://h/s", "timout": "5s"}}}),
+            "InPlace",
+        );
+        assert!(typo.is_err_and(|e| e.contains("\"timout\"")));
+        let hook_typo = parse(
+            json!({"snyc": {"webhook": {"url": "https://h/s"}}}),
+            "InPlace",
+        );
+        assert!(hook_typo.is_err_and(|e| e.contains("snyc")));
     }
 }
