@@ -359,3 +359,65 @@ async fn orphans_the_selector_matches_are_adopted_and_children_that_stop_matchin
         .unwrap();
     assert!(stranger.pointer("/metadata/ownerReferences").is_none());
 }
+
+#[tokio::test]
+async fn related_keys_follow_the_sync_hooks_version_not_the_customize_hooks() {
+    for (sync_version, customize_version, expected) in
+        [("v1", "v2", "settings"), ("v2", "v1", "team-a/settings")]
+    {
+        let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let app = axum::Router::new()
+            .route(
+                "/sync",
+                post(move |Json(request): Json<Value>| {
+                    let record = record.clone();
+                    async move {
+                        record.lock().unwrap().push(request);
+                        Json(json!({"status": {}, "children": []}))
+                    }
+                }),
+            )
+            .route(
+                "/customize",
+                post(|| async {
+                    Json(json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                                      "namespace": "team-a", "names": ["settings"]}]}))
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let local = crd("Local", "locals", "Namespaced");
+        let mut kinds = Kinds::default();
+        kinds.learn(&local);
+        let registration = Registration::parse(
+            json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+                   "metadata": {"name": "locals"},
+                   "spec": {"generateSelector": true,
+                            "parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
+                            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                            "hooks": {"sync": {"version": sync_version, "webhook": {"url": "http://h/sync"}},
+                                      "customize": {"version": customize_version, "webhook": {"url": "http://h/customize"}}}}}),
+            &kinds,
+        )
+        .unwrap();
+        let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
+        emulator.kinds = kinds;
+        emulator.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "settings", "namespace": "team-a"}, "data": {"a": "1"}}));
+        emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
+                              "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+        emulator.converge(5).await.unwrap();
+        let request = seen.lock().unwrap().first().cloned().unwrap();
+        let keys: Vec<String> = request["related"]["ConfigMap.v1"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            [expected],
+            "sync {sync_version}, customize {customize_version}"
+        );
+    }
+}

@@ -51,7 +51,7 @@ impl Emulator {
         hook.strict |= self.strict_everywhere;
         self.current_replica = self.next_replica % self.transport.replicas();
         self.next_replica += 1;
-        let related = self.related(registration, &parent).await?;
+        let related = self.related(registration, &parent, &hook.version).await?;
         self.claim_children(registration, &parent);
         let owned = self.owned_by(registration, &parent);
         let observed = self.object_map(registration, &parent, &owned, &hook.version);

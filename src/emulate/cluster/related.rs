@@ -7,11 +7,14 @@ use super::*;
 
 impl Emulator {
     /// The related objects a parent's customize answer selects, keyed as Metacontroller
-    /// sends them (`{}` without a customize hook).
+    /// sends them to a hook of `calling_version` (`{}` without a customize hook): the map
+    /// is converted for the sync or finalize request, so its keys follow that hook's
+    /// version, not the customize hook's (`UniformObjectMap.Convert`, v2 common.go).
     pub(super) async fn related(
         &mut self,
         registration: &Registration,
         parent: &Value,
+        calling_version: &str,
     ) -> Result<Value, Problem> {
         let Some(mut hook) = registration.hooks.get(&HookName::Customize).cloned() else {
             return Ok(json!({}));
@@ -32,7 +35,7 @@ impl Emulator {
                 .entry(format!("{}.{}", rule.kind, rule.api_version))
                 .or_insert_with(|| json!({}));
             for (key, object) in self.selected(&rule) {
-                let map_key = if hook.version == "v2"
+                let map_key = if calling_version == "v2"
                     || parent_namespace.is_empty()
                     || key.2 != parent_namespace
                 {
