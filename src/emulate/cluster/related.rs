@@ -93,13 +93,11 @@ impl Emulator {
             }
         };
         if hook.strict
-            && let Some(field) = response
-                .as_object()
-                .and_then(|object| object.keys().find(|field| *field != "relatedResources"))
+            && let Some(path) = unknown_customize_field(&response)
         {
             return Err((
                 Rule::StrictDecoding,
-                format!("customize answer has unknown field {field:?} (strict decoding)"),
+                format!("customize answer has unknown field {path} (strict decoding)"),
             ));
         }
         Ok(response)
@@ -258,5 +256,84 @@ impl<'a> RelatedRule<'a> {
             label_selector,
             listed,
         })
+    }
+}
+
+/// The path of the first field the customize response type has no place for, at any
+/// depth (CustomizeHookResponse → ResourceRule → LabelSelector →
+/// LabelSelectorRequirement), as sigs.k8s.io/json's strict decoding reports it.
+fn unknown_customize_field(response: &Value) -> Option<String> {
+    const RULE: &[&str] = &[
+        "apiVersion",
+        "resource",
+        "labelSelector",
+        "namespaceSelector",
+        "namespace",
+        "names",
+    ];
+    const SELECTOR: &[&str] = &["matchLabels", "matchExpressions"];
+    const REQUIREMENT: &[&str] = &["key", "operator", "values"];
+    fn unknown(object: &Value, allowed: &[&str], at: &str) -> Option<String> {
+        object
+            .as_object()?
+            .keys()
+            .find(|k| !allowed.contains(&k.as_str()))
+            .map(|k| format!("{at}.{k}"))
+    }
+    fn selector(value: Option<&Value>, at: &str) -> Option<String> {
+        let value = value?;
+        unknown(value, SELECTOR, at).or_else(|| {
+            value
+                .get("matchExpressions")?
+                .as_array()?
+                .iter()
+                .enumerate()
+                .find_map(|(i, e)| unknown(e, REQUIREMENT, &format!("{at}.matchExpressions[{i}]")))
+        })
+    }
+    if let Some(field) = unknown(response, &["relatedResources"], "") {
+        return Some(field.trim_start_matches('.').to_owned());
+    }
+    let rules = response.get("relatedResources")?.as_array()?;
+    rules.iter().enumerate().find_map(|(i, rule)| {
+        let at = format!("relatedResources[{i}]");
+        unknown(rule, RULE, &at)
+            .or_else(|| selector(rule.get("labelSelector"), &format!("{at}.labelSelector")))
+            .or_else(|| {
+                selector(
+                    rule.get("namespaceSelector"),
+                    &format!("{at}.namespaceSelector"),
+                )
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unknown_customize_field;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_customize_fields_are_found_at_every_depth() {
+        let ok = json!({"relatedResources": [{"apiVersion": "v1", "resource": "secrets",
+            "labelSelector": {"matchLabels": {"a": "b"},
+                              "matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}}]});
+        assert_eq!(unknown_customize_field(&ok), None);
+        let typo = json!({"relatedResources": [{"apiVersion": "v1", "resource": "secrets",
+            "labelSelector": {"matchLabel": {"a": "b"}}}]});
+        assert_eq!(
+            unknown_customize_field(&typo).as_deref(),
+            Some("relatedResources[0].labelSelector.matchLabel")
+        );
+        let deep = json!({"relatedResources": [{"apiVersion": "v1", "resource": "secrets",
+            "labelSelector": {"matchExpressions": [{"key": "k", "operator": "In", "value": ["v"]}]}}]});
+        assert_eq!(
+            unknown_customize_field(&deep).as_deref(),
+            Some("relatedResources[0].labelSelector.matchExpressions[0].value")
+        );
+        assert_eq!(
+            unknown_customize_field(&json!({"related": []})).as_deref(),
+            Some("related")
+        );
     }
 }
