@@ -155,7 +155,15 @@ fn transport(args: &EmulateArgs) -> anyhow::Result<Transport> {
                 bail!("--hooks-url {url}: only http and https URLs can be called");
             }
         }
-        return Ok(Transport::http(args.hooks_url.clone()));
+        return match &args.hooks_ca_file {
+            None => Ok(Transport::http(args.hooks_url.clone())),
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .with_context(|| format!("--hooks-ca-file: cannot read {}", path.display()))?;
+                Transport::https_with_ca(args.hooks_url.clone(), &pem)
+                    .map_err(|e| anyhow::anyhow!("--hooks-ca-file {}: {e}", path.display()))
+            }
+        };
     }
     let mut replicas = Vec::new();
     for index in 0..args.replicas {

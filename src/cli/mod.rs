@@ -214,6 +214,10 @@ pub struct EmulateArgs {
     /// Repeat it to spread calls over several replicas, round-robin.
     #[arg(long = "hooks-url")]
     pub hooks_url: Vec<String>,
+    /// PEM file of the CA(s) that sign an https hook server's certificate (beside the
+    /// system roots), for servers with a private or self-signed CA.
+    #[arg(long = "hooks-ca-file", requires = "hooks_url")]
+    pub hooks_ca_file: Option<PathBuf>,
     /// In-process replicas (each with its own caches), called round-robin.
     #[arg(long, default_value_t = 1, conflicts_with = "hooks_url", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub replicas: u16,

@@ -47,11 +47,32 @@ impl Transport {
     pub fn http(bases: Vec<String>) -> Transport {
         Transport::Http {
             client: reqwest::Client::new(),
-            bases: bases
-                .into_iter()
-                .map(|base| base.trim_end_matches('/').to_owned())
-                .collect(),
+            bases: trimmed(bases),
         }
+    }
+
+    /// As [`Transport::http`], trusting the CA certificates in `ca_pem` for https hooks
+    /// as well as the built-in roots.
+    ///
+    /// # Errors
+    /// The PEM holds no certificate, or the client cannot be built.
+    pub fn https_with_ca(bases: Vec<String>, ca_pem: &[u8]) -> Result<Transport, String> {
+        let certificates = reqwest::Certificate::from_pem_bundle(ca_pem)
+            .map_err(|e| format!("the CA file is not PEM certificates: {e}"))?;
+        if certificates.is_empty() {
+            return Err("the CA file holds no certificate".to_owned());
+        }
+        let mut builder = reqwest::Client::builder().use_rustls_tls();
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+        let client = builder
+            .build()
+            .map_err(|e| format!("cannot build the hook client: {e}"))?;
+        Ok(Transport::Http {
+            client,
+            bases: trimmed(bases),
+        })
     }
 
     /// How many replicas are called in turn.
@@ -152,6 +173,13 @@ impl Transport {
             }
         }
     }
+}
+
+fn trimmed(bases: Vec<String>) -> Vec<String> {
+    bases
+        .into_iter()
+        .map(|base| base.trim_end_matches('/').to_owned())
+        .collect()
 }
 
 /// `/apimock/sync` → ("apimock", Sync).

@@ -727,3 +727,42 @@ async fn in_process_shutdown_drains_and_flips_readiness() {
             .is_err()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulate_calls_an_https_hook_server_signed_by_a_private_ca() {
+    let pki = pki();
+    let mut settings = support::local_settings();
+    settings.tls = Some(TlsFiles {
+        cert: pki.dir.path().join("tls.crt"),
+        key: pki.dir.path().join("tls.key"),
+        client_ca: None,
+    });
+    let registry = Registry::standard(metahooks::controllers::ControllerSettings::default());
+    let server = Server::start(settings, registry, Clock::System)
+        .await
+        .unwrap();
+    let url = format!("https://localhost:{}", server.hook_addr.port());
+    let example = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let ca = pki.dir.path().join("ca.pem");
+    let run = move |with_ca: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_metahooks"));
+        command
+            .args(["emulate", "--hooks-url", &url, "-f"])
+            .arg(&example);
+        if with_ca {
+            command.arg("--hooks-ca-file").arg(&ca);
+        }
+        command.output().unwrap()
+    };
+    let (trusted, untrusted) = tokio::task::spawn_blocking(move || (run(true), run(false)))
+        .await
+        .unwrap();
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(trusted.status.success(), "{}", text(&trusted));
+    assert!(!untrusted.status.success());
+    assert!(
+        text(&untrusted).contains("NonOkAnswer"),
+        "{}",
+        text(&untrusted)
+    );
+}
