@@ -421,3 +421,72 @@ async fn related_keys_follow_the_sync_hooks_version_not_the_customize_hooks() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_v1_customize_hook_of_a_namespaced_parent_sees_only_its_namespace() {
+    // Names without a namespace, and Namespaces by label (cluster-scoped: no filter).
+    let rules = json!({"relatedResources": [
+        {"apiVersion": "v1", "resource": "secrets", "names": ["creds"]},
+        {"apiVersion": "v1", "resource": "namespaces", "labelSelector": {"matchLabels": {"team": "yes"}}}]});
+    for (version, expected) in [
+        ("v1", vec!["team-a/creds"]),
+        ("v2", vec!["team-a/creds", "team-b/creds"]),
+    ] {
+        let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let answer = rules.clone();
+        let app = axum::Router::new()
+            .route(
+                "/sync",
+                post(move |Json(request): Json<Value>| {
+                    let record = record.clone();
+                    async move {
+                        record.lock().unwrap().push(request);
+                        Json(json!({"status": {}, "children": []}))
+                    }
+                }),
+            )
+            .route("/customize", post(move || async move { Json(answer) }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let local = crd("Local", "locals", "Namespaced");
+        let mut kinds = Kinds::default();
+        kinds.learn(&local);
+        let registration = Registration::parse(
+            json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+                   "metadata": {"name": "locals"},
+                   "spec": {"generateSelector": true,
+                            "parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
+                            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                            "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://h/sync"}},
+                                      "customize": {"version": version, "webhook": {"url": "http://h/customize"}}}}}),
+            &kinds,
+        )
+        .unwrap();
+        let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
+        emulator.kinds = kinds;
+        for namespace in ["team-a", "team-b"] {
+            emulator.apply(json!({"apiVersion": "v1", "kind": "Secret",
+                                  "metadata": {"name": "creds", "namespace": namespace}}));
+            emulator.apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                                  "metadata": {"name": namespace, "labels": {"team": "yes"}}}));
+        }
+        emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
+                              "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+        emulator.converge(5).await.unwrap();
+        let request = seen.lock().unwrap().first().cloned().unwrap();
+        let keys = |group: &str| -> Vec<String> {
+            request["related"][group]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(keys("Secret.v1"), expected, "customize {version}");
+        assert_eq!(
+            keys("Namespace.v1"),
+            ["team-a", "team-b"],
+            "customize {version}"
+        );
+    }
+}

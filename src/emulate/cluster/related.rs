@@ -240,14 +240,17 @@ impl<'a> RelatedRule<'a> {
                 "requested related object namespace {namespace:?} differs from parent object namespace {parent_namespace}"
             )));
         }
-        // Which namespace is listed: a label-selector rule without a namespace lists the
-        // parent's namespace for v1 hooks and every namespace for v2; a rule with a
-        // namespace lists that one; a names rule without one lists every namespace,
-        // whatever the hook version.
-        let listed = match (namespace, label_selector.is_some() || names.is_none()) {
-            (Some(ns), _) => Some(ns),
-            (None, true) if v1_namespaced && names.is_none() => Some(parent_namespace),
-            (None, _) => None,
+        // Which namespace is listed (matchesRelatedRule, customize/manager.go): none for a
+        // cluster-scoped related kind; the rule's namespace when it names one; the
+        // parent's for a v1 customize hook of a namespaced parent; else every namespace.
+        let listed = if kinds.is_cluster_scoped(&kind) {
+            None
+        } else {
+            match namespace {
+                Some(ns) => Some(ns),
+                None if v1_namespaced => Some(parent_namespace),
+                None => None,
+            }
         };
         Ok(RelatedRule {
             api_version,
