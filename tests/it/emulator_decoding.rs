@@ -116,33 +116,45 @@ async fn a_hook_slower_than_its_webhook_timeout_gets_nothing_applied() {
     assert!(emulator.get("v1", "ConfigMap", "ns", "cm").is_none());
 }
 
-/// A sync hook answering 429 (Retry-After: 3) to its first `throttled` calls, then
-/// `body`; counts its calls.
-async fn throttling_hook(throttled: u64, body: &'static str) -> (String, Arc<AtomicU64>) {
+/// A sync hook answering `answer(n)` to its n-th call (from 0); counts its calls.
+async fn counting_hook<F>(answer: F) -> (String, Arc<AtomicU64>)
+where
+    F: Fn(u64) -> axum::response::Response + Clone + Send + Sync + 'static,
+{
+    use axum::response::IntoResponse;
     let calls = Arc::new(AtomicU64::new(0));
     let counter = calls.clone();
     let app = axum::Router::new().route(
         "/sync",
         post(move || {
-            let counter = counter.clone();
-            async move {
-                let call = counter.fetch_add(1, Ordering::SeqCst);
-                if call < throttled {
-                    return (
-                        axum::http::StatusCode::TOO_MANY_REQUESTS,
-                        [("retry-after", "3"), ("content-type", "text/plain")],
-                        "slow down",
-                    );
-                }
-                (
-                    axum::http::StatusCode::OK,
-                    [("retry-after", "0"), ("content-type", "application/json")],
-                    body,
-                )
-            }
+            let (counter, answer) = (counter.clone(), answer.clone());
+            async move { answer(counter.fetch_add(1, Ordering::SeqCst)).into_response() }
         }),
     );
     (serve(app).await, calls)
+}
+
+/// A sync hook answering 429 (Retry-After: 3) to its first `throttled` calls, then
+/// `body`; counts its calls.
+async fn throttling_hook(throttled: u64, body: &'static str) -> (String, Arc<AtomicU64>) {
+    use axum::response::IntoResponse;
+    counting_hook(move |call| {
+        if call < throttled {
+            return (
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "3"), ("content-type", "text/plain")],
+                "slow down",
+            )
+                .into_response();
+        }
+        (
+            axum::http::StatusCode::OK,
+            [("retry-after", "0"), ("content-type", "application/json")],
+            body,
+        )
+            .into_response()
+    })
+    .await
 }
 
 #[tokio::test]
@@ -222,20 +234,15 @@ async fn a_terminating_parent_without_a_finalize_hook_gets_no_new_children() {
 async fn a_child_the_hook_replaces_is_no_dropped_child() {
     // step-1 while the first syncs run, then step-2 for good, the parent unchanged: a
     // replacement the hook chose (a job's next step), not a lost child.
-    let calls = Arc::new(AtomicU64::new(0));
-    let counter = calls.clone();
-    let app = axum::Router::new().route(
-        "/sync",
-        post(move || {
-            let counter = counter.clone();
-            async move {
-                let step = if counter.fetch_add(1, Ordering::SeqCst) < 2 { 1 } else { 2 };
-                axum::Json(json!({"status": {}, "children": [
-                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("step-{step}")}}]}))
-            }
-        }),
-    );
-    let mut emulator = emulator(&serve(app).await, "v2", None);
+    use axum::response::IntoResponse;
+    let (base, _) = counting_hook(|call| {
+        let step = if call < 2 { 1 } else { 2 };
+        axum::Json(json!({"status": {}, "children": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("step-{step}")}}]}))
+        .into_response()
+    })
+    .await;
+    let mut emulator = emulator(&base, "v2", None);
     emulator.converge(10).await.unwrap();
     assert!(emulator.get("v1", "ConfigMap", "ns", "step-2").is_some());
     assert!(emulator.get("v1", "ConfigMap", "ns", "step-1").is_none());

@@ -360,62 +360,75 @@ async fn orphans_the_selector_matches_are_adopted_and_children_that_stop_matchin
     assert!(stranger.pointer("/metadata/ownerReferences").is_none());
 }
 
+/// A registration for `locals` with a sync hook (recording every request, answering no
+/// children) and a customize hook answering `customize`, at these versions.
+async fn customize_emulator(
+    sync_version: &str,
+    customize_version: &str,
+    customize: Value,
+) -> (Emulator, Seen) {
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new()
+        .route(
+            "/sync",
+            post(move |Json(request): Json<Value>| {
+                let record = record.clone();
+                async move {
+                    record.lock().unwrap().push(request);
+                    Json(json!({"status": {}, "children": []}))
+                }
+            }),
+        )
+        .route("/customize", post(move || async move { Json(customize) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let local = crd("Local", "locals", "Namespaced");
+    let mut kinds = Kinds::default();
+    kinds.learn(&local);
+    let registration = Registration::parse(
+        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+               "metadata": {"name": "locals"},
+               "spec": {"generateSelector": true,
+                        "parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
+                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "hooks": {"sync": {"version": sync_version, "webhook": {"url": "http://h/sync"}},
+                                  "customize": {"version": customize_version, "webhook": {"url": "http://h/customize"}}}}}),
+        &kinds,
+    )
+    .unwrap();
+    let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
+    emulator.kinds = kinds;
+    (emulator, seen)
+}
+
+/// The keys of `group` in the `related` of the first sync request seen.
+fn related_keys(seen: &Seen, group: &str) -> Vec<String> {
+    let request = seen.lock().unwrap().first().cloned().unwrap();
+    request["related"][group]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+const PARENT: &str = r#"{"apiVersion": "example.com/v1", "kind": "Local", "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}"#;
+
 #[tokio::test]
 async fn related_keys_follow_the_sync_hooks_version_not_the_customize_hooks() {
+    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                             "namespace": "team-a", "names": ["settings"]}]});
     for (sync_version, customize_version, expected) in
         [("v1", "v2", "settings"), ("v2", "v1", "team-a/settings")]
     {
-        let seen: Seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        let app = axum::Router::new()
-            .route(
-                "/sync",
-                post(move |Json(request): Json<Value>| {
-                    let record = record.clone();
-                    async move {
-                        record.lock().unwrap().push(request);
-                        Json(json!({"status": {}, "children": []}))
-                    }
-                }),
-            )
-            .route(
-                "/customize",
-                post(|| async {
-                    Json(json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                                      "namespace": "team-a", "names": ["settings"]}]}))
-                }),
-            );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        let local = crd("Local", "locals", "Namespaced");
-        let mut kinds = Kinds::default();
-        kinds.learn(&local);
-        let registration = Registration::parse(
-            json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-                   "metadata": {"name": "locals"},
-                   "spec": {"generateSelector": true,
-                            "parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
-                            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                            "hooks": {"sync": {"version": sync_version, "webhook": {"url": "http://h/sync"}},
-                                      "customize": {"version": customize_version, "webhook": {"url": "http://h/customize"}}}}}),
-            &kinds,
-        )
-        .unwrap();
-        let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
-        emulator.kinds = kinds;
+        let (mut emulator, seen) =
+            customize_emulator(sync_version, customize_version, rules.clone()).await;
         emulator.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": "settings", "namespace": "team-a"}, "data": {"a": "1"}}));
-        emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
-                              "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+        emulator.apply(serde_json::from_str(PARENT).unwrap());
         emulator.converge(5).await.unwrap();
-        let request = seen.lock().unwrap().first().cloned().unwrap();
-        let keys: Vec<String> = request["related"]["ConfigMap.v1"]
-            .as_object()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
         assert_eq!(
-            keys,
+            related_keys(&seen, "ConfigMap.v1"),
             [expected],
             "sync {sync_version}, customize {customize_version}"
         );
@@ -432,59 +445,22 @@ async fn a_v1_customize_hook_of_a_namespaced_parent_sees_only_its_namespace() {
         ("v1", vec!["team-a/creds"]),
         ("v2", vec!["team-a/creds", "team-b/creds"]),
     ] {
-        let seen: Seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        let answer = rules.clone();
-        let app = axum::Router::new()
-            .route(
-                "/sync",
-                post(move |Json(request): Json<Value>| {
-                    let record = record.clone();
-                    async move {
-                        record.lock().unwrap().push(request);
-                        Json(json!({"status": {}, "children": []}))
-                    }
-                }),
-            )
-            .route("/customize", post(move || async move { Json(answer) }));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        let local = crd("Local", "locals", "Namespaced");
-        let mut kinds = Kinds::default();
-        kinds.learn(&local);
-        let registration = Registration::parse(
-            json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-                   "metadata": {"name": "locals"},
-                   "spec": {"generateSelector": true,
-                            "parentResource": {"apiVersion": "example.com/v1", "resource": "locals"},
-                            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                            "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://h/sync"}},
-                                      "customize": {"version": version, "webhook": {"url": "http://h/customize"}}}}}),
-            &kinds,
-        )
-        .unwrap();
-        let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
-        emulator.kinds = kinds;
+        let (mut emulator, seen) = customize_emulator("v2", version, rules.clone()).await;
         for namespace in ["team-a", "team-b"] {
             emulator.apply(json!({"apiVersion": "v1", "kind": "Secret",
                                   "metadata": {"name": "creds", "namespace": namespace}}));
             emulator.apply(json!({"apiVersion": "v1", "kind": "Namespace",
                                   "metadata": {"name": namespace, "labels": {"team": "yes"}}}));
         }
-        emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
-                              "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+        emulator.apply(serde_json::from_str(PARENT).unwrap());
         emulator.converge(5).await.unwrap();
-        let request = seen.lock().unwrap().first().cloned().unwrap();
-        let keys = |group: &str| -> Vec<String> {
-            request["related"][group]
-                .as_object()
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default()
-        };
-        assert_eq!(keys("Secret.v1"), expected, "customize {version}");
         assert_eq!(
-            keys("Namespace.v1"),
+            related_keys(&seen, "Secret.v1"),
+            expected,
+            "customize {version}"
+        );
+        assert_eq!(
+            related_keys(&seen, "Namespace.v1"),
             ["team-a", "team-b"],
             "customize {version}"
         );
