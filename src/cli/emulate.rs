@@ -44,6 +44,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     emulator.nodes = usize::from(args.nodes);
     emulator.server_side_apply = args.apply_strategy == ApplyStrategy::ServerSide;
     emulator.strict_everywhere = args.strict;
+    emulator.workers = usize::from(args.workers);
     let steps = match &args.story {
         Some(path) => {
             let text = std::fs::read_to_string(path)

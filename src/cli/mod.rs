@@ -241,6 +241,10 @@ pub struct EmulateArgs {
     /// Nodes of the simulated cluster (a DaemonSet runs one Pod on each).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub nodes: u16,
+    /// Hook calls in flight at once per controller, as Metacontroller's `--workers`
+    /// (parents are read and their answers applied in order either way).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
     /// Metacontroller's apply strategy for children.
     #[arg(long, value_enum, default_value_t = ApplyStrategy::ClientSide)]
     pub apply_strategy: ApplyStrategy,

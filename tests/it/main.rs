@@ -16,6 +16,7 @@ mod emulate_cmd;
 mod emulator;
 mod emulator_decoding;
 mod emulator_scope;
+mod emulator_workers;
 mod fuzz_replay;
 mod golden;
 mod http;

@@ -31,23 +31,57 @@ impl Emulator {
         };
         let namespace = key_of(parent).2;
         let deleting = parent.pointer("/metadata/deletionTimestamp").is_some();
-        let candidates: Vec<Key> = self
-            .objects
-            .iter()
-            .filter(|(key, object)| {
-                registration.child_rule(&key.0, &key.1).is_some()
-                    // A namespaced parent lists its own namespace; a cluster-scoped one all.
-                    && (namespace.is_empty() || key.2 == namespace)
-                    && object.pointer("/metadata/deletionTimestamp").is_none()
-            })
-            .map(|(key, _)| key.clone())
+        // Only the parent's own children (to release) and orphans of its child types
+        // (to adopt) can change hands: objects another controller owns are left alone.
+        let mut candidates: Vec<Key> = self
+            .by_owner
+            .get(&uid)
+            .into_iter()
+            .flatten()
+            .cloned()
             .collect();
+        for rule in &registration.children {
+            let start: Key = (
+                rule.api_version.clone(),
+                rule.kind.clone(),
+                namespace.clone(),
+                String::new(),
+            );
+            candidates.extend(
+                self.orphans
+                    .range(start..)
+                    .take_while(|key| {
+                        key.0 == rule.api_version
+                            && key.1 == rule.kind
+                            // A namespaced parent lists its own namespace; a cluster-scoped one all.
+                            && (namespace.is_empty() || key.2 == namespace)
+                    })
+                    .cloned(),
+            );
+        }
+        candidates.retain(|key| {
+            registration.child_rule(&key.0, &key.1).is_some()
+                && (namespace.is_empty() || key.2 == namespace)
+                && self
+                    .objects
+                    .get(key)
+                    .is_some_and(|object| object.pointer("/metadata/deletionTimestamp").is_none())
+        });
         for key in candidates {
-            let Some(mut object) = self.objects.get(&key).cloned() else {
+            let Some(current) = self.objects.get(&key) else {
                 continue;
             };
-            let matches = labels_match(&selector, &object);
-            match owner_uid(&object) {
+            let matches = labels_match(&selector, current);
+            let owner = owner_uid(current);
+            let changes = match &owner {
+                Some(owner) => *owner == uid && !matches,
+                None => matches && !deleting,
+            };
+            if !changes {
+                continue;
+            }
+            let mut object = current.clone();
+            match owner {
                 Some(owner) if owner == uid && !matches => {
                     // Release: drop our controller reference, keep the others.
                     if let Some(refs) = object

@@ -18,7 +18,10 @@ mod related;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
+
+use self::reconcile::{Answered, stable_answer};
 
 use super::answers::same_answer;
 use super::findings::{Finding, Problem, Rule};
@@ -29,6 +32,10 @@ use super::objects::{
 use super::registration::{ControllerType, Hook, HookName, Kinds, Registration, str_at};
 use super::transport::Transport;
 use super::{Key, key_of};
+
+/// Metacontroller's `--workers` default (pkg/cmd/metacontroller/main.go): syncs run at
+/// once per controller.
+pub const DEFAULT_WORKERS: usize = 5;
 
 /// 429 answers in a row for one parent before they count as a finding.
 const THROTTLED_CALLS_BEFORE_FINDING: u32 = 5;
@@ -102,6 +109,9 @@ pub struct Emulator {
     /// parent's children must not scan the whole cluster (tens of thousands of objects
     /// in the scale-out benchmark).
     by_owner: BTreeMap<String, BTreeSet<Key>>,
+    /// Objects with no controlling owner, kept by `put` and `take`: the orphans a
+    /// parent may adopt, found without reading the whole cluster for every parent.
+    orphans: BTreeSet<Key>,
     /// For each child, its parent as it was when an answer last asked for the child
     /// (without status and server fields): a child left out while its parent is still
     /// the same, and then asked for again, is a [`Rule::ChildDropped`].
@@ -145,6 +155,8 @@ pub struct Emulator {
     /// Report unknown answer fields even where Metacontroller decodes loosely (v1 hooks),
     /// since it then drops them without a word.
     pub strict_everywhere: bool,
+    /// Calls in flight at once per controller (Metacontroller's `--workers`).
+    pub workers: usize,
     /// What each round changed, by round number.
     pub timeline: Vec<(usize, RoundReport)>,
 }
@@ -175,6 +187,7 @@ impl Emulator {
             objects: BTreeMap::new(),
             last_applied: BTreeMap::new(),
             by_owner: BTreeMap::new(),
+            orphans: BTreeSet::new(),
             desired_under: BTreeMap::new(),
             dropped_under: BTreeMap::new(),
             next_uid: 1,
@@ -193,6 +206,7 @@ impl Emulator {
             throttled: BTreeMap::new(),
             last_retry_after: None,
             strict_everywhere: false,
+            workers: DEFAULT_WORKERS,
             timeline: Vec::new(),
             next_replica: 0,
             current_replica: 0,
@@ -352,8 +366,13 @@ impl Emulator {
     /// Stores an object (replacing any with its key), keeping the owner index.
     fn put(&mut self, key: Key, object: Value) {
         self.take(&key);
-        if let Some(owner) = owner_uid(&object) {
-            self.by_owner.entry(owner).or_default().insert(key.clone());
+        match owner_uid(&object) {
+            Some(owner) => {
+                self.by_owner.entry(owner).or_default().insert(key.clone());
+            }
+            None => {
+                self.orphans.insert(key.clone());
+            }
         }
         self.objects.insert(key, object);
     }
@@ -361,12 +380,17 @@ impl Emulator {
     /// Removes an object, keeping the owner index.
     fn take(&mut self, key: &Key) -> Option<Value> {
         let object = self.objects.remove(key)?;
-        if let Some(owner) = owner_uid(&object)
-            && let Some(owned) = self.by_owner.get_mut(&owner)
-        {
-            owned.remove(key);
-            if owned.is_empty() {
-                self.by_owner.remove(&owner);
+        match owner_uid(&object) {
+            Some(owner) => {
+                if let Some(owned) = self.by_owner.get_mut(&owner) {
+                    owned.remove(key);
+                    if owned.is_empty() {
+                        self.by_owner.remove(&owner);
+                    }
+                }
+            }
+            None => {
+                self.orphans.remove(key);
             }
         }
         Some(object)
@@ -472,8 +496,38 @@ impl Emulator {
                 .filter(|(_, object)| self.selects(&registration, object))
                 .map(|(key, _)| key.clone())
                 .collect();
+            // Everything read from the cluster first, in order; then the calls, as
+            // Metacontroller's workers make them, concurrently; then the answers
+            // applied in order, so the result does not depend on which call came back
+            // first.
+            let mut steps = Vec::with_capacity(parents.len());
             for parent in parents {
-                let outcome = self.reconcile(&registration, &parent, &mut report).await;
+                let step = self.prepare(&registration, &parent).await;
+                steps.push((parent, step));
+            }
+            let now = self.now();
+            let transport = &self.transport;
+            let answers: Vec<Option<Answered>> =
+                futures_util::stream::iter(steps.iter().map(|(_, step)| async move {
+                    match step {
+                        Ok(Some(prepared)) => Some(stable_answer(transport, prepared, now).await),
+                        _ => None,
+                    }
+                }))
+                .buffered(self.workers.max(1))
+                .collect()
+                .await;
+            for ((parent, step), answered) in steps.into_iter().zip(answers) {
+                let outcome = match (step, answered) {
+                    (Ok(Some(prepared)), Some(answered)) => {
+                        self.record_calls(&registration, &prepared, &answered);
+                        answered.outcome.and_then(|response| {
+                            self.conclude(&registration, prepared, response, &mut report)
+                        })
+                    }
+                    (Err(problem), _) => Err(problem),
+                    _ => Ok(()),
+                };
                 let throttle_key = (registration.name.clone(), parent.clone());
                 let Err((rule, message)) = outcome else {
                     self.throttled.remove(&throttle_key);

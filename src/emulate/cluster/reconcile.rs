@@ -1,21 +1,44 @@
 //! One parent's sync or finalize call, as Metacontroller makes it, and what it does with the answer.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::checks::{check_child, check_response};
+use super::related::ObjectMap;
 use super::*;
 
+/// A parent's sync or finalize call, ready to send: what Metacontroller read from the
+/// cluster before calling, and the request serialised from it.
+pub(super) struct Prepared {
+    parent_key: Key,
+    parent: Value,
+    hook: Hook,
+    hook_name: HookName,
+    finalizing: bool,
+    owned: Vec<Key>,
+    replica: usize,
+    body: Vec<u8>,
+}
+
+/// What asking a hook for a stable answer produced: each call made (status, time) and
+/// the answer, or the problem with it.
+pub(super) struct Answered {
+    calls: Vec<(u16, f64)>,
+    pub(super) outcome: Result<Value, Problem>,
+    /// The Retry-After of a 429, in seconds.
+    retry_after: Option<f64>,
+}
+
 impl Emulator {
-    /// Finalizer bookkeeping → request → a stable answer → its checks → children,
-    /// status, resync and finalizer removal, as Metacontroller does them.
-    pub(super) async fn reconcile(
+    /// Finalizer bookkeeping, adoption, related objects (with the customize call) and
+    /// the request: everything before the sync or finalize call. `None` when the parent
+    /// is gone.
+    pub(super) async fn prepare(
         &mut self,
         registration: &Registration,
         parent_key: &Key,
-        report: &mut RoundReport,
-    ) -> Result<(), Problem> {
+    ) -> Result<Option<Prepared>, Problem> {
         let Some(mut parent) = self.objects.get(parent_key).cloned() else {
-            return Ok(());
+            return Ok(None);
         };
         // makeSelector (pkg/controller/composite): without generateSelector, a parent
         // needs a non-empty spec.selector, or no hook is called at all.
@@ -55,21 +78,80 @@ impl Emulator {
         self.claim_children(registration, &parent);
         let owned = self.owned_by(registration, &parent);
         let observed = self.object_map(registration, &parent, &owned, &hook.version);
-        let (root_field, observed_field, desired_field) = match registration.type_ {
-            ControllerType::Composite => ("parent", "children", "children"),
-            ControllerType::Decorator => ("object", "attachments", "attachments"),
+        let (root_field, observed_field) = match registration.type_ {
+            ControllerType::Composite => ("parent", "children"),
+            ControllerType::Decorator => ("object", "attachments"),
         };
-        let request = json!({
-            "controller": registration.raw,
-            root_field: parent,
-            observed_field: observed,
-            "related": related,
-            "finalizing": finalizing,
-        });
-        let response = self
-            .stable_answer(registration, &hook, hook_name, &request, &parent)
-            .await?;
+        let request = Request {
+            observed: (observed_field, &observed),
+            controller: &registration.raw,
+            finalizing,
+            root: (root_field, &parent),
+            related: &related,
+        };
+        let body = serde_json::to_vec(&request).map_err(|e| {
+            (
+                Rule::NotEmulated,
+                format!("cannot serialise the request: {e}"),
+            )
+        })?;
+        Ok(Some(Prepared {
+            parent_key: parent_key.clone(),
+            parent,
+            hook,
+            hook_name,
+            finalizing,
+            owned,
+            replica: self.current_replica,
+            body,
+        }))
+    }
+
+    /// Records the calls an answer took, as made in this round.
+    pub(super) fn record_calls(
+        &mut self,
+        registration: &Registration,
+        prepared: &Prepared,
+        answered: &Answered,
+    ) {
+        let parent = qualified_name(&prepared.parent);
+        for (status, millis) in &answered.calls {
+            self.calls.push(CallRecord {
+                round: self.rounds,
+                controller: registration.name.clone(),
+                hook: prepared.hook_name.key(),
+                parent: parent.clone(),
+                status: *status,
+                replica: prepared.replica,
+                millis: *millis,
+            });
+        }
+        self.last_retry_after = answered.retry_after;
+    }
+
+    /// The answer's checks, then children, status, resync and finalizer removal, as
+    /// Metacontroller does them.
+    pub(super) fn conclude(
+        &mut self,
+        registration: &Registration,
+        prepared: Prepared,
+        response: Value,
+        report: &mut RoundReport,
+    ) -> Result<(), Problem> {
+        let Prepared {
+            parent_key,
+            parent,
+            hook,
+            hook_name,
+            finalizing,
+            owned,
+            ..
+        } = prepared;
         check_response(registration, &hook, &response)?;
+        let desired_field = match registration.type_ {
+            ControllerType::Composite => "children",
+            ControllerType::Decorator => "attachments",
+        };
         let desired: Vec<Value> = response
             .get(desired_field)
             .and_then(Value::as_array)
@@ -88,14 +170,18 @@ impl Emulator {
             Vec::new()
         };
         match registration.type_ {
-            ControllerType::Composite => self.write_composite_status(parent_key, &response, report),
-            ControllerType::Decorator => self.write_decorator_result(parent_key, &response, report),
+            ControllerType::Composite => {
+                self.write_composite_status(&parent_key, &response, report)
+            }
+            ControllerType::Decorator => {
+                self.write_decorator_result(&parent_key, &response, report)
+            }
         }
-        self.note_resync(registration, parent_key, &response, report);
+        self.note_resync(registration, &parent_key, &response, report);
         // Metacontroller removes its finalizer whenever an answer says `finalized: true`,
         // from the sync hook as well as from finalize (composite/controller.go).
         if response.get("finalized").and_then(Value::as_bool) == Some(true) {
-            self.finalized(parent_key, &finalizer, report);
+            self.finalized(&parent_key, &registration.finalizer(), report);
         }
         if !finalizing && !dropped.is_empty() {
             let names: Vec<String> = dropped.iter().map(describe).collect();
@@ -132,43 +218,6 @@ impl Emulator {
             self.put(parent_key.clone(), parent.clone());
         }
         has_finalize && (deleting || opted_out)
-    }
-
-    /// Metacontroller may call again with the same state at any time; the answer must
-    /// be byte-identical, apart from transition times stamped in this very answer.
-    /// State outside the request (a background fetch landing) may move once between two
-    /// calls, so a difference is confirmed with a third call before it counts.
-    async fn stable_answer(
-        &mut self,
-        registration: &Registration,
-        hook: &Hook,
-        hook_name: HookName,
-        request: &Value,
-        parent: &Value,
-    ) -> Result<Value, Problem> {
-        let parent_name = qualified_name(parent);
-        let (first_text, first) = self
-            .call(registration, hook, hook_name, request, &parent_name)
-            .await?;
-        let (again_text, again) = self
-            .call(registration, hook, hook_name, request, &parent_name)
-            .await?;
-        if same_answer(parent, (&first_text, &first), (&again_text, &again)) {
-            return Ok(again);
-        }
-        let (third_text, third) = self
-            .call(registration, hook, hook_name, request, &parent_name)
-            .await?;
-        if !same_answer(parent, (&again_text, &again), (&third_text, &third)) {
-            return Err((
-                Rule::UnstableAnswer,
-                format!(
-                    "{} answered two identical requests differently:\n{again}\n{third}",
-                    hook_name.key()
-                ),
-            ));
-        }
-        Ok(third)
     }
 
     /// Remembers (or forgets) the resync the answer asked for.
@@ -216,6 +265,7 @@ impl Emulator {
         }
     }
 
+    /// One call of a hook outside a parent's sync (customize), recorded as made.
     pub(super) async fn call(
         &mut self,
         registration: &Registration,
@@ -225,74 +275,201 @@ impl Emulator {
         parent: &str,
     ) -> Result<(String, Value), Problem> {
         let body = request.to_string().into_bytes();
-        let replica = self.current_replica;
-        let started = std::time::Instant::now();
-        let posted = self
-            .transport
-            .post(replica, &hook.path, body, self.now(), hook.timeout)
-            .await;
-        // A call that got no answer is still a call made (status 0 in the timeline).
-        let (status, elapsed) = match &posted {
-            Ok(answer) => (answer.status, answer.elapsed),
-            Err(_) => (0, started.elapsed()),
-        };
+        let exchange = exchange(
+            &self.transport,
+            self.current_replica,
+            hook,
+            name,
+            body,
+            self.now(),
+        )
+        .await;
         self.calls.push(CallRecord {
             round: self.rounds,
             controller: registration.name.clone(),
             hook: name.key(),
             parent: parent.to_owned(),
-            status,
-            replica,
-            millis: elapsed.as_secs_f64() * 1000.0,
+            status: exchange.status,
+            replica: self.current_replica,
+            millis: exchange.millis,
         });
-        let answer = posted.map_err(|e| (Rule::NonOkAnswer, e))?;
-        let text = String::from_utf8_lossy(&answer.body).into_owned();
-        if answer.status == 429 {
-            // TooManyRequestError (pkg/hooks/webhook.go): Retry-After in seconds or as an
-            // HTTP date; the parent is requeued after it (composite/controller.go sync).
-            let seconds = answer
-                .retry_after
-                .as_deref()
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0);
-            self.last_retry_after = Some(seconds);
-            return Err((
-                Rule::Throttled,
-                format!(
-                    "{} kept answering 429 (Retry-After {seconds} s): {text:.200}",
-                    name.key()
-                ),
-            ));
-        }
-        if answer.status != 200 {
-            return Err((
-                Rule::NonOkAnswer,
-                format!(
-                    "{} answered {} (Metacontroller applies nothing and retries): {text:.300}",
-                    name.key(),
-                    answer.status
-                ),
-            ));
-        }
-        let value = serde_json::from_str(&text).map_err(|e| {
-            (
-                Rule::InvalidAnswer,
-                format!(
-                    "{} answered 200 with a body that is not JSON ({e}): {text:.200}",
-                    name.key()
-                ),
-            )
-        })?;
-        if hook.strict
-            && let Some(path) = crate::emulate::answers::duplicate_key(&text)
-        {
-            return Err((
-                Rule::StrictDecoding,
-                format!("strict decoding failed: duplicate field {path:?} in the answer"),
-            ));
-        }
+        self.last_retry_after = exchange.retry_after;
+        let (text, value) = exchange.outcome?;
+        refuse_duplicate_keys(hook, &text)?;
         Ok((text, value))
     }
+}
+
+/// The request Metacontroller sends, serialised straight from the stored objects (its
+/// keys in the order serde_json's maps keep them: observed, controller, finalizing,
+/// root, related).
+struct Request<'a> {
+    observed: (&'static str, &'a ObjectMap<'a>),
+    controller: &'a Value,
+    finalizing: bool,
+    root: (&'static str, &'a Value),
+    related: &'a Value,
+}
+
+impl serde::Serialize for Request<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(5))?;
+        map.serialize_entry(self.observed.0, self.observed.1)?;
+        map.serialize_entry("controller", self.controller)?;
+        map.serialize_entry("finalizing", &self.finalizing)?;
+        map.serialize_entry(self.root.0, self.root.1)?;
+        map.serialize_entry("related", self.related)?;
+        map.end()
+    }
+}
+
+/// Metacontroller may call again with the same state at any time; the answer must be
+/// byte-identical, apart from transition times stamped in this very answer. State
+/// outside the request (a background fetch landing) may move once between two calls,
+/// so a difference is confirmed with a third call before it counts. Runs without the
+/// emulator, so the parents of a round are asked concurrently.
+pub(super) async fn stable_answer(
+    transport: &Transport,
+    prepared: &Prepared,
+    now: jiff::Timestamp,
+) -> Answered {
+    let mut calls = Vec::new();
+    let mut retry_after = None;
+    let mut ask = async || {
+        let exchange = exchange(
+            transport,
+            prepared.replica,
+            &prepared.hook,
+            prepared.hook_name,
+            prepared.body.clone(),
+            now,
+        )
+        .await;
+        calls.push((exchange.status, exchange.millis));
+        retry_after = exchange.retry_after;
+        exchange.outcome
+    };
+    let outcome = async {
+        let name = prepared.hook_name;
+        let parent = &prepared.parent;
+        let first = ask().await?;
+        let again = ask().await?;
+        let chosen = if same_answer(parent, (&first.0, &first.1), (&again.0, &again.1)) {
+            again
+        } else {
+            let third = ask().await?;
+            if !same_answer(parent, (&again.0, &again.1), (&third.0, &third.1)) {
+                return Err((
+                    Rule::UnstableAnswer,
+                    format!(
+                        "{} answered two identical requests differently:\n{}\n{}",
+                        name.key(),
+                        again.1,
+                        third.1
+                    ),
+                ));
+            }
+            third
+        };
+        refuse_duplicate_keys(&prepared.hook, &chosen.0)?;
+        Ok(chosen.1)
+    }
+    .await;
+    Answered {
+        calls,
+        outcome,
+        retry_after,
+    }
+}
+
+/// One HTTP exchange with a hook: what Metacontroller's webhook client makes of it.
+struct Exchange {
+    status: u16,
+    millis: f64,
+    outcome: Result<(String, Value), Problem>,
+    retry_after: Option<f64>,
+}
+
+async fn exchange(
+    transport: &Transport,
+    replica: usize,
+    hook: &Hook,
+    name: HookName,
+    body: Vec<u8>,
+    now: jiff::Timestamp,
+) -> Exchange {
+    let started = std::time::Instant::now();
+    let posted = transport
+        .post(replica, &hook.path, body, now, hook.timeout)
+        .await;
+    // A call that got no answer is still a call made (status 0 in the timeline).
+    let (status, elapsed) = match &posted {
+        Ok(answer) => (answer.status, answer.elapsed),
+        Err(_) => (0, started.elapsed()),
+    };
+    let mut retry_after = None;
+    let outcome = posted
+        .map_err(|e| (Rule::NonOkAnswer, e))
+        .and_then(|answer| {
+            let text = String::from_utf8_lossy(&answer.body).into_owned();
+            if answer.status == 429 {
+                // TooManyRequestError (pkg/hooks/webhook.go): Retry-After in seconds or
+                // as an HTTP date; the parent is requeued after it (composite sync).
+                let seconds = answer
+                    .retry_after
+                    .as_deref()
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .unwrap_or(0.0);
+                retry_after = Some(seconds);
+                return Err((
+                    Rule::Throttled,
+                    format!(
+                        "{} kept answering 429 (Retry-After {seconds} s): {text:.200}",
+                        name.key()
+                    ),
+                ));
+            }
+            if answer.status != 200 {
+                return Err((
+                    Rule::NonOkAnswer,
+                    format!(
+                        "{} answered {} (Metacontroller applies nothing and retries): {text:.300}",
+                        name.key(),
+                        answer.status
+                    ),
+                ));
+            }
+            let value = serde_json::from_str(&text).map_err(|e| {
+                (
+                    Rule::InvalidAnswer,
+                    format!(
+                        "{} answered 200 with a body that is not JSON ({e}): {text:.200}",
+                        name.key()
+                    ),
+                )
+            })?;
+            Ok((text, value))
+        });
+    Exchange {
+        status,
+        millis: elapsed.as_secs_f64() * 1000.0,
+        outcome,
+        retry_after,
+    }
+}
+
+/// Strict decoding refuses a field given twice.
+fn refuse_duplicate_keys(hook: &Hook, text: &str) -> Result<(), Problem> {
+    if hook.strict
+        && let Some(path) = crate::emulate::answers::duplicate_key(text)
+    {
+        return Err((
+            Rule::StrictDecoding,
+            format!("strict decoding failed: duplicate field {path:?} in the answer"),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `spec.selector` has matchLabels or matchExpressions.

@@ -5,6 +5,9 @@ use serde_json::{Map, Value, json};
 
 use super::*;
 
+/// Objects by type (`Kind.apiVersion`) and then by name, as a request carries them.
+pub(super) type ObjectMap<'a> = BTreeMap<String, BTreeMap<String, &'a Value>>;
+
 impl Emulator {
     /// The related objects a parent's customize answer selects, keyed as Metacontroller
     /// sends them to a hook of `calling_version` (`{}` without a customize hook): the map
@@ -104,11 +107,28 @@ impl Emulator {
     }
 
     /// The objects of the rule's type (and namespace) that its names or labels select.
-    /// Keys sort by (apiVersion, kind, namespace, name), so only that range is read.
-    fn selected<'s>(
-        &'s self,
-        rule: &'s RelatedRule<'_>,
-    ) -> impl Iterator<Item = (&'s Key, &'s Value)> {
+    /// Names in one namespace are looked up one by one; otherwise keys sort by
+    /// (apiVersion, kind, namespace, name), so only that range is read.
+    fn selected<'s>(&'s self, rule: &'s RelatedRule<'_>) -> Vec<(&'s Key, &'s Value)> {
+        let wanted = |object: &Value| {
+            rule.label_selector
+                .is_none_or(|selector| labels_match(selector, object))
+        };
+        if let (Some(names), Some(namespace)) = (&rule.names, rule.listed) {
+            return names
+                .iter()
+                .filter_map(|name| {
+                    let key: Key = (
+                        rule.api_version.clone(),
+                        rule.kind.clone(),
+                        namespace.to_owned(),
+                        (*name).to_owned(),
+                    );
+                    self.objects.get_key_value(&key)
+                })
+                .filter(|(_, object)| wanted(object))
+                .collect();
+        }
         let start: Key = (
             rule.api_version.clone(),
             rule.kind.clone(),
@@ -117,19 +137,18 @@ impl Emulator {
         );
         self.objects
             .range(start..)
-            .take_while(move |(key, _)| {
+            .take_while(|(key, _)| {
                 key.0 == rule.api_version
                     && key.1 == rule.kind
                     && rule.listed.is_none_or(|ns| ns == key.2)
             })
-            .filter(move |(key, object)| {
+            .filter(|(key, object)| {
                 rule.names
                     .as_ref()
                     .is_none_or(|n| n.contains(&key.3.as_str()))
-                    && rule
-                        .label_selector
-                        .is_none_or(|selector| labels_match(selector, object))
+                    && wanted(object)
             })
+            .collect()
     }
 
     pub(super) fn owned_by(&self, registration: &Registration, parent: &Value) -> Vec<Key> {
@@ -156,16 +175,21 @@ impl Emulator {
             .collect()
     }
 
-    pub(super) fn object_map(
-        &self,
+    /// The observed children or attachments as the request carries them, by type and
+    /// then by the key the hook's version uses, borrowed from the stored objects.
+    pub(super) fn object_map<'s>(
+        &'s self,
         registration: &Registration,
         parent: &Value,
         owned: &[Key],
         version: &str,
-    ) -> Value {
-        let mut groups = Map::new();
+    ) -> ObjectMap<'s> {
+        let mut groups = ObjectMap::new();
         for rule in &registration.children {
-            groups.insert(format!("{}.{}", rule.kind, rule.api_version), json!({}));
+            groups.insert(
+                format!("{}.{}", rule.kind, rule.api_version),
+                BTreeMap::new(),
+            );
         }
         let parent_namespace = key_of(parent).2;
         for key in owned {
@@ -177,9 +201,12 @@ impl Emulator {
             } else {
                 key.3.clone()
             };
-            groups[&format!("{}.{}", key.1, key.0)][map_key] = object.clone();
+            groups
+                .entry(format!("{}.{}", key.1, key.0))
+                .or_default()
+                .insert(map_key, object);
         }
-        Value::Object(groups)
+        groups
     }
 }
 
