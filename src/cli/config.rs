@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 
 use crate::cli::{ControllerArgs, ServeArgs};
+use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::{ControllerSettings, Registry};
 use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
 use crate::source::fetcher::{Fetcher, FetcherOptions};
@@ -40,10 +41,10 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
             bail!("{flag} must be at least 1");
         }
     }
-    if args.max_connections < args.max_in_flight {
+    let max_connections = fit_to_open_files(args.max_connections);
+    if max_connections < args.max_in_flight {
         bail!(
-            "--max-connections ({}) must be at least --max-in-flight ({})",
-            args.max_connections,
+            "--max-connections ({max_connections}, after fitting it to the open-file limit) must be at least --max-in-flight ({})",
             args.max_in_flight
         );
     }
@@ -87,7 +88,7 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
             body_read_timeout: Duration::from_secs(args.body_read_timeout_seconds),
             header_read_timeout: Duration::from_secs(args.header_read_timeout_seconds),
             idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
-            max_connections: args.max_connections,
+            max_connections,
             compute_threads: args.compute_threads,
         },
         auth,
@@ -134,11 +135,55 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         .with_snapshot_budget(args.snapshot_memory_bytes))
 }
 
+/// File descriptors kept for everything but hook connections: listeners, probes and
+/// metrics, the git cache, fetch workers' pipes, HTTP sources, logs.
+const RESERVED_FDS: u64 = 256;
+
+/// Raises the open-file soft limit to the hard limit (as Go programs do by themselves;
+/// a soft limit of 1024 is common and equals the default connection cap, which then
+/// cannot protect anything), and returns `wanted` lowered, if need be, to leave
+/// [`RESERVED_FDS`] free. Logs both limits and the cap chosen.
+fn fit_to_open_files(wanted: usize) -> usize {
+    let before = rlimit::Resource::NOFILE.get().ok();
+    let soft = rlimit::increase_nofile_limit(u64::MAX).ok();
+    let hard = before.map(|(_, hard)| hard);
+    let fitted = match soft {
+        Some(soft) => {
+            let room = usize::try_from(soft.saturating_sub(RESERVED_FDS)).unwrap_or(usize::MAX);
+            wanted.min(room.max(1))
+        }
+        None => wanted,
+    };
+    if fitted < wanted {
+        tracing::warn!(
+            wanted,
+            max_connections = fitted,
+            open_files = soft,
+            "--max-connections lowered to fit the open-file limit"
+        );
+    }
+    tracing::info!(
+        soft_before = before.map(|(soft, _)| soft),
+        soft = soft,
+        hard = hard,
+        max_connections = fitted,
+        "open-file limit"
+    );
+    fitted
+}
+
 /// The controller settings the flags name.
 pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
     ControllerSettings {
         mock_image: args.mock_image.clone(),
         docs_image: args.docs_image.clone(),
+        policy: ExposurePolicy {
+            ingress_hosts: args.ingress_host.clone(),
+            ingress_classes: args.ingress_class.clone(),
+            child_annotations: args.child_annotation.clone(),
+            service_types: args.service_type.clone(),
+            deny_secret_env: args.deny_secret_env,
+        },
     }
 }
 

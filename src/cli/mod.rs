@@ -134,6 +134,38 @@ pub struct ControllerArgs {
     /// Image of the optional Swagger UI container (APIMock spec.docs.enabled).
     #[arg(long, env = "METAHOOKS_DOCS_IMAGE", default_value = crate::controllers::apimock::DEFAULT_DOCS_IMAGE)]
     pub docs_image: String,
+    /// Hostnames an APIMock's Ingress may use: `*` matches one DNS label, `{namespace}`
+    /// stands for the APIMock's namespace (e.g. `*.{namespace}.mocks.example.com`);
+    /// repeatable. Unset: any valid host name.
+    #[arg(
+        long = "ingress-host",
+        env = "METAHOOKS_INGRESS_HOST",
+        value_delimiter = ','
+    )]
+    pub ingress_host: Vec<String>,
+    /// `ingressClassName`s an APIMock's Ingress may name; repeatable. Unset: any (an
+    /// Ingress without a class is always allowed: it gets the cluster's default).
+    #[arg(
+        long = "ingress-class",
+        env = "METAHOOKS_INGRESS_CLASS",
+        value_delimiter = ','
+    )]
+    pub ingress_class: Vec<String>,
+    /// Annotation keys a CR may put on its Service and Ingress (an entry ending in `/`
+    /// or `*` is a prefix); repeatable. Unset: any.
+    #[arg(
+        long = "child-annotation",
+        env = "METAHOOKS_CHILD_ANNOTATION",
+        value_delimiter = ','
+    )]
+    pub child_annotation: Vec<String>,
+    /// Service types an APIMock may ask for; repeatable. Unset: any.
+    #[arg(long = "service-type", env = "METAHOOKS_SERVICE_TYPE", value_delimiter = ',', value_parser = ["ClusterIP", "NodePort", "LoadBalancer"])]
+    pub service_type: Vec<String>,
+    /// Refuse MonitoredService env taken from Secrets or pod fields
+    /// (`valueFrom.secretKeyRef`, `valueFrom.fieldRef`).
+    #[arg(long, env = "METAHOOKS_DENY_SECRET_ENV")]
+    pub deny_secret_env: bool,
     /// Let sources use this scheme besides https (http, git, file); repeatable.
     #[arg(long = "allow-scheme", env = "METAHOOKS_ALLOW_SCHEME", value_delimiter = ',', value_parser = ["http", "git", "file"])]
     pub allow_scheme: Vec<String>,

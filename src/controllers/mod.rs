@@ -36,6 +36,8 @@ pub struct ControllerSettings {
     pub mock_image: String,
     /// Image of the Swagger UI container (`--docs-image`).
     pub docs_image: String,
+    /// What CRs may expose through their children (`--ingress-host`, …).
+    pub policy: common::policy::ExposurePolicy,
 }
 
 impl Default for ControllerSettings {
@@ -43,6 +45,7 @@ impl Default for ControllerSettings {
         ControllerSettings {
             mock_image: apimock::DEFAULT_MOCK_IMAGE.to_owned(),
             docs_image: apimock::DEFAULT_DOCS_IMAGE.to_owned(),
+            policy: common::policy::ExposurePolicy::default(),
         }
     }
 }
@@ -242,7 +245,7 @@ impl Registry {
             .composite("apimock", apimock::ApiMock::new(&settings))
             .composite(
                 "monitoredservice",
-                monitoredservice::MonitoredService::default(),
+                monitoredservice::MonitoredService::new(&settings),
             )
             .decorator("configsync", configsync::ConfigSync)
     }

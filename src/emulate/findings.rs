@@ -53,6 +53,9 @@ pub enum Rule {
     NotEmulated,
     /// A story step's expectation did not hold (or the object it edits is gone).
     ExpectationFailed,
+    /// Pod Security admission refuses the Pods of a child workload in a namespace
+    /// labelled `pod-security.kubernetes.io/enforce` (the workload itself is admitted).
+    PodSecurity,
 }
 
 impl Rule {
@@ -65,6 +68,7 @@ impl Rule {
             Rule::APIServerRefused => "APIServerRefused",
             Rule::Throttled => "Throttled",
             Rule::ExpectationFailed => "ExpectationFailed",
+            Rule::PodSecurity => "PodSecurity",
             Rule::StrictDecoding => "StrictDecoding",
             Rule::InvalidChild => "InvalidChild",
             Rule::OwnershipConflict => "OwnershipConflict",

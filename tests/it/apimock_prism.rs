@@ -2,7 +2,9 @@
 //! The ConfigMap's data is written to a temporary directory standing in for the volume
 //! mount, and the mock container's arguments are run with `@stoplight/prism-cli` (the
 //! program inside the default image). Only the mount path, host and port are rewritten,
-//! so nothing binds beyond loopback and parallel runs do not collide.
+//! so nothing binds beyond loopback and parallel runs do not collide. When the tests run
+//! as root, Prism runs as the user the Deployment names (through `setpriv`), with only its
+//! own temporary directory writable by that user.
 
 use crate::support;
 
@@ -67,6 +69,49 @@ fn materialise(config_map: &Value, volume: &Value, dir: &std::path::Path) {
     }
 }
 
+/// The uid and gid a container runs as: its own securityContext's, else the pod's.
+fn run_as_user(deployment: &Value, container: &Value) -> (u32, u32) {
+    let pod = &deployment["spec"]["template"]["spec"]["securityContext"];
+    let field = |name: &str| {
+        container["securityContext"][name]
+            .as_u64()
+            .or(pod[name].as_u64())
+            .and_then(|id| u32::try_from(id).ok())
+            .unwrap_or_else(|| panic!("the mock's pod names no {name}"))
+    };
+    assert_eq!(pod["runAsNonRoot"], true);
+    (field("runAsUser"), field("runAsGroup"))
+}
+
+/// The real uid of a process, from /proc.
+fn real_uid(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Lets any user read the materialised volume, as the kubelet's ConfigMap files are.
+fn make_readable(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for entry in std::fs::read_dir(&dir).unwrap().filter_map(Result::ok) {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            }
+        }
+    }
+}
+
 async fn serve_and_get(prism: &std::path::Path, definition: &str, path: &str) -> (u16, Value) {
     let (status, _, body) = serve_and_fetch(prism, json!({"definition": definition}), path).await;
     (status, body)
@@ -111,14 +156,45 @@ async fn serve_children(
             other => other.replacen(mount, &dir.path().to_string_lossy(), 1),
         })
         .collect();
-    let _mock = Mock(
+    // As the pod runs it: as the user our Deployment names (when the tests run as
+    // root, through setpriv), with a private temporary directory for the /tmp emptyDir.
+    let user = run_as_user(deployment, container);
+    let tmp = tempfile::tempdir().unwrap();
+    let as_root = real_uid(std::process::id()) == Some(0);
+    let mut command = if as_root {
+        make_readable(dir.path());
+        std::os::unix::fs::chown(tmp.path(), Some(user.0), Some(user.1)).unwrap();
+        let mut command = Command::new("setpriv");
+        command
+            .args([
+                "--reuid",
+                &user.0.to_string(),
+                "--regid",
+                &user.1.to_string(),
+            ])
+            .args(["--clear-groups", "--"])
+            .arg(prism);
+        command
+    } else {
         Command::new(prism)
+    };
+    let _mock = Mock(
+        command
             .args(&args)
+            .env("TMPDIR", tmp.path())
+            .env("HOME", "/nonexistent")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("prism starts"),
     );
+    if as_root {
+        assert_eq!(
+            real_uid(_mock.0.id()),
+            Some(user.0),
+            "prism runs as the Deployment's user"
+        );
+    }
     let url = format!("http://127.0.0.1:{port}{path}");
     let started = Instant::now();
     let client = reqwest::Client::new();

@@ -283,6 +283,38 @@ async fn build_cases(
             ),
         ),
         (
+            // A host the API server refuses (upper case, a port) and a relative path:
+            // refused by name before anything is built.
+            "apimock",
+            "ingress-host-refused",
+            request(
+                "v2",
+                parent(
+                    "pets",
+                    json!({"definition": pets["definition"], "ingress": {"hostname": "API_Example.com:8080", "path": "users"}}),
+                    1,
+                    None,
+                ),
+                empty_children(),
+                false,
+            ),
+        ),
+        (
+            "apimock",
+            "ingress-path-refused",
+            request(
+                "v2",
+                parent(
+                    "pets",
+                    json!({"definition": pets["definition"], "ingress": {"hostname": "pets.example.com", "path": "/a;b"}}),
+                    1,
+                    None,
+                ),
+                empty_children(),
+                false,
+            ),
+        ),
+        (
             "apimock",
             "invalid-from-the-start",
             request(
@@ -582,6 +614,19 @@ fn monitoredservice_cases() -> Vec<(&'static str, &'static str, Value)> {
             ms_request(
                 ms_parent("private", json!({"image": "app:1", "source": git})),
                 json!({"Secret.v1": {}}),
+                false,
+            ),
+        ),
+        (
+            // A NUL in an env value: a container runtime cannot set it.
+            "monitoredservice",
+            "env-value-with-nul",
+            ms_request(
+                ms_parent(
+                    "nul",
+                    json!({"image": "app:1", "env": [{"name": "MODE", "value": "a\u{0}b"}]}),
+                ),
+                json!({}),
                 false,
             ),
         ),

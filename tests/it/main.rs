@@ -22,6 +22,7 @@ mod golden;
 mod http;
 mod monitoredservice_oracles;
 mod monitoredservice_sources;
+mod pod_security;
 mod process;
 mod protocol_fixtures;
 mod source_boundary;

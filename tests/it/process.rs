@@ -267,3 +267,58 @@ fn render_with_observed_children_keeps_the_last_good_mock() {
         "ConfigMap, Deployment, Service kept (no Ingress in the new spec)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_raises_its_open_file_limit_and_fits_the_connection_cap_under_it() {
+    let (hook_port, probe_port) = (free_port(), free_port());
+    // A soft limit of 64 under a hard limit of 512: raised to 512, and the default cap
+    // of 1024 connections lowered to leave descriptors for everything else.
+    let mut child = Command::new("prlimit")
+        .arg("--nofile=64:512")
+        .arg(binary())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{hook_port}"),
+            "--probe-listen",
+            &format!("127.0.0.1:{probe_port}"),
+            "--max-in-flight",
+            "16",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("prlimit starts the binary");
+    let stdout = child.stdout.take().unwrap();
+    // Killed however the test ends, so no server outlives it holding the test's stderr.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = KillOnDrop(child);
+    let (sender, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(value) = serde_json::from_str(&line) {
+                let _ = sender.send(value);
+            }
+        }
+    });
+    wait_ready(&format!("http://127.0.0.1:{probe_port}/readyz")).await;
+    let limit = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("an open-file limit line");
+        if line["message"] == "open-file limit" {
+            break line;
+        }
+    };
+    let fields = &limit;
+    assert_eq!(fields["soft_before"], 64, "{limit}");
+    assert_eq!(fields["soft"], 512, "{limit}");
+    assert_eq!(fields["hard"], 512, "{limit}");
+    assert_eq!(fields["max_connections"], 256, "{limit}");
+}

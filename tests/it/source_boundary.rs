@@ -487,7 +487,14 @@ async fn a_blob_bomb_is_refused_from_its_header_without_inflating_it() {
     let commit = git_stdin(&bare, &["commit-tree", &root, "-m", "bomb"], b"");
     git_stdin(&bare, &["update-ref", "refs/heads/main", &commit], b"");
     let daemon = GitDaemon::start(&repo);
-    let (fetcher, _cache) = worker_fetcher(Limits::default(), 2, 2);
+    // git daemon inflates and deflates the 512 MiB again for every fetch: seconds of
+    // CPU, minutes on a busy machine, so the deadline is generous (what is checked is
+    // the reason the worker gives, not how fast the server packs).
+    let limits = Limits {
+        timeout_seconds: 180,
+        ..Limits::default()
+    };
+    let (fetcher, _cache) = worker_fetcher(limits, 2, 2);
     for path in ["app.env", ""] {
         let request = git(daemon.url(), "team-a", path);
         let error = settled(&fetcher, &request).await.error.expect("refused");

@@ -11,6 +11,7 @@ use super::definition::{Invalid, MAX_DEFINITION_BYTES, parse_document};
 use super::validate::percent_decode;
 use sha2::{Digest, Sha256};
 
+use crate::controllers::common::file_keys;
 use crate::hash::sha256_hex;
 use crate::source::Content;
 
@@ -92,9 +93,10 @@ impl Bundle {
     }
 }
 
-/// The ConfigMap key of a path (`/` cannot be in a key).
-pub fn config_key(path: &str) -> String {
-    path.replace('/', "__")
+/// The ConfigMap key of a path (`/` cannot be in a key); a path [`gather`] kept
+/// always has one.
+fn config_key(path: &str) -> String {
+    file_keys::key_of(path).unwrap_or_else(|_| path.replace('/', "__"))
 }
 
 /// The root of a directory: `root` when given, else the first conventional name present.
@@ -179,26 +181,8 @@ pub fn gather(files: &BTreeMap<String, Content>, root: &str) -> Result<(Bundle, 
         root: root.to_owned(),
         files: gathered.texts,
     };
-    let mut keys = BTreeMap::new();
-    for (key, path) in bundle.keys() {
-        let usable = key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
-        if !usable || key.len() > 253 {
-            return Err(Invalid::new(
-                "UnsupportedFileName",
-                format!(
-                    "{path:?} cannot be a ConfigMap key (letters, digits, '-', '_', '.' and '/' only)"
-                ),
-            ));
-        }
-        if let Some(other) = keys.insert(key, path) {
-            return Err(Invalid::new(
-                "UnsupportedFileName",
-                format!("{other:?} and {path:?} would share a ConfigMap key"),
-            ));
-        }
-    }
+    file_keys::keys_of(bundle.files.keys().map(String::as_str))
+        .map_err(|message| Invalid::new("UnsupportedFileName", message))?;
     Ok((bundle, operations))
 }
 

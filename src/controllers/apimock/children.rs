@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, KeyToPath,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecurityContext, Service, ServicePort, ServiceSpec as K8sServiceSpec, TCPSocketAction, Volume,
-    VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    KeyToPath, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecurityContext, Service,
+    ServicePort, ServiceSpec as K8sServiceSpec, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -25,6 +24,7 @@ use super::bundle::Bundle;
 use super::definition::Format;
 use super::spec::{ApiMockSpec, ExternalTrafficPolicy, MockSpec, ServiceType};
 use crate::controllers::common::names::{self, child_labels};
+use crate::controllers::common::restricted;
 use crate::error::HookError;
 
 /// Pod-template annotation holding the definition's SHA-256: an edit changes the
@@ -50,6 +50,12 @@ pub const DOCS_PORT: i32 = 8080;
 /// Service port when `service.port` is unset.
 pub const DEFAULT_SERVICE_PORT: i32 = 8000;
 const SPEC_DIR: &str = "/spec";
+/// The user the mock runs as: `node` (uid and gid 1000) of the Node.js Alpine image
+/// Prism's image is built on, which otherwise starts as root.
+pub const PRISM_USER: i64 = 1000;
+/// The user the Swagger UI runs as: `nginx` (uid and gid 101) of the nginx Alpine image
+/// it is built on.
+pub const SWAGGER_UI_USER: i64 = 101;
 
 /// Everything the builders need, decided by `sync` beforehand.
 pub struct Plan<'a> {
@@ -215,22 +221,28 @@ pub fn deployment(plan: &Plan<'_>) -> Deployment {
                 }),
                 spec: Some(PodSpec {
                     containers,
-                    volumes: Some(vec![Volume {
-                        name: "definition".to_owned(),
-                        config_map: Some(ConfigMapVolumeSource {
-                            name: plan.name.to_owned(),
-                            items: volume_items(plan.served),
-                            ..ConfigMapVolumeSource::default()
-                        }),
-                        ..Volume::default()
-                    }]),
-                    security_context: Some(PodSecurityContext {
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    volumes: Some(vec![
+                        Volume {
+                            name: "definition".to_owned(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: plan.name.to_owned(),
+                                items: volume_items(plan.served),
+                                ..ConfigMapVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                        Volume {
+                            name: "tmp".to_owned(),
+                            empty_dir: Some(EmptyDirVolumeSource {
+                                size_limit: Some(Quantity("64Mi".to_owned())),
+                                ..EmptyDirVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                    ]),
+                    security_context: Some(restricted::pod(Some(PRISM_USER))),
+                    // Neither Prism nor the Swagger UI talks to the API server.
+                    automount_service_account_token: Some(false),
                     ..PodSpec::default()
                 }),
             },
@@ -278,8 +290,16 @@ fn mock_container(plan: &Plan<'_>, spec_file: &str) -> Container {
                 .clone()
                 .unwrap_or_else(default_resources),
         ),
-        volume_mounts: Some(vec![spec_mount()]),
-        security_context: Some(restricted_container()),
+        volume_mounts: Some(vec![
+            spec_mount(),
+            VolumeMount {
+                name: "tmp".to_owned(),
+                mount_path: "/tmp".to_owned(),
+                ..VolumeMount::default()
+            },
+        ]),
+        // Prism reads its document and writes nothing but temporary files.
+        security_context: Some(restricted::container(true)),
         ..Container::default()
     }
 }
@@ -308,6 +328,14 @@ fn docs_container(plan: &Plan<'_>, spec_file: &str) -> Container {
         }]),
         resources: Some(default_resources()),
         volume_mounts: Some(vec![spec_mount()]),
+        // The image's entrypoint rewrites its nginx configuration and page at start (in
+        // directories the image makes writable for any user), so the root filesystem
+        // stays writable; the user is nginx's, not Prism's.
+        security_context: Some(SecurityContext {
+            run_as_user: Some(SWAGGER_UI_USER),
+            run_as_group: Some(SWAGGER_UI_USER),
+            ..restricted::container(false)
+        }),
         ..Container::default()
     }
 }
@@ -318,17 +346,6 @@ fn spec_mount() -> VolumeMount {
         mount_path: SPEC_DIR.to_owned(),
         read_only: Some(true),
         ..VolumeMount::default()
-    }
-}
-
-fn restricted_container() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".to_owned()]),
-            ..Capabilities::default()
-        }),
-        ..SecurityContext::default()
     }
 }
 

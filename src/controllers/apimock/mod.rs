@@ -9,6 +9,7 @@ pub mod bundle;
 pub mod children;
 mod decide;
 pub mod definition;
+mod exposure;
 mod held;
 mod origin;
 pub mod spec;
@@ -29,6 +30,7 @@ use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::controllers::common::names::check_dns1035_label;
+use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::rollout::Rollout;
@@ -48,6 +50,8 @@ pub const DEFAULT_DOCS_IMAGE: &str = "swaggerapi/swagger-ui:v5.17.14";
 pub struct ApiMock {
     mock_image: String,
     docs_image: String,
+    /// What the operator lets a CR expose.
+    policy: ExposurePolicy,
     memo: Memo,
     /// Built children by the hash of everything they depend on: most syncs repeat the
     /// last answer, and building four objects through typed structs costs more than
@@ -82,6 +86,7 @@ impl ApiMock {
         ApiMock {
             mock_image: settings.mock_image.clone(),
             docs_image: settings.docs_image.clone(),
+            policy: settings.policy.clone(),
             memo: Memo::default(),
             built: BoundedMemo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
             read_memo: BoundedMemo::weighted(
@@ -127,6 +132,10 @@ impl CompositeHooks for ApiMock {
                 return call.keep_running(validated, None, true);
             }
         };
+        if let Err(Problem { reason, message }) = exposure::check(&spec, &self.policy, namespace) {
+            let validated = Decided::new("Validated", false, reason, message);
+            return call.keep_running(validated, None, true);
+        }
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
             Err(Problem { reason, message }) => {

@@ -11,8 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::envfile;
 use super::problem::Problem;
+use super::{envfile, file_keys};
 use crate::hash::sha256_hex;
 use crate::source::{Content, Snapshot};
 
@@ -251,20 +251,14 @@ fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, Problem> {
 
 /// Every file of a snapshot under a ConfigMap key (`a/b.conf` → `a__b.conf`).
 fn files_data(snapshot: &Snapshot, content: &mut ConfigContent) -> Result<(), Problem> {
-    for (path, file) in &snapshot.files {
-        let key = path.replace('/', "__");
-        if !key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
-            || key.starts_with("..")
-        {
-            return Err(Problem::new(
-                "UnsupportedFileName",
-                format!("{path:?} cannot be a ConfigMap key (letters, digits, '-', '_', '.' only)"),
-            ));
-        }
-        if key != *path {
-            content.paths.insert(key.clone(), path.clone());
+    let keys = file_keys::keys_of(snapshot.files.keys().map(String::as_str))
+        .map_err(|message| Problem::new("UnsupportedFileName", message))?;
+    for (key, path) in keys {
+        let Some(file) = snapshot.files.get(path) else {
+            continue;
+        };
+        if key != path {
+            content.paths.insert(key.clone(), path.to_owned());
         }
         match file {
             Content::Text(text) => {

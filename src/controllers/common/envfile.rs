@@ -44,9 +44,31 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvLineError> {
                 ),
             });
         }
-        vars.insert(name.to_owned(), unquote(value.trim()));
+        let value = unquote(value.trim());
+        if let Err(problem) = check_env_value(&value) {
+            return Err(EnvLineError {
+                line: line_number,
+                problem: format!("the value of {name} {problem}"),
+            });
+        }
+        vars.insert(name.to_owned(), value);
     }
     Ok(vars)
+}
+
+/// A container runtime passes environment values as C strings: a NUL ends them, and
+/// other control characters (tab aside) are refused by runtimes or garble logs.
+///
+/// # Errors
+/// The value holds a control character; the message names it.
+pub fn check_env_value(value: &str) -> Result<(), String> {
+    match value.chars().find(|c| c.is_control() && *c != '\t') {
+        Some(c) => Err(format!(
+            "holds the control character U+{:04X}, which a container cannot be given",
+            u32::from(c)
+        )),
+        None => Ok(()),
+    }
 }
 
 fn is_env_name(name: &str) -> bool {
@@ -95,5 +117,14 @@ mod tests {
         assert!(error.to_string().starts_with("line 2: expected KEY=VALUE"));
         assert_eq!(parse("1A=x\n").unwrap_err().line, 1);
         assert_eq!(parse("A-B=x\n").unwrap_err().line, 1);
+    }
+
+    #[test]
+    fn control_characters_in_values_are_refused() {
+        let error = parse("A=1\nB=x\u{0}y\n").unwrap_err();
+        assert_eq!(error.line, 2);
+        assert!(error.problem.contains("U+0000"), "{error}");
+        assert!(parse("C=\u{1b}[31m\n").is_err());
+        assert_eq!(parse("T=a\tb\n").unwrap()["T"], "a\tb");
     }
 }

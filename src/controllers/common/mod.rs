@@ -3,11 +3,14 @@
 pub mod conditions;
 pub mod config;
 pub mod envfile;
+pub mod file_keys;
 pub mod keep;
 pub mod memo;
 pub mod names;
+pub mod policy;
 pub mod polling;
 pub mod problem;
+pub mod restricted;
 pub mod revisions;
 pub mod rollout;
 pub mod secrets;

@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use crate::controllers::common::config::{Config, ConfigFormat};
-use crate::controllers::common::names::check_dns1123_subdomain;
+use crate::controllers::common::names::{self, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::secrets;
@@ -48,7 +48,7 @@ pub const CREDENTIALS_LABEL: &str = "configsync.metahooks.io/credentials";
 
 /// The attached ConfigMap's name.
 pub fn attachment_name(target: &str) -> String {
-    format!("{target}-configsync")
+    names::suffixed_name(target, "-configsync")
 }
 
 /// The configsync decorator.
@@ -248,7 +248,7 @@ fn config_map(target: &str, config: &Config) -> Result<Value, HookError> {
                 ),
                 (
                     "configsync.metahooks.io/target".to_owned(),
-                    target.to_owned(),
+                    names::label_value(target),
                 ),
             ])),
             annotations: Some(annotations),

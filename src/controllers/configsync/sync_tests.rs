@@ -119,3 +119,43 @@ fn fetched_files_are_attached_and_failures_keep_them() {
             .is_some_and(|e| e.contains("cannot be a ConfigMap key"))
     );
 }
+
+#[test]
+fn a_workload_with_a_long_name_gets_a_configmap_the_api_server_accepts() {
+    let harness = Harness::new();
+    harness.sources.serve(
+        URL,
+        "main@sha1:a",
+        &[("a/b.conf", "x"), ("a__b.conf", "y")],
+        false,
+        Some(1),
+    );
+    for length in [100, 242, 253] {
+        let name = "w".repeat(length);
+        let request = Request::decorator(&name, "team").annotations(annotations());
+        let answer = harness.call("configsync", Hook::Sync, &request);
+        // Two paths under one key are refused by name, not merged into one.
+        assert!(
+            answer["annotations"][ERROR]
+                .as_str()
+                .is_some_and(|e| e.contains("would share a ConfigMap key")),
+            "{answer}"
+        );
+    }
+    harness
+        .sources
+        .serve(URL, "main@sha1:b", &[("app.conf", "x")], false, Some(2));
+    for length in [100, 242, 253] {
+        let name = "w".repeat(length);
+        let request = Request::decorator(&name, "team").annotations(annotations());
+        let answer = harness.call("configsync", Hook::Sync, &request);
+        let attached = attachments(&answer);
+        let config_map = attached.first().unwrap_or_else(|| panic!("{answer}"));
+        assert!(
+            crate::apiserver::refusals(config_map).is_empty(),
+            "{length}: {:?}",
+            crate::apiserver::refusals(config_map)
+        );
+        assert_eq!(answer["annotations"][ERROR], Value::Null);
+    }
+}

@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::spec::MonitoredServiceSpec;
 use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::{self, child_labels};
+use crate::controllers::common::restricted;
 use crate::error::HookError;
 
 /// Pod-template annotation with the config's hash: a new config rolls the pods.
@@ -111,6 +112,11 @@ fn deployment(name: &str, spec: &MonitoredServiceSpec, config: Option<&Config>) 
         }),
         env: spec.env.clone().filter(|e| !e.is_empty()),
         resources: spec.resources.clone(),
+        readiness_probe: spec.readiness_probe.clone(),
+        liveness_probe: spec.liveness_probe.clone(),
+        security_context: Some(restricted::fill_container(
+            spec.container_security_context.clone(),
+        )),
         ..Container::default()
     };
     let mut volumes = None;
@@ -180,6 +186,10 @@ fn deployment(name: &str, spec: &MonitoredServiceSpec, config: Option<&Config>) 
                 spec: Some(PodSpec {
                     containers: vec![container],
                     volumes,
+                    security_context: Some(restricted::fill_pod(spec.security_context.clone())),
+                    automount_service_account_token: Some(
+                        spec.automount_service_account_token.unwrap_or(false),
+                    ),
                     ..PodSpec::default()
                 }),
             },

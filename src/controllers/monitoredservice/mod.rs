@@ -40,12 +40,22 @@ use crate::source::{Location, Snapshot, SourceRequest};
 /// and the content hash instead of redoing them over up to 1 MiB on every call.
 pub struct MonitoredService {
     converted: Memo<String, Converted>,
+    /// Refuse env taken from Secrets or pod fields (`--deny-secret-env`).
+    deny_secret_env: bool,
 }
 
 impl Default for MonitoredService {
     fn default() -> MonitoredService {
+        MonitoredService::new(&crate::controllers::ControllerSettings::default())
+    }
+}
+
+impl MonitoredService {
+    /// The controller with the server's settings.
+    pub fn new(settings: &crate::controllers::ControllerSettings) -> MonitoredService {
         MonitoredService {
             converted: Memo::weighted(CONVERTED_ENTRIES, CONVERTED_BYTES, converted_weight),
+            deny_secret_env: settings.policy.deny_secret_env,
         }
     }
 }
@@ -92,6 +102,14 @@ impl CompositeHooks for MonitoredService {
                 ));
             }
         };
+        if let Err(Problem { reason, message }) = spec.check_env(self.deny_secret_env) {
+            return call.keep_running(Facts::invalid_spec(
+                reason,
+                message,
+                call.running(),
+                call.pods(),
+            ));
+        }
         if let Err(invalid) = check_dns1035_label(call.name)
             .and_then(|()| check_dns1123_subdomain(&config_map_name(call.name)))
         {
@@ -424,6 +442,10 @@ impl Observed {
 
 /// The service's pods: related Pods in the parent's namespace only (Metacontroller may
 /// list matching Pods of other namespaces too).
+/// Pod names a status lists at most: config-monitor's `nodes` listed every one, and
+/// 100k Pods made a 990 KB status (the count is in `status.podCount`).
+pub const MAX_LISTED_PODS: usize = 100;
+
 fn pod_names(related: &ObjectMap, namespace: &str) -> Vec<String> {
     let mut names: Vec<String> = related
         .of_type("Pod", "v1")

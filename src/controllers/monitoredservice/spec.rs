@@ -2,7 +2,9 @@
 //! config-monitor's fields (`image`, `size`, `port`, `config_repo`) unchanged and adds
 //! git and HTTP sources, formats and polling.
 
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    EnvVar, PodSecurityContext, Probe, ResourceRequirements, SecurityContext,
+};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -10,6 +12,8 @@ use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
 pub use crate::controllers::common::config::ConfigFormat;
+use crate::controllers::common::envfile;
+use crate::controllers::common::problem::Problem;
 pub use crate::controllers::common::source_spec::{GitSource, HttpSource, SecretRef};
 
 /// A service whose configuration lives in git or an HTTP file; config changes roll it.
@@ -70,6 +74,25 @@ pub struct MonitoredServiceSpec {
     /// Container resources.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// The pod's security context. Fields left unset take Pod Security "restricted"
+    /// values: `runAsNonRoot: true`, `seccompProfile: RuntimeDefault` (set
+    /// `runAsNonRoot: false` to run an image that needs root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+    /// The container's security context. Fields left unset take Pod Security
+    /// "restricted" values: `allowPrivilegeEscalation: false`, capabilities drop ALL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_security_context: Option<SecurityContext>,
+    /// The container's readiness probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_probe: Option<Probe>,
+    /// The container's liveness probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness_probe: Option<Probe>,
+    /// Mount the service account's API token into the pods (default false: most
+    /// services never call the Kubernetes API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automount_service_account_token: Option<bool>,
 }
 
 /// Where the configuration comes from (one of them).
@@ -103,9 +126,13 @@ pub struct MonitoredServiceStatus {
     /// Pods running the current template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_replicas: Option<i32>,
-    /// Names of the service's pods (config-monitor's `nodes`).
+    /// Names of the service's pods (config-monitor's `nodes`), in name order, at most
+    /// 100.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<String>,
+    /// How many pods the service has (all of them, listed or not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_count: Option<i32>,
     /// `Fetched`, `ConfigValid`, `Available`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::crds::conditions_schema")]
@@ -119,6 +146,42 @@ impl MonitoredServiceSpec {
     /// Pods wanted: `replicas`, else `size`, else 1.
     pub fn replicas(&self) -> i32 {
         self.replicas.or(self.size).unwrap_or(1)
+    }
+
+    /// `env` as a container can be given it, and as the operator allows it.
+    ///
+    /// # Errors
+    /// `InvalidSpec` for a value holding a control character, `NotAllowed` for env
+    /// from a Secret or a pod field under `--deny-secret-env`; the message names it.
+    pub fn check_env(&self, deny_secret_env: bool) -> Result<(), Problem> {
+        for (i, var) in self.env.iter().flatten().enumerate() {
+            if let Some(value) = &var.value
+                && let Err(problem) = envfile::check_env_value(value)
+            {
+                return Err(Problem::new(
+                    "InvalidSpec",
+                    format!("spec.env[{i}] ({}): the value {problem}", var.name),
+                ));
+            }
+            let from = var.value_from.as_ref();
+            let refused = [
+                (
+                    "secretKeyRef",
+                    from.is_some_and(|f| f.secret_key_ref.is_some()),
+                ),
+                ("fieldRef", from.is_some_and(|f| f.field_ref.is_some())),
+            ];
+            if let Some((field, _)) = refused.iter().find(|(_, set)| deny_secret_env && *set) {
+                return Err(Problem::new(
+                    "NotAllowed",
+                    format!(
+                        "spec.env[{i}] ({}): valueFrom.{field} is not allowed by the server's --deny-secret-env",
+                        var.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The poll period, within the allowed range.

@@ -86,7 +86,13 @@ pub fn answer(
         replicas: Some(rollout.replicas),
         ready_replicas: Some(rollout.ready_replicas),
         updated_replicas: Some(rollout.updated_replicas),
-        pods: facts.pods,
+        pod_count: (!facts.pods.is_empty())
+            .then(|| i32::try_from(facts.pods.len()).unwrap_or(i32::MAX)),
+        pods: facts
+            .pods
+            .into_iter()
+            .take(super::MAX_LISTED_PODS)
+            .collect(),
         conditions: conditions::settle(decided, &conditions::observed(parent), now, generation),
         observed_generation: None,
     };

@@ -53,7 +53,7 @@ impl Emulator {
                     // Left out while the parent is unchanged: a hook may mean it (a step
                     // replaced by the next); only asking for it again below is certain.
                     if self.desired_under.get(&key) == Some(&identity) {
-                        self.dropped_under.insert(key.clone(), identity.clone());
+                        self.dropped_under.insert(key.clone(), identity);
                     }
                     self.desired_under.remove(&key);
                     self.remove_with_dependents(&key);
@@ -62,7 +62,7 @@ impl Emulator {
             }
         }
         for (key, child) in desired_by_key {
-            self.desired_under.insert(key.clone(), identity.clone());
+            self.desired_under.insert(key.clone(), identity);
             // Dropped and asked for again with the parent unchanged all along: the child
             // was deleted for nothing and is recreated.
             if self.dropped_under.remove(&key).as_ref() == Some(&identity)
@@ -74,55 +74,53 @@ impl Emulator {
                 .child_rule(&key.0, &key.1)
                 .map(|r| r.strategy.clone())
                 .unwrap_or_default();
-            match self.objects.get(&key).cloned() {
-                None => {
-                    if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
+            let Some(live) = self.objects.get(&key) else {
+                if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
+                    return Err((Rule::APIServerRefused, refusal));
+                }
+                let created = self.create_child(registration, parent, child.clone());
+                self.annotate_applied(&created, &child);
+                self.last_applied.insert(key.clone(), child);
+                report.created.push(created);
+                continue;
+            };
+            if owner_uid(live)
+                != parent
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            {
+                return Err((
+                    Rule::OwnershipConflict,
+                    format!(
+                        "{} exists but belongs to another owner; Metacontroller will not adopt it",
+                        describe(&key)
+                    ),
+                ));
+            }
+            // Merged from borrowed state: in a steady state nothing changes, and the
+            // live object is cloned only when it is written.
+            let previous = self.last_applied.get(&key).unwrap_or(&Value::Null);
+            let merged = three_way(live, previous, &child);
+            if merged == *live {
+                continue;
+            }
+            match strategy.as_str() {
+                "OnDelete" => {}
+                "Recreate" | "RollingRecreate" => {
+                    self.remove_with_dependents(&key);
+                    report.deleted.push(key);
+                }
+                _ => {
+                    if let Some(refusal) = self.api_server_refusal(&merged, &child, Some(live)) {
                         return Err((Rule::APIServerRefused, refusal));
                     }
-                    let created = self.create_child(registration, parent, child.clone());
-                    self.annotate_applied(&created, &child);
+                    let live = live.clone();
+                    let updated = self.update_child(&key, &live, merged);
+                    self.put(key.clone(), updated);
+                    self.annotate_applied(&key, &child);
                     self.last_applied.insert(key.clone(), child);
-                    report.created.push(created);
-                }
-                Some(live) => {
-                    if owner_uid(&live)
-                        != parent
-                            .pointer("/metadata/uid")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned)
-                    {
-                        return Err((
-                            Rule::OwnershipConflict,
-                            format!(
-                                "{} exists but belongs to another owner; Metacontroller will not adopt it",
-                                describe(&key)
-                            ),
-                        ));
-                    }
-                    let previous = self.last_applied.get(&key).cloned().unwrap_or(Value::Null);
-                    let merged = three_way(&live, &previous, &child);
-                    if merged == live {
-                        continue;
-                    }
-                    match strategy.as_str() {
-                        "OnDelete" => {}
-                        "Recreate" | "RollingRecreate" => {
-                            self.remove_with_dependents(&key);
-                            report.deleted.push(key);
-                        }
-                        _ => {
-                            if let Some(refusal) =
-                                self.api_server_refusal(&merged, &child, Some(&live))
-                            {
-                                return Err((Rule::APIServerRefused, refusal));
-                            }
-                            let updated = self.update_child(&key, &live, merged);
-                            self.put(key.clone(), updated);
-                            self.annotate_applied(&key, &child);
-                            self.last_applied.insert(key.clone(), child);
-                            report.updated.push(key);
-                        }
-                    }
+                    report.updated.push(key);
                 }
             }
         }
@@ -336,10 +334,20 @@ impl Emulator {
     pub(super) fn tick_deployments(&mut self) -> bool {
         let mut moved = false;
         let hold_unready = self.hold_unready;
+        let mut refused = Vec::new();
+        for (key, object) in &self.objects {
+            if key.1 == "Deployment"
+                && let Some(why) = self.pod_security_refusal(key, object)
+            {
+                refused.push((key.clone(), why));
+            }
+        }
         for (key, object) in self.objects.iter_mut() {
             if key.1 != "Deployment" {
                 continue;
             }
+            // Pods refused by Pod Security never become ready.
+            let hold_unready = hold_unready || refused.iter().any(|(k, _)| k == key);
             let generation = object
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -371,6 +379,7 @@ impl Emulator {
                 moved = true;
             }
         }
+        self.refused_pods.extend(refused);
         moved
     }
 }

@@ -42,6 +42,10 @@ impl Emulator {
                     moved = true;
                 }
             }
+            if let Some(refused) = self.pod_security_refusal(&key, &owner) {
+                self.refused_pods.push((key.clone(), refused));
+                continue;
+            }
             for (name, extra) in wanted {
                 let pod_key = (
                     "v1".to_owned(),
@@ -58,6 +62,34 @@ impl Emulator {
             }
         }
         moved
+    }
+
+    /// Why Pod Security admission refuses the Pods of `workload` (from its template), if
+    /// its namespace enforces a level (k8s.io/pod-security-admission: the workload is
+    /// admitted, with a warning; its Pods are forbidden).
+    pub(super) fn pod_security_refusal(&self, key: &Key, workload: &Value) -> Option<String> {
+        use crate::apiserver::pod_security::{Level, pod_spec_of, violations};
+        let namespace = self.objects.get(&(
+            "v1".to_owned(),
+            "Namespace".to_owned(),
+            String::new(),
+            key.2.clone(),
+        ))?;
+        let level = namespace
+            .pointer("/metadata/labels/pod-security.kubernetes.io~1enforce")
+            .and_then(Value::as_str)
+            .and_then(Level::parse)?;
+        let spec = pod_spec_of(workload)?;
+        let annotations = workload.pointer("/spec/template/metadata/annotations");
+        let found = violations(spec, annotations, level);
+        (!found.is_empty()).then(|| {
+            format!(
+                "{} is admitted, but every Pod it makes is forbidden: violates PodSecurity \"{}:latest\": {}",
+                describe(key),
+                level.as_str(),
+                found.join("; ")
+            )
+        })
     }
 
     /// (Pod name, labels and annotations to add) for each Pod `owner` wants.

@@ -115,9 +115,9 @@ pub struct Emulator {
     /// For each child, its parent as it was when an answer last asked for the child
     /// (without status and server fields): a child left out while its parent is still
     /// the same, and then asked for again, is a [`Rule::ChildDropped`].
-    desired_under: BTreeMap<Key, Value>,
+    desired_under: BTreeMap<Key, Identity>,
     /// Children an answer left out while their parent was unchanged, with that parent.
-    dropped_under: BTreeMap<Key, Value>,
+    dropped_under: BTreeMap<Key, Identity>,
     next_uid: u64,
     next_version: u64,
     /// Every hook call made.
@@ -159,6 +159,11 @@ pub struct Emulator {
     pub workers: usize,
     /// What each round changed, by round number.
     pub timeline: Vec<(usize, RoundReport)>,
+    /// The last request each parent's hook was sent (a digest) and the answer taken:
+    /// an identical request later is asked once, and its answer compared with that one.
+    answered: BTreeMap<(String, Key), ([u8; 32], std::sync::Arc<str>)>,
+    /// Workloads whose Pods Pod Security admission refused in the last tick, and why.
+    refused_pods: Vec<(Key, String)>,
 }
 
 /// Where client-side apply records what it applied (pkg/dynamic/apply).
@@ -208,6 +213,8 @@ impl Emulator {
             strict_everywhere: false,
             workers: DEFAULT_WORKERS,
             timeline: Vec::new(),
+            refused_pods: Vec::new(),
+            answered: BTreeMap::new(),
             next_replica: 0,
             current_replica: 0,
         }
@@ -429,6 +436,9 @@ impl Emulator {
         for round in 1..=max_rounds {
             let report = self.round().await?;
             let ticked = self.tick_workloads();
+            for (key, message) in std::mem::take(&mut self.refused_pods) {
+                self.record(Rule::PodSecurity, describe(&key), message)?;
+            }
             self.transport.settle_sources().await;
             if !report.changed() && !ticked {
                 return Ok(round);
@@ -608,7 +618,11 @@ pub fn describe(key: &Key) -> String {
 
 /// A parent as the user wrote it: without status and the fields the API server and
 /// Metacontroller change on their own (versions, finalizers, the deletion mark).
-fn parent_identity(parent: &Value) -> Value {
+/// A digest of the parent as it was when an answer asked for its children: a hash, not
+/// a copy, since every child of every parent keeps one.
+type Identity = [u8; 32];
+
+fn parent_identity(parent: &Value) -> Identity {
     let mut identity = parent.clone();
     if let Some(map) = identity.as_object_mut() {
         map.remove("status");
@@ -623,7 +637,7 @@ fn parent_identity(parent: &Value) -> Value {
             meta.remove(field);
         }
     }
-    identity
+    *blake3::hash(identity.to_string().as_bytes()).as_bytes()
 }
 
 /// `namespace/name`, or `name` for a cluster-scoped object.

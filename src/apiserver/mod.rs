@@ -5,6 +5,8 @@
 //! (`pkg/util/validation`, `pkg/api/validation/objectmeta.go`) and apps/batch/core
 //! update validation.
 
+pub mod pod_security;
+
 use serde_json::Value;
 
 /// Total bytes of an object's annotations, keys and values (TotalAnnotationSizeLimitB).
