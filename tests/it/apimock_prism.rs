@@ -188,13 +188,7 @@ async fn serve_children(
             .spawn()
             .expect("prism starts"),
     );
-    if as_root {
-        assert_eq!(
-            real_uid(_mock.0.id()),
-            Some(user.0),
-            "prism runs as the Deployment's user"
-        );
-    }
+
     let url = format!("http://127.0.0.1:{port}{path}");
     let started = Instant::now();
     let client = reqwest::Client::new();
@@ -205,6 +199,14 @@ async fn serve_children(
             .send()
             .await
         {
+            // Serving, so setpriv has long since become prism.
+            if as_root {
+                assert_eq!(
+                    real_uid(_mock.0.id()),
+                    Some(user.0),
+                    "prism runs as the Deployment's user"
+                );
+            }
             let status = reply.status().as_u16();
             let headers = reply.headers().clone();
             return (status, headers, reply.json().await.unwrap_or(Value::Null));

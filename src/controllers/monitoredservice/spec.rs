@@ -194,3 +194,52 @@ impl MonitoredServiceSpec {
 pub fn parse_spec(parent: &Value) -> Result<MonitoredServiceSpec, String> {
     crate::controllers::common::spec::parse(parent)
 }
+
+#[cfg(test)]
+mod env_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(env: serde_json::Value) -> MonitoredServiceSpec {
+        serde_json::from_value(json!({"image": "app:1", "env": env})).unwrap()
+    }
+
+    #[test]
+    fn env_from_secrets_and_pod_fields_is_refused_only_under_the_flag() {
+        let from_secret = spec(
+            json!([{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}]),
+        );
+        let from_field = spec(
+            json!([{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+        );
+        let from_config = spec(
+            json!([{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
+        );
+        for refused in [&from_secret, &from_field] {
+            assert!(refused.check_env(false).is_ok());
+            let problem = refused.check_env(true).unwrap_err();
+            assert_eq!(problem.reason, "NotAllowed");
+            assert!(
+                problem.message.contains("--deny-secret-env"),
+                "{}",
+                problem.message
+            );
+            assert!(
+                problem.message.starts_with("spec.env[0]"),
+                "{}",
+                problem.message
+            );
+        }
+        assert!(from_config.check_env(true).is_ok());
+    }
+
+    #[test]
+    fn env_values_a_container_cannot_be_given_are_refused() {
+        let problem =
+            spec(json!([{"name": "A", "value": "ok"}, {"name": "B", "value": "x\u{0}y"}]))
+                .check_env(false)
+                .unwrap_err();
+        assert_eq!(problem.reason, "InvalidSpec");
+        assert!(problem.message.contains("spec.env[1] (B)") && problem.message.contains("U+0000"));
+    }
+}
