@@ -19,6 +19,7 @@ mod emulator_scope;
 mod emulator_workers;
 mod fuzz_replay;
 mod golden;
+mod hostile_crs;
 mod http;
 mod monitoredservice_oracles;
 mod monitoredservice_sources;

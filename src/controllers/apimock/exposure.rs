@@ -4,7 +4,7 @@
 //! and against the operator's [`ExposurePolicy`] when one is set.
 
 use super::spec::{ApiMockSpec, IngressSpec, PathType};
-use crate::apiserver::{check_dns1123_subdomain, check_qualified_name};
+use crate::apiserver::{ANNOTATIONS_MAX_BYTES, check_dns1123_subdomain, check_qualified_name};
 use crate::controllers::common::policy::{ExposurePolicy, refusal};
 use crate::controllers::common::problem::Problem;
 
@@ -70,6 +70,18 @@ fn check_annotations(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
     policy: &ExposurePolicy,
 ) -> Result<(), Problem> {
+    let total: usize = annotations
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| key.len() + value.len())
+        .sum();
+    // Under client-side apply the last-applied annotation holds them all again.
+    if total > ANNOTATIONS_MAX_BYTES / 2 {
+        return Err(invalid(format!(
+            "{field}: {total} bytes in all, more than the {} the API server leaves room for",
+            ANNOTATIONS_MAX_BYTES / 2
+        )));
+    }
     for key in annotations.into_iter().flat_map(|a| a.keys()) {
         check_qualified_name(key).map_err(|e| invalid(format!("{field}: key {key:?}: {e}")))?;
         if !policy.allows_annotation(key) {
