@@ -61,6 +61,11 @@ async fn gated_hook(gate: usize) -> (String, Arc<InFlight>) {
 }
 
 fn emulator(base: &str, parents: usize) -> Emulator {
+    emulator_updating(base, parents, "OnDelete")
+}
+
+/// As [`emulator`], with the ConfigMaps' `updateStrategy.method`.
+fn emulator_updating(base: &str, parents: usize, method: &str) -> Emulator {
     let mut kinds = Kinds::default();
     kinds.learn(
         &json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "x"}}),
@@ -70,7 +75,8 @@ fn emulator(base: &str, parents: usize) -> Emulator {
                "metadata": {"name": "things"},
                "spec": {"generateSelector": true,
                         "parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
-                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                            "updateStrategy": {"method": method}}],
                         "hooks": {"sync": {"webhook": {"url": "http://hooks.example/sync"}}}}}),
         &kinds,
     )
@@ -125,4 +131,38 @@ async fn one_worker_calls_one_parent_at_a_time() {
     emulator.converge(10).await.unwrap();
     assert_eq!(seen.most.load(Ordering::SeqCst), 1);
     assert_converged(&emulator, parents);
+}
+
+#[tokio::test]
+async fn a_child_edited_by_someone_else_is_merged_again_and_put_back() {
+    // Steady-state rounds skip the merge of a child nothing has touched; an edit by
+    // anyone else must still be seen and reverted on the next sync.
+    let app = axum::Router::new().route(
+        "/sync",
+        post(|Json(request): Json<Value>| async move {
+            let name = request["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            Json(
+                json!({"status": {}, "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{name}-config"), "labels": {"v": "1"}}}]}),
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut emulator = emulator_updating(&base, 1, "InPlace");
+    emulator.converge(10).await.unwrap();
+    emulator.converge(10).await.unwrap();
+    let mut edited = emulator
+        .get("v1", "ConfigMap", "ns", "p0-config")
+        .unwrap()
+        .clone();
+    edited["metadata"]["labels"]["v"] = json!("2");
+    emulator.apply(edited);
+    emulator.converge(10).await.unwrap();
+    let child = emulator.get("v1", "ConfigMap", "ns", "p0-config").unwrap();
+    assert_eq!(child["metadata"]["labels"]["v"], "1", "{child}");
 }

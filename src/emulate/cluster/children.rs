@@ -99,10 +99,16 @@ impl Emulator {
                 ));
             }
             // Merged from borrowed state: in a steady state nothing changes, and the
-            // live object is cloned only when it is written.
+            // live object is cloned only when it is written. A child whose merge was a
+            // no-op, untouched since and asked for unchanged, would merge to a no-op
+            // again (the merge is a function of the three), so it is not merged.
             let previous = self.last_applied.get(&key).unwrap_or(&Value::Null);
+            if self.settled.contains(&key) && *previous == child {
+                continue;
+            }
             let merged = three_way(live, previous, &child);
             if merged == *live {
+                self.settled.insert(key);
                 continue;
             }
             match strategy.as_str() {
@@ -286,6 +292,8 @@ impl Emulator {
         } else {
             self.decorated.insert(target_key.clone(), set);
         }
+        // Labels and annotations written in place: a merge over this target is redone.
+        self.settled.remove(target_key);
         let Some(target) = self.objects.get_mut(target_key) else {
             return;
         };

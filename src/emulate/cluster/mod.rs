@@ -109,6 +109,9 @@ pub struct Emulator {
     /// parent's children must not scan the whole cluster (tens of thousands of objects
     /// in the scale-out benchmark).
     by_owner: BTreeMap<String, BTreeSet<Key>>,
+    /// Children whose last three-way merge changed nothing and that no write has
+    /// touched since (`take` forgets them).
+    settled: BTreeSet<Key>,
     /// Objects with no controlling owner, kept by `put` and `take`: the orphans a
     /// parent may adopt, found without reading the whole cluster for every parent.
     orphans: BTreeSet<Key>,
@@ -193,6 +196,7 @@ impl Emulator {
             last_applied: BTreeMap::new(),
             by_owner: BTreeMap::new(),
             orphans: BTreeSet::new(),
+            settled: BTreeSet::new(),
             desired_under: BTreeMap::new(),
             dropped_under: BTreeMap::new(),
             next_uid: 1,
@@ -356,6 +360,7 @@ impl Emulator {
     /// their owned objects, as the garbage collector would).
     pub fn delete(&mut self, key: &Key) {
         let now = self.now_text();
+        self.settled.remove(key);
         let Some(object) = self.objects.get_mut(key) else {
             return;
         };
@@ -386,6 +391,7 @@ impl Emulator {
 
     /// Removes an object, keeping the owner index.
     fn take(&mut self, key: &Key) -> Option<Value> {
+        self.settled.remove(key);
         let object = self.objects.remove(key)?;
         match owner_uid(&object) {
             Some(owner) => {
