@@ -14,6 +14,8 @@ pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
 /// How the annotations client-side apply stores the last applied object in end
 /// (kubectl's, and Metacontroller's `metacontroller.k8s.io/…`).
 const LAST_APPLIED_SUFFIX: &str = "/last-applied-configuration";
+/// The length of Metacontroller's last-applied annotation key.
+pub const LAST_APPLIED_KEY_LEN: usize = "metacontroller.k8s.io/last-applied-configuration".len();
 
 /// Why a name cannot be used for a child object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

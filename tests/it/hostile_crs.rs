@@ -208,3 +208,55 @@ fn configsync_targets_with_long_names_and_awkward_paths() {
         }
     }
 }
+
+#[test]
+fn a_definition_too_large_for_client_side_apply_says_so() {
+    let registry = Registry::standard(Default::default());
+    let mut big = String::from("openapi: 3.0.3\ninfo: {title: Big, version: '1'}\npaths:\n");
+    for i in 0..2200 {
+        big.push_str(&format!(
+            "  /items{i}:\n    get:\n      description: '{}'\n      responses:\n        '200': {{description: ok}}\n",
+            "x".repeat(80)
+        ));
+    }
+    assert!(big.len() > 250_000, "{}", big.len());
+    let answer = call(
+        &registry,
+        "apimock",
+        &composite(
+            "apirator.io/v1alpha1",
+            "APIMock",
+            "big",
+            json!({"definition": big}),
+        ),
+    );
+    assert_eq!(
+        condition(&answer, "Validated")["status"],
+        "True",
+        "{}",
+        answer["status"]
+    );
+    let fits = condition(&answer, "FitsClientSideApply");
+    assert_eq!(fits["status"], "False", "{}", answer["status"]);
+    assert_eq!(fits["reason"], "LastAppliedTooLarge");
+    assert!(
+        fits["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server-side apply")),
+        "{fits}"
+    );
+    // The refusal it warns about is the API server's own.
+    assert!(!refusals(&answer).is_empty());
+    // A definition that fits gets no such condition.
+    let small = call(
+        &registry,
+        "apimock",
+        &composite(
+            "apirator.io/v1alpha1",
+            "APIMock",
+            "small",
+            json!({"definition": DEFINITION}),
+        ),
+    );
+    assert_eq!(condition(&small, "FitsClientSideApply"), &Value::Null);
+}

@@ -182,6 +182,7 @@ impl CompositeHooks for ApiMock {
             url: Some(urls.cluster),
             external_url: urls.external,
             source,
+            apply_limit: status::apply_limit(&children),
         };
         let mut response = CompositeResponse::typed(&status::compute(facts, parent, &call.now))?;
         response.children = Some(children);
@@ -270,6 +271,7 @@ impl Call<'_> {
             url: None,
             external_url: None,
             source,
+            apply_limit: None,
         };
         let mut response =
             CompositeResponse::typed(&status::compute(facts, &self.request.parent, &self.now))?;

@@ -18,6 +18,8 @@ pub struct Facts<'a> {
     pub external_url: Option<String>,
     /// For a definition read from `spec.definitionFrom`: how the last read went.
     pub source: Option<SourceFacts>,
+    /// Set when a child is too large for client-side apply's last-applied copy.
+    pub apply_limit: Option<Decided>,
 }
 
 /// Where the definition came from and how reading it went.
@@ -29,6 +31,49 @@ pub struct SourceFacts {
     pub revision: Option<String>,
     /// Nothing has been read yet and nothing failed: the phase is Pending, not Error.
     pub awaiting: bool,
+}
+
+/// Under Metacontroller's default client-side apply every child carries a copy of
+/// itself in an annotation, and the API server refuses more than 256 KiB of annotations
+/// on an object: a definition of ~250 KB fits in a ConfigMap but not twice. Server-side
+/// apply keeps no copy, so the condition only warns.
+pub fn apply_limit(children: &[Value]) -> Option<Decided> {
+    children.iter().find_map(|child| {
+        // Only a ConfigMap holds the definition; one well under half the limit fits
+        // without serialising it to measure.
+        let data: usize = child
+            .get("data")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
+            .sum();
+        if data < crate::apiserver::ANNOTATIONS_MAX_BYTES / 4 {
+            return None;
+        }
+        let copy = child.to_string().len();
+        let own: usize = child
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
+            .sum();
+        let total = copy + own + crate::apiserver::LAST_APPLIED_KEY_LEN;
+        (total > crate::apiserver::ANNOTATIONS_MAX_BYTES).then(|| {
+            Decided::new(
+                "FitsClientSideApply",
+                false,
+                "LastAppliedTooLarge",
+                format!(
+                    "the {} {} would carry {total} bytes of annotations under client-side apply (its last-applied copy included), more than the API server's {}: Metacontroller cannot write it unless it runs with server-side apply; or make the definition smaller",
+                    child["kind"].as_str().unwrap_or("child"),
+                    child["metadata"]["name"].as_str().unwrap_or(""),
+                    crate::apiserver::ANNOTATIONS_MAX_BYTES
+                ),
+            )
+        })
+    })
 }
 
 pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
@@ -47,6 +92,7 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
     };
     let available = rollout.available_condition("the mock Deployment");
     let mut decided = vec![facts.validated, available, ready];
+    decided.extend(facts.apply_limit);
     let (source, revision) = match facts.source {
         Some(source) => {
             decided.insert(0, source.fetched);
