@@ -41,24 +41,12 @@ pub fn apply_limit(children: &[Value]) -> Option<Decided> {
     children.iter().find_map(|child| {
         // Only a ConfigMap holds the definition; one well under half the limit fits
         // without serialising it to measure.
-        let data: usize = child
-            .get("data")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
-            .sum();
+        let data = text_bytes(child.get("data"));
         if data < crate::apiserver::ANNOTATIONS_MAX_BYTES / 4 {
             return None;
         }
         let copy = child.to_string().len();
-        let own: usize = child
-            .pointer("/metadata/annotations")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
-            .sum();
+        let own = text_bytes(child.pointer("/metadata/annotations"));
         let total = copy + own + crate::apiserver::LAST_APPLIED_KEY_LEN;
         (total > crate::apiserver::ANNOTATIONS_MAX_BYTES).then(|| {
             Decided::new(
@@ -74,6 +62,15 @@ pub fn apply_limit(children: &[Value]) -> Option<Decided> {
             )
         })
     })
+}
+
+/// Bytes of the keys and string values of a map (ConfigMap data, annotations).
+fn text_bytes(map: Option<&Value>) -> usize {
+    map.and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
+        .sum()
 }
 
 pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
