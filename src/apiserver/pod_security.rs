@@ -124,18 +124,29 @@ pub fn violations(spec: &Value, annotations: Option<&Value>, level: Level) -> Ve
 fn containers(spec: &Value) -> Vec<(String, &Value)> {
     let mut all = Vec::new();
     for field in ["initContainers", "containers", "ephemeralContainers"] {
-        for (i, container) in spec
-            .get(field)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, container) in items(spec, &format!("/{field}")).enumerate() {
             let name = container.get("name").and_then(Value::as_str).unwrap_or("");
             all.push((format!("{field}[{i}] {name:?}"), container));
         }
     }
     all
+}
+
+/// The items of the array at `pointer` (none when it is absent or not an array).
+fn items<'a>(value: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// The capabilities a container's securityContext adds.
+fn added_capabilities(context: Option<&Value>) -> impl Iterator<Item = &str> {
+    context
+        .into_iter()
+        .flat_map(|c| items(c, "/capabilities/add"))
+        .filter_map(Value::as_str)
 }
 
 fn text<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
@@ -155,23 +166,13 @@ fn baseline(spec: &Value, annotations: Option<&Value>, found: &mut Vec<String>) 
     if flag(spec, "/securityContext/windowsOptions/hostProcess") == Some(true) {
         found.push("HostProcess: securityContext.windowsOptions.hostProcess=true".to_owned());
     }
-    for volume in spec
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for volume in items(spec, "/volumes") {
         if volume.get("hostPath").is_some() {
             let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
             found.push(format!("hostPath volumes: volume {name:?}"));
         }
     }
-    for sysctl in spec
-        .pointer("/securityContext/sysctls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for sysctl in items(spec, "/securityContext/sysctls") {
         let name = text(sysctl, "/name").unwrap_or("");
         if !SAFE_SYSCTLS.contains(&name) {
             found.push(format!("sysctls: {name:?} is not a safe sysctl"));
@@ -186,23 +187,12 @@ fn baseline(spec: &Value, annotations: Option<&Value>, found: &mut Vec<String>) 
         if context.and_then(|c| flag(c, "/windowsOptions/hostProcess")) == Some(true) {
             found.push(format!("HostProcess: {at} hostProcess=true"));
         }
-        for added in context
-            .and_then(|c| c.pointer("/capabilities/add"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
+        for added in added_capabilities(context) {
             if !BASELINE_CAPABILITIES.contains(&added) {
                 found.push(format!("capabilities: {at} adds {added:?}"));
             }
         }
-        for port in container
-            .get("ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for port in items(container, "/ports") {
             if port
                 .get("hostPort")
                 .and_then(Value::as_i64)
@@ -249,12 +239,7 @@ fn baseline(spec: &Value, annotations: Option<&Value>, found: &mut Vec<String>) 
 }
 
 fn restricted(spec: &Value, found: &mut Vec<String>) {
-    for volume in spec
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for volume in items(spec, "/volumes") {
         let Some(map) = volume.as_object() else {
             continue;
         };
@@ -307,13 +292,7 @@ fn restricted(spec: &Value, found: &mut Vec<String>) {
         if !dropped_all {
             found.push(format!("capabilities: {at} must drop ALL"));
         }
-        for added in context
-            .and_then(|c| c.pointer("/capabilities/add"))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
+        for added in added_capabilities(context) {
             if added != "NET_BIND_SERVICE" {
                 found.push(format!(
                     "capabilities: {at} may add only NET_BIND_SERVICE, adds {added:?}"
