@@ -14,16 +14,18 @@ OPENAPI_SAMPLE_EVERY=16
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# libgit2 is built against the system OpenSSL; the tests start `git daemon`, and run
+# libgit2 (and libssh2) are built against the system OpenSSL; the tests start `git daemon` and `sshd`, and run
 # servers under `prlimit` and Prism under `setpriv`.
 missing=()
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev pkg-config)
 command -v git >/dev/null 2>&1 || missing+=(git)
 # prlimit (the open-file limit test) and setpriv (Prism run as the pod's user).
 { command -v prlimit && command -v setpriv; } >/dev/null 2>&1 || missing+=(util-linux)
+# sshd and ssh-keygen: git over ssh is tested against a real OpenSSH server on loopback.
+{ [ -x /usr/sbin/sshd ] && command -v ssh-keygen; } >/dev/null 2>&1 || missing+=(openssh-server openssh-client)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]}"
-  as_root apt-get update -qq && as_root apt-get install -y -qq "${missing[@]}"
+  as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
 mkdir -p "$TOOLS"

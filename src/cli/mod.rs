@@ -167,7 +167,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "METAHOOKS_DENY_SECRET_ENV")]
     pub deny_secret_env: bool,
     /// Let sources use this scheme besides https (http, git, file); repeatable.
-    #[arg(long = "allow-scheme", env = "METAHOOKS_ALLOW_SCHEME", value_delimiter = ',', value_parser = ["http", "git", "file"])]
+    #[arg(long = "allow-scheme", env = "METAHOOKS_ALLOW_SCHEME", value_delimiter = ',', value_parser = ["http", "git", "ssh", "file"])]
     pub allow_scheme: Vec<String>,
     /// Let sources reach loopback, private and link-local addresses (cloud metadata too).
     #[arg(long, env = "METAHOOKS_ALLOW_PRIVATE_ADDRESSES")]

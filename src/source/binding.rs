@@ -80,8 +80,9 @@ impl Binding {
         match self {
             Binding::Refused(why) => Err(why.clone()),
             Binding::Allowed(prefixes) => {
-                let parsed =
-                    url::Url::parse(url).map_err(|e| format!("the URL is not valid: {e}"))?;
+                let standard = super::policy::scp_to_url(url);
+                let parsed = url::Url::parse(standard.as_deref().unwrap_or(url))
+                    .map_err(|e| format!("the URL is not valid: {e}"))?;
                 if prefixes.iter().any(|prefix| prefix.covers(&parsed)) {
                     Ok(())
                 } else {
@@ -168,6 +169,16 @@ mod tests {
         ] {
             assert!(binding.check(url).is_err(), "{url} must not be covered");
         }
+    }
+
+    #[test]
+    fn scp_like_addresses_are_checked_as_the_ssh_urls_they_stand_for() {
+        let binding = allowed("ssh://github.com/team-a/");
+        assert_eq!(binding.check("git@github.com:team-a/app.git"), Ok(()));
+        assert_eq!(binding.check("ssh://git@github.com/team-a/app.git"), Ok(()));
+        assert!(binding.check("git@github.com:team-b/app.git").is_err());
+        assert!(binding.check("git@evil.test:team-a/app.git").is_err());
+        assert!(binding.check("https://github.com/team-a/app.git").is_err());
     }
 
     #[test]

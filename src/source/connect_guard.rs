@@ -14,8 +14,9 @@
 //!   itself (libgit2 is given the guard's address); it forwards each request to the
 //!   origin and reads each answer's head: a redirect within the origin is pointed back
 //!   at the guard, a redirect to another origin is refused.
-//! - git://: the guard stands in for the daemon and relays the bytes to the checked
-//!   address of the origin.
+//! - git:// and ssh://: the guard stands in for the server and relays the bytes to the
+//!   checked address of the origin (ssh is encrypted end to end; the host key is checked
+//!   against the original host name, see [`super::known_hosts`]).
 //!
 //! Every byte the remote sends is counted against the current [`Phase`]'s cap (the ref
 //! advertisement has its own, far below the pack's), and every connection is closed at
@@ -117,9 +118,11 @@ impl ConnectGuard {
     ) -> Result<ConnectGuard, FetchError> {
         let origin = Origin {
             host: bare_host(url.host_str().unwrap_or_default()).to_owned(),
-            port: url
-                .port_or_known_default()
-                .unwrap_or(if url.scheme() == "git" { 9418 } else { 443 }),
+            port: url.port_or_known_default().unwrap_or(match url.scheme() {
+                "git" => 9418,
+                "ssh" => 22,
+                _ => 443,
+            }),
         };
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .map_err(|e| FetchError::Other(format!("cannot start the connection guard: {e}")))?;
@@ -128,7 +131,7 @@ impl ConnectGuard {
             .map_err(|e| FetchError::Other(format!("cannot start the connection guard: {e}")))?;
         let mode = match url.scheme() {
             "http" => Mode::Stand,
-            "git" => Mode::Raw,
+            "git" | "ssh" => Mode::Raw,
             _ => Mode::Tunnel,
         };
         let shared = Arc::new(Shared {
@@ -156,16 +159,26 @@ impl ConnectGuard {
         })
     }
 
+    /// Where libgit2 reaches the guard.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
     /// The proxy URL to hand libgit2 (https fetches).
     pub fn proxy_url(&self) -> Option<String> {
         (self.shared.mode == Mode::Tunnel).then(|| format!("http://{}", self.address))
     }
 
     /// The URL libgit2 should fetch from: `url` itself for https, the same path on the
-    /// guard's address for http.
-    pub fn remote_url(&self, url: &url::Url) -> String {
+    /// guard's address for the others. An scp-like address (`raw`) keeps its relative
+    /// path in libgit2's bracketed form, `[user@127.0.0.1:port]:path`.
+    pub fn remote_url(&self, url: &url::Url, raw: &str) -> String {
         if self.shared.mode == Mode::Tunnel {
             return url.to_string();
+        }
+        if let Some(scp) = super::policy::ScpUrl::parse(raw) {
+            let user = scp.user.map(|u| format!("{u}@")).unwrap_or_default();
+            return format!("[{user}{}]:{}", self.address, scp.path);
         }
         let mut local = url.clone();
         let _ = local.set_ip_host(self.address.ip());

@@ -5,17 +5,19 @@
 //! the commit's tree, never from a worktree, so nothing outside the repository can be
 //! reached, and symbolic links are refused rather than followed.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use git2::{
-    AutotagOption, Cred, Direction, ErrorClass, ErrorCode, FetchOptions, ObjectType, Oid,
-    ProxyOptions, RemoteCallbacks, Repository, TreeWalkMode, TreeWalkResult,
+    AutotagOption, CertificateCheckStatus, Cred, CredentialType, Direction, ErrorClass, ErrorCode,
+    FetchOptions, ObjectType, Oid, ProxyOptions, RemoteCallbacks, Repository, TreeWalkMode,
+    TreeWalkResult,
 };
 
 use super::connect_guard::{ConnectGuard, Phase};
+use super::known_hosts::KnownHosts;
 use super::policy::{Policy, check_repo_path};
 use super::{Content, Credentials, FetchError, Snapshot};
 
@@ -101,10 +103,12 @@ pub fn fetch(
         credentials.check_url(raw_url)?;
     }
     policy.check_host(&parsed)?;
+    let trust = SshTrust::for_url(&parsed, raw_url, credentials)?;
     set_network_timeouts();
     let dir = dir.to_owned();
     let repo = open_or_init(&dir, raw_url)?;
-    let session = Session::connect(&parsed, raw_url, credentials, policy, deadline)?;
+    let session = Session::connect(&parsed, raw_url, credentials, trust, policy, deadline)?;
+    session.teach_libssh2(&dir);
     let (commit, display_ref, remote_ref) = {
         session.enter(Phase::Refs);
         let heads = session.list_heads(&repo)?;
@@ -148,6 +152,44 @@ fn commit_in(repo: &Repository, commit: Oid) -> Result<Option<String>, FetchErro
     }
 }
 
+/// What an ssh fetch trusts: the Secret's known_hosts, for the host and port the URL
+/// names (not the guard's loopback address libgit2 connects to).
+struct SshTrust {
+    known: KnownHosts,
+    host: String,
+    port: u16,
+    secret: String,
+}
+
+impl SshTrust {
+    /// None for other schemes; for ssh, the Secret's known_hosts or why there is none.
+    fn for_url(
+        parsed: &url::Url,
+        raw_url: &str,
+        credentials: Option<&Credentials>,
+    ) -> Result<Option<SshTrust>, FetchError> {
+        if parsed.scheme() != "ssh" {
+            return Ok(None);
+        }
+        let shown = super::redact_url(raw_url);
+        let Some((credentials, text)) =
+            credentials.and_then(|c| c.known_hosts.as_deref().map(|text| (c, text)))
+        else {
+            return Err(FetchError::KnownHostsMissing { url: shown });
+        };
+        let known = KnownHosts::parse(text).map_err(|detail| FetchError::HostKeyMismatch {
+            url: shown.clone(),
+            detail: format!("Secret {:?}: {detail}", credentials.secret),
+        })?;
+        Ok(Some(SshTrust {
+            known,
+            host: parsed.host_str().unwrap_or_default().to_owned(),
+            port: parsed.port().unwrap_or(22),
+            secret: credentials.secret.clone(),
+        }))
+    }
+}
+
 /// One fetch's way to the remote: the URL libgit2 is given (through the connect guard
 /// for every network scheme), credentials and bounds.
 struct Session<'a> {
@@ -156,6 +198,7 @@ struct Session<'a> {
     remote_url: String,
     guard: Option<ConnectGuard>,
     credentials: Option<&'a Credentials>,
+    ssh: Option<SshTrust>,
     policy: &'a Policy,
     deadline: Instant,
     outcome: Outcome,
@@ -166,13 +209,14 @@ impl<'a> Session<'a> {
         parsed: &url::Url,
         raw_url: &str,
         credentials: Option<&'a Credentials>,
+        ssh: Option<SshTrust>,
         policy: &'a Policy,
         deadline: Instant,
     ) -> Result<Session<'a>, FetchError> {
         // Every connection libgit2 makes (redirects included) goes through a guard that
         // connects only to checked addresses and counts what the remote sends.
         let guard = match parsed.scheme() {
-            "http" | "https" | "git" => Some(ConnectGuard::start(
+            "http" | "https" | "git" | "ssh" => Some(ConnectGuard::start(
                 policy,
                 parsed,
                 credentials.is_some(),
@@ -181,7 +225,7 @@ impl<'a> Session<'a> {
             _ => None,
         };
         let remote_url = match &guard {
-            Some(guard) => guard.remote_url(parsed),
+            Some(guard) => guard.remote_url(parsed, raw_url),
             None => raw_url.to_owned(),
         };
         Ok(Session {
@@ -189,10 +233,31 @@ impl<'a> Session<'a> {
             remote_url,
             guard,
             credentials,
+            ssh,
             policy,
             deadline,
             outcome: Outcome::default(),
         })
+    }
+
+    /// libssh2 asks the server for the host-key types it finds in `~/.ssh/known_hosts`
+    /// for the address it connects to (the guard's). A worker's HOME is a folder of its
+    /// repository's own ([`worker_home`]); the trusted keys are written there under the
+    /// guard's address, so a server with several keys shows one the Secret lists. Who
+    /// decides trust is still the certificate callback, against the original host name.
+    fn teach_libssh2(&self, repo_dir: &Path) {
+        let (Some(trust), Some(guard)) = (&self.ssh, &self.guard) else {
+            return;
+        };
+        let home = worker_home(repo_dir);
+        if std::env::var_os("HOME").map(PathBuf::from) != Some(home.clone()) {
+            return; // not in a worker (the engine's in-process tests): leave HOME alone
+        }
+        let alias = format!("[{}]:{}", guard.address().ip(), guard.address().port());
+        let lines = trust.known.lines_for(&trust.host, trust.port, &alias);
+        let ssh_dir = home.join(".ssh");
+        let _ = std::fs::create_dir_all(&ssh_dir)
+            .and_then(|()| std::fs::write(ssh_dir.join("known_hosts"), lines));
     }
 
     fn enter(&self, phase: Phase) {
@@ -227,16 +292,7 @@ impl<'a> Session<'a> {
             .remote_anonymous(&self.remote_url)
             .map_err(|e| self.fail(e))?;
         let connection = remote
-            .connect_auth(
-                Direction::Fetch,
-                Some(callbacks(
-                    self.credentials,
-                    self.deadline,
-                    self.policy,
-                    &self.outcome,
-                )),
-                Some(self.proxy()),
-            )
+            .connect_auth(Direction::Fetch, Some(callbacks(self)), Some(self.proxy()))
             .map_err(|e| self.fail(e))?;
         let heads = connection
             .list()
@@ -265,12 +321,7 @@ impl<'a> Session<'a> {
             .remote_anonymous(&self.remote_url)
             .map_err(|e| self.fail(e))?;
         let mut options = FetchOptions::new();
-        options.remote_callbacks(callbacks(
-            self.credentials,
-            self.deadline,
-            self.policy,
-            &self.outcome,
-        ));
+        options.remote_callbacks(callbacks(self));
         options.proxy_options(self.proxy());
         options.download_tags(AutotagOption::None);
         let refspec = match remote_ref {
@@ -413,15 +464,50 @@ struct Outcome {
     timed_out: Cell<bool>,
     /// Our credentials were offered and the server still asked again.
     auth_rejected: Cell<bool>,
+    /// Why the ssh host key was not trusted.
+    distrust: RefCell<Option<String>>,
 }
 
-fn callbacks<'a>(
-    credentials: Option<&'a Credentials>,
-    deadline: Instant,
-    policy: &'a Policy,
-    outcome: &'a Outcome,
-) -> RemoteCallbacks<'a> {
+/// The folder a git worker gets as HOME: inside its repository's cache folder, so no
+/// user's `~/.gitconfig` or `~/.ssh` is ever read, and what is written there is this
+/// repository's alone.
+pub fn worker_home(repo_dir: &Path) -> PathBuf {
+    repo_dir.join("metahooks-home")
+}
+
+fn callbacks<'a>(session: &'a Session<'a>) -> RemoteCallbacks<'a> {
+    let (credentials, deadline, policy, outcome) = (
+        session.credentials,
+        session.deadline,
+        session.policy,
+        &session.outcome,
+    );
     let mut callbacks = RemoteCallbacks::new();
+    let ssh = session.ssh.as_ref();
+    callbacks.certificate_check(move |cert, _| {
+        // https: libgit2's own verification decides (TLS is end to end).
+        let Some(trust) = ssh else {
+            return Ok(CertificateCheckStatus::CertificatePassthrough);
+        };
+        let verdict = match cert.as_hostkey().and_then(|key| key.hostkey()) {
+            Some(key) => trust
+                .known
+                .check(&trust.host, trust.port, key)
+                .map_err(|distrust| distrust.explain(&trust.host, trust.port, &trust.secret)),
+            None => Err("the server's host key could not be read".to_owned()),
+        };
+        match verdict {
+            Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
+            Err(why) => {
+                outcome.distrust.replace(Some(why));
+                Err(git2::Error::new(
+                    ErrorCode::Certificate,
+                    ErrorClass::Ssh,
+                    "host key not trusted",
+                ))
+            }
+        }
+    });
     let limit = policy.limits.download_bytes;
     callbacks.transfer_progress(move |progress| {
         let received = u64::try_from(progress.received_bytes()).unwrap_or(u64::MAX);
@@ -438,24 +524,61 @@ fn callbacks<'a>(
     });
     // libgit2 asks again after every rejection; offering once per connection avoids a loop.
     let attempts = Cell::new(0_u32);
-    callbacks.credentials(move |_url, _user, _allowed| {
-        attempts.set(attempts.get() + 1);
-        match credentials.and_then(Credentials::userpass) {
-            Some((user, secret)) if attempts.get() == 1 => Cred::userpass_plaintext(&user, &secret),
-            _ => {
-                outcome.auth_rejected.set(true);
-                Err(git2::Error::new(
-                    ErrorCode::Auth,
-                    ErrorClass::Http,
-                    "authentication failed",
-                ))
-            }
+    callbacks.credentials(move |_url, user_from_url, allowed| {
+        let user = user_from_url.unwrap_or("git");
+        if allowed.contains(CredentialType::USERNAME) {
+            return Cred::username(user);
         }
+        attempts.set(attempts.get() + 1);
+        let offered = match credentials {
+            Some(credentials) if attempts.get() == 1 => offer(credentials, user, allowed),
+            _ => None,
+        };
+        offered.unwrap_or_else(|| {
+            outcome.auth_rejected.set(true);
+            Err(git2::Error::new(
+                ErrorCode::Auth,
+                ErrorClass::Http,
+                "authentication failed",
+            ))
+        })
     });
     callbacks
 }
 
+/// The credential the server's `allowed` kinds take: an SSH key (ssh), else user and
+/// password (https, or ssh password authentication).
+fn offer(
+    credentials: &Credentials,
+    user: &str,
+    allowed: CredentialType,
+) -> Option<Result<Cred, git2::Error>> {
+    if allowed.contains(CredentialType::SSH_KEY)
+        && let Some(identity) = &credentials.identity
+    {
+        // Secret values lose their trailing newline when read; PEM parsers want it back.
+        let key = format!("{}\n", identity.trim_end());
+        return Some(Cred::ssh_key_from_memory(
+            user,
+            None,
+            &key,
+            credentials.password.as_deref(),
+        ));
+    }
+    if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) {
+        let (user, secret) = credentials.userpass()?;
+        return Some(Cred::userpass_plaintext(&user, &secret));
+    }
+    None
+}
+
 fn map_error(error: git2::Error, url: &str, outcome: &Outcome, policy: &Policy) -> FetchError {
+    if let Some(detail) = outcome.distrust.borrow().clone() {
+        return FetchError::HostKeyMismatch {
+            url: url.to_owned(),
+            detail,
+        };
+    }
     if outcome.too_large.get() {
         return FetchError::TooLarge {
             what: format!("the download from {url}"),
@@ -480,6 +603,12 @@ fn map_error(error: git2::Error, url: &str, outcome: &Outcome, policy: &Policy) 
         return FetchError::MemoryLimit {
             url: url.to_owned(),
             limit_mib: 0,
+        };
+    }
+    if error.class() == ErrorClass::Ssh && message.contains("private key") {
+        return FetchError::IdentityInvalid {
+            url: url.to_owned(),
+            detail: message,
         };
     }
     if error.code() == ErrorCode::Auth

@@ -17,6 +17,7 @@ pub mod fake;
 pub mod fetcher;
 pub mod git;
 pub mod http;
+pub mod known_hosts;
 pub mod policy;
 pub mod slots;
 pub mod worker;
@@ -68,6 +69,13 @@ pub struct Credentials {
     pub password: Option<String>,
     /// A token, sent as the password of a conventional user or as a bearer token.
     pub token: Option<String>,
+    /// An SSH private key (Flux's `identity`); `password` unlocks it when encrypted.
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// The host keys SSH trusts (Flux's `known_hosts`): required for ssh, no trust on
+    /// first use.
+    #[serde(default)]
+    pub known_hosts: Option<String>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -85,6 +93,8 @@ impl Default for Credentials {
             username: None,
             password: None,
             token: None,
+            identity: None,
+            known_hosts: None,
         }
     }
 }
@@ -115,7 +125,13 @@ impl Credentials {
     /// process).
     pub fn fingerprint_with(&self, key: &[u8; 32]) -> String {
         let mut hasher = blake3::Hasher::new_keyed(key);
-        for part in [&self.username, &self.password, &self.token] {
+        for part in [
+            &self.username,
+            &self.password,
+            &self.token,
+            &self.identity,
+            &self.known_hosts,
+        ] {
             match part {
                 Some(text) => {
                     hasher.update(&(text.len() as u64).to_le_bytes());
@@ -313,6 +329,18 @@ pub enum FetchError {
     },
     #[error("authentication failed for {url}")]
     AuthFailed { url: String },
+    #[error(
+        "{url} is reached over ssh, which needs a Secret (secretRef) with `identity` and `known_hosts`: host keys are never trusted on first use"
+    )]
+    KnownHostsMissing { url: String },
+    #[error(
+        "the ssh key in `identity` could not be used for {url} (a wrong `password` for an encrypted key, or a key format libssh2 does not read): {detail}"
+    )]
+    IdentityInvalid { url: String, detail: String },
+    #[error("the host key of {url} is not trusted: {detail}")]
+    HostKeyMismatch { url: String, detail: String },
+    #[error("the TLS certificate of {url} is not valid: {detail}")]
+    CertificateInvalid { url: String, detail: String },
     #[error("ref {reference:?} does not exist in {url}")]
     RefNotFound { url: String, reference: String },
     #[error("path {path:?} does not exist at {revision}")]
@@ -362,6 +390,10 @@ impl FetchError {
             FetchError::HostRefused { .. } => "HostRefused",
             FetchError::CredentialsNotAllowed { .. } => "CredentialsNotAllowed",
             FetchError::AuthFailed { .. } => "AuthFailed",
+            FetchError::KnownHostsMissing { .. } => "KnownHostsMissing",
+            FetchError::HostKeyMismatch { .. } => "HostKeyMismatch",
+            FetchError::IdentityInvalid { .. } => "IdentityInvalid",
+            FetchError::CertificateInvalid { .. } => "CertificateInvalid",
             FetchError::RefNotFound { .. } => "RefNotFound",
             FetchError::PathNotFound { .. } => "PathNotFound",
             FetchError::PathRefused { .. } => "PathRefused",

@@ -50,24 +50,19 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Parses and checks a URL's scheme; scp-style `user@host:path` is ssh and refused.
+    /// Parses and checks a URL's scheme. scp-like `user@host:path` is read as the ssh
+    /// URL it stands for ([`scp_to_url`]).
     pub fn check_url(&self, raw: &str) -> Result<url::Url, FetchError> {
-        let parsed = url::Url::parse(raw).map_err(|e| {
-            let looks_like_scp = raw.contains('@') && raw.contains(':') && !raw.contains("://");
-            if looks_like_scp {
-                FetchError::SchemeRefused {
-                    scheme: "ssh".to_owned(),
-                }
-            } else {
-                FetchError::InvalidUrl {
-                    url: raw.to_owned(),
-                    problem: e.to_string(),
-                }
-            }
+        let standard = scp_to_url(raw);
+        let text = standard.as_deref().unwrap_or(raw);
+        let parsed = url::Url::parse(text).map_err(|e| FetchError::InvalidUrl {
+            url: raw.to_owned(),
+            problem: e.to_string(),
         })?;
         let scheme = parsed.scheme();
         let allowed = scheme == "https"
-            || (matches!(scheme, "http" | "git" | "file") && self.extra_schemes.contains(scheme));
+            || (matches!(scheme, "http" | "git" | "ssh" | "file")
+                && self.extra_schemes.contains(scheme));
         if !allowed {
             return Err(FetchError::SchemeRefused {
                 scheme: scheme.to_owned(),
@@ -77,6 +72,12 @@ impl Policy {
             return Err(FetchError::InvalidUrl {
                 url: raw.to_owned(),
                 problem: "it has no host".to_owned(),
+            });
+        }
+        if scheme == "ssh" && parsed.password().is_some() {
+            return Err(FetchError::InvalidUrl {
+                url: super::redact_url(raw),
+                problem: "an ssh URL carries no password; put credentials in the Secret".to_owned(),
             });
         }
         Ok(parsed)
@@ -121,6 +122,50 @@ impl Policy {
         }
         Ok(())
     }
+}
+
+/// scp-like syntax, as git reads it: `[user@]host:path` with no `://` and no `/` before
+/// the first `:`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScpUrl<'a> {
+    /// The user before `@`, if any.
+    pub user: Option<&'a str>,
+    /// The host.
+    pub host: &'a str,
+    /// The path as the server reads it: relative to the login's home unless it starts
+    /// with `/`.
+    pub path: &'a str,
+}
+
+impl<'a> ScpUrl<'a> {
+    /// `raw` as scp-like syntax, if it is that.
+    pub fn parse(raw: &'a str) -> Option<ScpUrl<'a>> {
+        if raw.contains("://") {
+            return None;
+        }
+        let (authority, path) = raw.split_once(':')?;
+        if authority.contains('/') || authority.is_empty() || path.is_empty() {
+            return None;
+        }
+        let (user, host) = match authority.rsplit_once('@') {
+            Some((user, host)) => (Some(user), host),
+            None => (None, authority),
+        };
+        if host.is_empty() || host.contains(['[', ']']) || user.is_some_and(str::is_empty) {
+            return None;
+        }
+        Some(ScpUrl { user, host, path })
+    }
+}
+
+/// The `ssh://` URL an scp-like address stands for (`git@github.com:org/repo.git` →
+/// `ssh://git@github.com/org/repo.git`), so that address and Secret-binding checks see
+/// one form; None when `raw` is not scp-like.
+pub fn scp_to_url(raw: &str) -> Option<String> {
+    let scp = ScpUrl::parse(raw)?;
+    let user = scp.user.map(|u| format!("{u}@")).unwrap_or_default();
+    let slash = if scp.path.starts_with('/') { "" } else { "/" };
+    Some(format!("ssh://{user}{}{slash}{}", scp.host, scp.path))
 }
 
 /// Special-purpose IPv4 ranges no source may reach, after the IANA IPv4 Special-Purpose
@@ -255,12 +300,54 @@ mod tests {
                 .reason(),
             "SchemeRefused"
         );
+        let ssh = Policy {
+            extra_schemes: ["ssh".to_owned()].into(),
+            ..Policy::default()
+        };
+        let scp = ssh.check_url("git@github.com:org/repo.git").unwrap();
+        assert_eq!(scp.as_str(), "ssh://git@github.com/org/repo.git");
+        assert_eq!(
+            ssh.check_url("ssh://git@example.com:2222/x")
+                .unwrap()
+                .port(),
+            Some(2222)
+        );
+        assert_eq!(
+            ssh.check_url("ssh://git:hunter2@example.com/x")
+                .unwrap_err()
+                .reason(),
+            "InvalidURL"
+        );
         let loose = Policy {
             extra_schemes: ["git".to_owned()].into(),
             ..Policy::default()
         };
         assert!(loose.check_url("git://127.0.0.1/x").is_ok());
         assert!(loose.check_url("http://127.0.0.1/x").is_err());
+    }
+
+    #[test]
+    fn scp_like_addresses_are_read_as_git_reads_them() {
+        let scp = ScpUrl::parse("git@github.com:org/repo.git").unwrap();
+        assert_eq!(
+            (scp.user, scp.host, scp.path),
+            (Some("git"), "github.com", "org/repo.git")
+        );
+        assert_eq!(
+            scp_to_url("host:/srv/repo.git").as_deref(),
+            Some("ssh://host/srv/repo.git")
+        );
+        for not_scp in [
+            "https://example.com/x",
+            "./local:path",
+            "dir/with:colon",
+            "host:",
+            ":path",
+            "@host:path",
+            "[::1]:path",
+        ] {
+            assert_eq!(ScpUrl::parse(not_scp), None, "{not_scp}");
+        }
     }
 
     #[test]

@@ -28,3 +28,4 @@ mod process;
 mod protocol_fixtures;
 mod source_boundary;
 mod source_hardening;
+mod source_ssh;

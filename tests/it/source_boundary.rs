@@ -567,7 +567,7 @@ async fn a_commit_one_token_may_read_is_never_served_to_another() {
             binding: metahooks::source::binding::Binding::read("creds", None, Some(&url)),
             username: Some(user.to_owned()),
             password: Some(password.to_owned()),
-            token: None,
+            ..metahooks::source::Credentials::default()
         }),
     };
     let a = settled(&fetcher, &with("team-a", "a-token", "hidden")).await;

@@ -174,7 +174,8 @@ impl DefinitionFrom {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GitDefinition {
-    /// Repository URL (https).
+    /// Repository URL: https, or ssh (`ssh://user@host/path`, `user@host:path`) where
+    /// the server allows it.
     pub url: String,
     /// Branch, tag or commit; the remote's HEAD when unset.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
@@ -187,7 +188,8 @@ pub struct GitDefinition {
     /// openapi.yaml, openapi.yml, openapi.json, swagger.yaml, swagger.yml, swagger.json.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
-    /// Secret with `username`/`password` or `token`.
+    /// Secret with `username`/`password` or `token` (https), or `identity` and
+    /// `known_hosts` (ssh; `password` unlocks an encrypted key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
 }

@@ -1,4 +1,6 @@
-//! Source credentials from a Secret that the customize hook asked Metacontroller for.
+//! Source credentials from a Secret that the customize hook asked Metacontroller for,
+//! in Flux's key names so teams can reuse their Secrets: `username`/`password` or
+//! `token` for https, `identity` (+ `password` when encrypted) and `known_hosts` for ssh.
 
 use base64::Engine;
 use serde_json::Value;
@@ -6,11 +8,11 @@ use serde_json::Value;
 use crate::protocol::ObjectMap;
 use crate::source::Credentials;
 use crate::source::binding::{ALLOWED_URLS, Binding};
+use crate::source::known_hosts::KnownHosts;
 
 use super::problem::Problem;
 
-/// `username`/`password` or `token` from the related Secret `name` in `namespace` (the
-/// parent's). Metacontroller may send related objects from other namespaces; a Secret of
+/// The credentials in the related Secret `name` in `namespace` (the parent's). Metacontroller may send related objects from other namespaces; a Secret of
 /// the same name there is never used.
 pub fn credentials(
     related: &ObjectMap,
@@ -42,14 +44,26 @@ pub fn credentials(
         username: field(object, "username"),
         password: field(object, "password"),
         token: field(object, "token"),
+        identity: field(object, "identity"),
+        known_hosts: field(object, "known_hosts"),
     };
-    match credentials.userpass() {
-        Some(_) => Ok(credentials),
-        None => Err(Problem::new(
+    if let Some(known_hosts) = &credentials.known_hosts
+        && let Err(problem) = KnownHosts::parse(known_hosts)
+    {
+        return Err(Problem::new(
             "SecretInvalid",
-            format!("Secret {name:?} needs `username` and `password`, or `token`"),
-        )),
+            format!("Secret {name:?}: {problem}"),
+        ));
     }
+    if credentials.userpass().is_none() && credentials.identity.is_none() {
+        return Err(Problem::new(
+            "SecretInvalid",
+            format!(
+                "Secret {name:?} needs `username` and `password`, or `token` (https), or `identity` and `known_hosts` (ssh)"
+            ),
+        ));
+    }
+    Ok(credentials)
 }
 
 /// A Secret value; `stringData` only appears in objects that never reached the API

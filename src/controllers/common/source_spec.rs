@@ -14,7 +14,8 @@ use crate::source::{Credentials, Location, SourceRequest};
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
-    /// Repository URL (https).
+    /// Repository URL: https, or ssh (`ssh://user@host/path`, `user@host:path`) where
+    /// the server allows it.
     pub url: String,
     /// Branch, tag or commit; the remote's HEAD when unset.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
@@ -22,7 +23,8 @@ pub struct GitSource {
     /// File or directory inside the repository (default: the root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// Secret with `username`/`password` or `token`.
+    /// Secret with `username`/`password` or `token` (https), or `identity` and
+    /// `known_hosts` (ssh; `password` unlocks an encrypted key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
 }

@@ -133,8 +133,9 @@ async fn in_worker(program: &PathBuf, job: &GitJob) -> Result<GitOutcome, FetchE
     command
         .arg(SUBCOMMAND)
         .env_clear()
-        // libgit2 reads ~/.gitconfig (proxies, URL rewrites): give it none.
-        .env("HOME", "/nonexistent")
+        // libgit2 reads ~/.gitconfig (proxies, URL rewrites) and ~/.ssh: give it a home
+        // of the repository's own, holding nothing but what the job writes there.
+        .env("HOME", crate::source::git::worker_home(&job.repo_dir))
         // mimalloc reserves 1 GiB of address space up front by default, which would
         // leave nothing of the address-space limit; allocate from the OS as needed.
         .env("MIMALLOC_ARENA_RESERVE", "0")

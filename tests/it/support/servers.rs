@@ -319,3 +319,147 @@ pub async fn serve_git_http_per_user(users: Vec<(&'static str, &'static str, Pat
     tokio::spawn(async move { axum::serve(listener, app).await });
     port
 }
+
+/// OpenSSH's `sshd` on a loopback port, serving the repository's root to one client key
+/// (git runs `git-upload-pack` through the login shell, as on any git host).
+pub struct SshServer {
+    pub port: u16,
+    /// The client's private key (OpenSSH format), as a Secret's `identity` holds it.
+    pub identity: String,
+    /// `known_hosts` lines for this server's host keys, under `[127.0.0.1]:port`.
+    pub known_hosts: String,
+    /// The login the client key is authorised for.
+    pub user: String,
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+fn keygen(path: &Path, key_type: &str, passphrase: &str) {
+    let output = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            key_type,
+            "-N",
+            passphrase,
+            "-C",
+            "metahooks-test",
+            "-f",
+        ])
+        .arg(path)
+        .output()
+        .expect("ssh-keygen runs");
+    assert!(
+        output.status.success(),
+        "ssh-keygen: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Where sshd is, or None (then the caller skips, unless oracles are required).
+pub fn sshd_program() -> Option<PathBuf> {
+    let found = ["/usr/sbin/sshd", "/usr/bin/sshd"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("METAHOOKS_REQUIRE_ORACLES").is_none(),
+            "sshd (openssh-server) is required: scripts/test.sh installs it"
+        );
+    }
+    found
+}
+
+impl SshServer {
+    /// Starts sshd with ed25519 and ecdsa host keys; the client key is `client_key_type`,
+    /// encrypted with `passphrase` unless it is empty.
+    pub fn start(program: &Path, client_key_type: &str, passphrase: &str) -> SshServer {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        keygen(&path("host_ed25519"), "ed25519", "");
+        keygen(&path("host_ecdsa"), "ecdsa", "");
+        keygen(&path("client"), client_key_type, passphrase);
+        std::fs::copy(path("client.pub"), path("authorized_keys")).unwrap();
+        let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_owned();
+        let port = free_port();
+        // The repository is reached by absolute path; the login's shell runs git.
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nHostKey {}\nAuthorizedKeysFile {}\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+             PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile none\n\
+             AllowUsers {user}\nLogLevel ERROR\n",
+            path("host_ed25519").display(),
+            path("host_ecdsa").display(),
+            path("authorized_keys").display(),
+        );
+        std::fs::write(path("sshd_config"), config).unwrap();
+        // sshd run as root wants its privilege-separation directory.
+        let _ = std::fs::create_dir_all("/run/sshd");
+        let child = Command::new(program)
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(path("sshd_config"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sshd starts");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "sshd did not start listening on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let alias = format!("[127.0.0.1]:{port}");
+        let known_hosts = ["host_ed25519.pub", "host_ecdsa.pub"]
+            .iter()
+            .map(|name| {
+                let public = std::fs::read_to_string(path(name)).unwrap();
+                let mut fields = public.split_whitespace();
+                let (key_type, key) = (fields.next().unwrap(), fields.next().unwrap());
+                format!("{alias} {key_type} {key}\n")
+            })
+            .collect();
+        SshServer {
+            port,
+            identity: std::fs::read_to_string(path("client")).unwrap(),
+            known_hosts,
+            user,
+            dir,
+            child,
+        }
+    }
+
+    /// `ssh://user@127.0.0.1:port/<bare repository path>`.
+    pub fn url(&self, repo: &Repo) -> String {
+        format!(
+            "ssh://{}@127.0.0.1:{}{}",
+            self.user,
+            self.port,
+            repo.bare().display()
+        )
+    }
+
+    /// A `known_hosts` line for a key this server does not hold.
+    pub fn stranger_known_hosts(&self) -> String {
+        let other = self.dir.path().join("stranger");
+        keygen(&other, "ed25519", "");
+        let public = std::fs::read_to_string(other.with_extension("pub")).unwrap();
+        let mut fields = public.split_whitespace();
+        let (key_type, key) = (fields.next().unwrap(), fields.next().unwrap());
+        format!("[127.0.0.1]:{} {key_type} {key}\n", self.port)
+    }
+}
+
+impl Drop for SshServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
