@@ -132,6 +132,7 @@ fn bench(c: &mut Criterion) {
             &url,
             Some("main"),
             None,
+            None,
             &policy,
             metahooks::source::git::deadline(&policy),
         )

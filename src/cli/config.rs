@@ -115,6 +115,12 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         extra_schemes: args.allow_scheme.iter().cloned().collect(),
         allow_private_addresses: args.allow_private_addresses,
         limits: SourceLimits::default(),
+        source_ca_pem: args
+            .source_ca_file
+            .as_deref()
+            .map(crate::source::tls::read_ca_file)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
     };
     let cache_dir = args
         .cache_dir

@@ -169,6 +169,10 @@ pub struct ControllerArgs {
     /// Let sources use this scheme besides https (http, git, file); repeatable.
     #[arg(long = "allow-scheme", env = "METAHOOKS_ALLOW_SCHEME", value_delimiter = ',', value_parser = ["http", "git", "ssh", "file"])]
     pub allow_scheme: Vec<String>,
+    /// CA certificates (PEM) every https source trusts besides the public web roots, for
+    /// git and HTTP sources alike.
+    #[arg(long, env = "METAHOOKS_SOURCE_CA_FILE", value_name = "PEM")]
+    pub source_ca_file: Option<std::path::PathBuf>,
     /// Let sources reach loopback, private and link-local addresses (cloud metadata too).
     #[arg(long, env = "METAHOOKS_ALLOW_PRIVATE_ADDRESSES")]
     pub allow_private_addresses: bool,

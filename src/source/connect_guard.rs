@@ -5,15 +5,14 @@
 //! name could resolve to a public address when checked and to a private one when libgit2
 //! connects (DNS rebinding), and a redirect could carry a user's token to another port or
 //! host. The guard resolves each destination once, checks every address against the
-//! policy, connects to the address it checked, and refuses another origin when
-//! credentials are in play. Environment proxies are never used.
+//! policy, connects to the address it checked, and refuses redirects to another origin.
+//! Environment proxies are never used.
 //!
-//! - https: libgit2 is told to use the guard as its proxy, so every connection, a
-//!   redirected one included, starts with `CONNECT host:port`.
-//! - http: libgit2 ignores proxies for plain http, so the guard stands in for the origin
-//!   itself (libgit2 is given the guard's address); it forwards each request to the
-//!   origin and reads each answer's head: a redirect within the origin is pointed back
-//!   at the guard, a redirect to another origin is refused.
+//! - http and https: the guard stands in for the origin itself (libgit2 is given the
+//!   guard's address, over plain http on loopback); it forwards each request to the
+//!   origin, speaking TLS to it for https (rustls, with the source's CAs and client
+//!   certificate, [`super::tls`]), and reads each answer's head: a redirect within the
+//!   origin is pointed back at the guard, a redirect to another origin is refused.
 //! - git:// and ssh://: the guard stands in for the server and relays the bytes to the
 //!   checked address of the origin (ssh is encrypted end to end; the host key is checked
 //!   against the original host name, see [`super::known_hosts`]).
@@ -43,12 +42,14 @@ pub struct ConnectGuard {
     accept: Option<JoinHandle<()>>,
 }
 
+/// Longest request body the guard reads from libgit2 before forwarding it (the
+/// negotiation of a fetch: `want` and `have` lines).
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
 /// How libgit2 reaches the guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// As its proxy (https): `CONNECT host:port`, then TLS end to end.
-    Tunnel,
-    /// As the server itself (http): origin-form requests relayed to the origin.
+    /// As the server itself (http, https): origin-form requests relayed to the origin.
     Stand,
     /// As the daemon itself (git://): bytes relayed to the origin as they are.
     Raw,
@@ -66,11 +67,11 @@ pub enum Phase {
 struct Shared {
     policy: Policy,
     mode: Mode,
+    /// TLS to the origin (https).
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// The guard's own address (where redirects within the origin are pointed).
     address: SocketAddr,
     origin: Origin,
-    /// Credentials are offered on this fetch: no connection may leave the origin.
-    credentials: bool,
     deadline: Instant,
     stop: AtomicBool,
     refusal: Mutex<Option<FetchError>>,
@@ -105,17 +106,24 @@ impl std::fmt::Display for Origin {
 }
 
 impl ConnectGuard {
-    /// Starts a guard for a fetch of `url` (http, https or git) that must end by
-    /// `deadline`.
+    /// Starts a guard for a fetch of `url` (http, https, git or ssh) that must end by
+    /// `deadline`; `tls` is how it speaks to an https origin.
     ///
     /// # Errors
-    /// [`FetchError::Other`] when no loopback port can be had.
+    /// [`FetchError::Other`] when no loopback port can be had, or an https URL comes
+    /// without TLS settings.
     pub fn start(
         policy: &Policy,
         url: &url::Url,
-        credentials: bool,
         deadline: Instant,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<ConnectGuard, FetchError> {
+        let tls = match url.scheme() {
+            "https" => Some(tls.ok_or_else(|| {
+                FetchError::Other("an https fetch needs TLS settings".to_owned())
+            })?),
+            _ => None,
+        };
         let origin = Origin {
             host: bare_host(url.host_str().unwrap_or_default()).to_owned(),
             port: url.port_or_known_default().unwrap_or(match url.scheme() {
@@ -130,16 +138,15 @@ impl ConnectGuard {
             .local_addr()
             .map_err(|e| FetchError::Other(format!("cannot start the connection guard: {e}")))?;
         let mode = match url.scheme() {
-            "http" => Mode::Stand,
             "git" | "ssh" => Mode::Raw,
-            _ => Mode::Tunnel,
+            _ => Mode::Stand,
         };
         let shared = Arc::new(Shared {
             policy: policy.clone(),
             mode,
+            tls,
             address,
             origin,
-            credentials,
             deadline,
             stop: AtomicBool::new(false),
             refusal: Mutex::new(None),
@@ -164,23 +171,18 @@ impl ConnectGuard {
         self.address
     }
 
-    /// The proxy URL to hand libgit2 (https fetches).
-    pub fn proxy_url(&self) -> Option<String> {
-        (self.shared.mode == Mode::Tunnel).then(|| format!("http://{}", self.address))
-    }
-
-    /// The URL libgit2 should fetch from: `url` itself for https, the same path on the
-    /// guard's address for the others. An scp-like address (`raw`) keeps its relative
-    /// path in libgit2's bracketed form, `[user@127.0.0.1:port]:path`.
+    /// The URL libgit2 should fetch from: the same path on the guard's address (plain
+    /// http for an https origin: the guard speaks TLS). An scp-like address (`raw`)
+    /// keeps its relative path in libgit2's bracketed form, `[user@127.0.0.1:port]:path`.
     pub fn remote_url(&self, url: &url::Url, raw: &str) -> String {
-        if self.shared.mode == Mode::Tunnel {
-            return url.to_string();
-        }
         if let Some(scp) = super::policy::ScpUrl::parse(raw) {
             let user = scp.user.map(|u| format!("{u}@")).unwrap_or_default();
             return format!("[{user}{}]:{}", self.address, scp.path);
         }
         let mut local = url.clone();
+        if local.scheme() == "https" {
+            let _ = local.set_scheme("http");
+        }
         let _ = local.set_ip_host(self.address.ip());
         let _ = local.set_port(Some(self.address.port()));
         local.to_string()
@@ -284,7 +286,7 @@ impl Shared {
     /// Copies what the remote sends to libgit2, counted, until either side closes, a cap
     /// is passed or the deadline comes. A read waits at most until the deadline, so a
     /// remote that trickles a byte at a time cannot stretch it.
-    fn copy_down(&self, upstream: &mut TcpStream, client: &mut TcpStream) -> io::Result<()> {
+    fn copy_down(&self, upstream: &mut Upstream, client: &mut TcpStream) -> io::Result<()> {
         let mut buffer = vec![0u8; 16 * 1024];
         loop {
             let left = self.deadline.saturating_duration_since(Instant::now());
@@ -338,15 +340,131 @@ impl Shared {
         for address in &addresses {
             self.policy.check_address(&target.host, address.ip())?;
         }
-        let first = addresses.first().ok_or_else(|| FetchError::Unreachable {
+        // Each checked address in turn (`localhost` is ::1 and 127.0.0.1; a server may
+        // listen on one).
+        let mut last = format!("{} has no addresses", target.host);
+        for address in &addresses {
+            let timeout = self.remaining().min(Duration::from_secs(10));
+            match TcpStream::connect_timeout(address, timeout) {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last = format!("{address}: {error}"),
+            }
+        }
+        Err(FetchError::Unreachable {
             url: target.to_string(),
-            detail: format!("{} has no addresses", target.host),
-        })?;
-        let timeout = self.remaining().min(Duration::from_secs(10));
-        TcpStream::connect_timeout(first, timeout).map_err(|e| FetchError::Unreachable {
-            url: target.to_string(),
-            detail: e.to_string(),
+            detail: last,
         })
+    }
+}
+
+impl Shared {
+    /// Connects to `target`'s checked address and, for https, completes the TLS
+    /// handshake (the server's certificate checked against the roots and the source's
+    /// CAs, for the origin's host name).
+    fn open(&self, target: &Origin) -> Result<Upstream, FetchError> {
+        let mut socket = self.connect(target)?;
+        let Some(config) = &self.tls else {
+            return Ok(Upstream::Plain(socket));
+        };
+        let name = rustls_pki_types::ServerName::try_from(target.host.clone()).map_err(|e| {
+            FetchError::InvalidUrl {
+                url: self.shown.clone(),
+                problem: format!("{} is not a TLS server name: {e}", target.host),
+            }
+        })?;
+        let mut connection = rustls::ClientConnection::new(config.clone(), name)
+            .map_err(|e| FetchError::Other(format!("cannot start TLS: {e}")))?;
+        let _ = socket.set_read_timeout(Some(self.remaining()));
+        let _ = socket.set_write_timeout(Some(self.remaining()));
+        while connection.is_handshaking() {
+            connection
+                .complete_io(&mut socket)
+                .map_err(|error| self.transport_error(&error))?;
+        }
+        Ok(Upstream::Tls(Box::new(rustls::StreamOwned::new(
+            connection, socket,
+        ))))
+    }
+
+    /// What a failed exchange with the origin was: a certificate problem in rustls'
+    /// words, the deadline, or the origin unreachable.
+    fn transport_error(&self, error: &io::Error) -> FetchError {
+        if let Some(detail) = super::tls::certificate_problem(error) {
+            return FetchError::CertificateInvalid {
+                url: self.shown.clone(),
+                detail,
+            };
+        }
+        if matches!(
+            error.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            return FetchError::Timeout {
+                url: self.shown.clone(),
+                seconds: self.policy.limits.timeout_seconds,
+            };
+        }
+        FetchError::Unreachable {
+            url: self.shown.clone(),
+            detail: error.to_string(),
+        }
+    }
+}
+
+/// The connection to the origin: a socket, or TLS over one.
+enum Upstream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Upstream {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Upstream::Plain(socket) => socket,
+            Upstream::Tls(stream) => &stream.sock,
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.socket().set_read_timeout(timeout)
+    }
+
+    fn close(&mut self) {
+        if let Upstream::Tls(stream) = self {
+            stream.conn.send_close_notify();
+            let _ = stream.flush();
+        }
+        let _ = self.socket().shutdown(Shutdown::Both);
+    }
+}
+
+impl Read for Upstream {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Upstream::Plain(socket) => socket.read(buffer),
+            // A peer that closes without close_notify ends the answer all the same
+            // (HTTP framing, not TLS, says where it ends).
+            Upstream::Tls(stream) => match stream.read(buffer) {
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
+        }
+    }
+}
+
+impl Write for Upstream {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Upstream::Plain(socket) => socket.write(bytes),
+            Upstream::Tls(stream) => stream.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Upstream::Plain(socket) => socket.flush(),
+            Upstream::Tls(stream) => stream.flush(),
+        }
     }
 }
 
@@ -370,55 +488,25 @@ fn serve(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
     let headers: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
     let mut parts = request_line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    match shared.mode {
-        Mode::Tunnel => tunnel(client, shared, method, target, &rest),
-        Mode::Stand => stand_in(client, shared, method, target, &headers, &rest),
-        Mode::Raw => Ok(()),
-    }
+    stand_in(client, shared, method, target, &headers, rest)
 }
 
-/// https: `CONNECT host:port`, checked, then bytes both ways (TLS is end to end).
-fn tunnel(
-    mut client: TcpStream,
-    shared: &Shared,
-    method: &str,
-    target: &str,
-    rest: &[u8],
-) -> io::Result<()> {
-    let destination = match parse_authority(target) {
-        Some(origin) if method.eq_ignore_ascii_case("CONNECT") => origin,
-        _ => return client.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"),
-    };
-    if shared.credentials && destination != shared.origin {
-        let refusal = FetchError::RedirectRefused {
-            from: shared.origin.to_string(),
-            to: destination.to_string(),
-        };
-        return shared.refuse(&mut client, refusal);
-    }
-    let mut upstream = match shared.connect(&destination) {
-        Ok(upstream) => upstream,
-        Err(refusal) => return shared.refuse(&mut client, refusal),
-    };
-    client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")?;
-    upstream.write_all(rest)?;
-    relay(client, upstream, shared)
-}
-
-/// http: the request goes to the origin's checked address, one request per connection;
-/// the answer's head is read so that no redirect leads libgit2 away from the guard.
+/// http and https: the whole request is read from libgit2, then sent to the origin's
+/// checked address (over TLS for https), one request per connection; the answer's head
+/// is read so that no redirect leads libgit2 away from the guard.
 fn stand_in(
     mut client: TcpStream,
     shared: &Shared,
     method: &str,
     target: &str,
     headers: &[&str],
-    rest: &[u8],
+    rest: Vec<u8>,
 ) -> io::Result<()> {
     if !target.starts_with('/') {
         return client.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
     }
-    let mut upstream = match shared.connect(&shared.origin) {
+    let body = read_body(&mut client, headers, rest)?;
+    let mut upstream = match shared.open(&shared.origin) {
         Ok(upstream) => upstream,
         Err(refusal) => return shared.refuse(&mut client, refusal),
     };
@@ -442,34 +530,102 @@ fn stand_in(
         "Host: {}\r\nConnection: close\r\n\r\n",
         shared.origin.host_header()
     ));
-    upstream.write_all(forwarded.as_bytes())?;
-    upstream.write_all(rest)?;
-    // The request body (if any) flows up while the answer's head is read.
-    upstream.set_read_timeout(Some(shared.remaining()))?;
-    let (mut client_in, mut upstream_out) = (client.try_clone()?, upstream.try_clone()?);
-    let upward = std::thread::Builder::new()
-        .name("connect-guard-relay".to_owned())
-        .spawn(move || {
-            let _ = io::copy(&mut client_in, &mut upstream_out);
-        })?;
+    let sent = upstream
+        .write_all(forwarded.as_bytes())
+        .and_then(|()| upstream.write_all(&body))
+        .and_then(|()| upstream.flush());
+    if let Err(error) = sent {
+        return shared.refuse(&mut client, shared.transport_error(&error));
+    }
     let outcome = answer_back(&mut client, &mut upstream, shared);
     let _ = client.shutdown(Shutdown::Both);
-    let _ = upstream.shutdown(Shutdown::Both);
-    let _ = upward.join();
+    upstream.close();
     outcome
+}
+
+/// The request body libgit2 sends after the head: `Content-Length` bytes, or chunks up
+/// to the last one (kept as they are: the head still says chunked). Bounded.
+fn read_body(client: &mut TcpStream, headers: &[&str], mut body: Vec<u8>) -> io::Result<Vec<u8>> {
+    let header = |wanted: &str| {
+        headers.iter().find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case(wanted)
+                .then(|| value.trim().to_ascii_lowercase())
+        })
+    };
+    let too_long = || io::Error::other("request body too long");
+    if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        let mut chunk = [0u8; 16 * 1024];
+        while !chunked_complete(&body) {
+            if body.len() > MAX_BODY_BYTES {
+                return Err(too_long());
+            }
+            let read = client.read(&mut chunk)?;
+            if read == 0 {
+                return Err(io::Error::other("connection closed inside a chunked body"));
+            }
+            body.extend_from_slice(&chunk[..read]);
+        }
+        return Ok(body);
+    }
+    let length: usize = header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if length > MAX_BODY_BYTES {
+        return Err(too_long());
+    }
+    if body.len() < length {
+        let mut remaining = vec![0u8; length - body.len()];
+        client.read_exact(&mut remaining)?;
+        body.extend_from_slice(&remaining);
+    }
+    body.truncate(length);
+    Ok(body)
+}
+
+/// Whether `body` holds a whole chunked body: sizes walked to the zero-size chunk and
+/// the blank line after its (empty) trailer.
+fn chunked_complete(body: &[u8]) -> bool {
+    let mut at = 0;
+    loop {
+        let Some(line_end) = body[at..].windows(2).position(|w| w == b"\r\n") else {
+            return false;
+        };
+        let size_text = String::from_utf8_lossy(&body[at..at + line_end]).into_owned();
+        let size_text = size_text.split(';').next().unwrap_or("").trim().to_owned();
+        let Ok(size) = usize::from_str_radix(&size_text, 16) else {
+            return false;
+        };
+        at += line_end + 2;
+        if size == 0 {
+            // Trailer lines, then an empty line.
+            return body[at..].windows(2).any(|w| w == b"\r\n")
+                && (body[at..].starts_with(b"\r\n")
+                    || body[at..].windows(4).any(|w| w == b"\r\n\r\n"));
+        }
+        at = match at.checked_add(size + 2) {
+            Some(next) if next <= body.len() => next,
+            _ => return false,
+        };
+    }
 }
 
 /// Passes the origin's answer back, pointing redirects within the origin at the guard
 /// and refusing redirects that leave it.
-fn answer_back(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
-    shared: &Shared,
-) -> io::Result<()> {
-    let (head, rest) = read_head(upstream)?;
+fn answer_back(client: &mut TcpStream, upstream: &mut Upstream, shared: &Shared) -> io::Result<()> {
+    let (head, rest) = match read_head(upstream) {
+        Ok(read) => read,
+        Err(error) => return shared.refuse(client, shared.transport_error(&error)),
+    };
     if let Some(refusal) = shared.count(head.len() + rest.len()) {
         return shared.refuse(client, refusal);
     }
+    let scheme = if shared.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let text = String::from_utf8_lossy(&head).into_owned();
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
@@ -482,7 +638,7 @@ fn answer_back(
     for line in lines.filter(|l| !l.is_empty()) {
         let (name, value) = line.split_once(':').unwrap_or((line, ""));
         if (300..400).contains(&status) && name.trim().eq_ignore_ascii_case("location") {
-            let base = format!("http://{}/", shared.origin.host_header());
+            let base = format!("{scheme}://{}/", shared.origin.host_header());
             let target = url::Url::parse(&base).and_then(|b| b.join(value.trim()));
             let Ok(target) = target else {
                 return shared.refuse(
@@ -497,9 +653,9 @@ fn answer_back(
                 host: bare_host(target.host_str().unwrap_or_default()).to_owned(),
                 port: target.port_or_known_default().unwrap_or(80),
             };
-            if target.scheme() != "http" || destination != shared.origin {
+            if target.scheme() != scheme || destination != shared.origin {
                 let refusal = FetchError::RedirectRefused {
-                    from: shared.origin.to_string(),
+                    from: format!("{scheme}://{}", shared.origin),
                     to: format!("{}://{destination}", target.scheme()),
                 };
                 return shared.refuse(client, refusal);
@@ -521,18 +677,9 @@ fn answer_back(
     shared.copy_down(upstream, client)
 }
 
-/// `host:port` of a CONNECT request (IPv6 in brackets).
-fn parse_authority(target: &str) -> Option<Origin> {
-    let (host, port) = target.rsplit_once(':')?;
-    Some(Origin {
-        host: bare_host(host).to_owned(),
-        port: port.parse().ok()?,
-    })
-}
-
 /// Reads up to the blank line that ends a request head; returns the head and any bytes
 /// read past it.
-fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
+fn read_head(client: &mut impl Read) -> io::Result<(Vec<u8>, Vec<u8>)> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
@@ -565,10 +712,10 @@ fn relay(client: TcpStream, upstream: TcpStream, shared: &Shared) -> io::Result<
             let _ = io::copy(&mut client_in, &mut upstream_out);
             let _ = upstream_out.shutdown(Shutdown::Write);
         })?;
-    let (mut upstream_in, mut client_out) = (upstream, client);
+    let (mut upstream_in, mut client_out) = (Upstream::Plain(upstream), client);
     let _ = shared.copy_down(&mut upstream_in, &mut client_out);
     let _ = client_out.shutdown(Shutdown::Both);
-    let _ = upstream_in.shutdown(Shutdown::Both);
+    upstream_in.close();
     let _ = upward.join();
     Ok(())
 }
@@ -577,13 +724,23 @@ fn relay(client: TcpStream, upstream: TcpStream, shared: &Shared) -> io::Result<
 mod tests {
     use super::*;
 
-    fn guard(policy: &Policy, url: &str, credentials: bool) -> ConnectGuard {
+    fn guard(policy: &Policy, url: &str) -> ConnectGuard {
+        guard_with(policy, url, None)
+    }
+
+    fn guard_with(
+        policy: &Policy,
+        url: &str,
+        material: Option<&crate::source::tls::TlsMaterial>,
+    ) -> ConnectGuard {
         let url = url::Url::parse(url).unwrap_or_else(|e| panic!("{e}"));
+        let tls =
+            crate::source::tls::client_config(None, material).unwrap_or_else(|e| panic!("{e}"));
         ConnectGuard::start(
             policy,
             &url,
-            credentials,
             Instant::now() + Duration::from_secs(30),
+            Some(tls),
         )
         .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -601,32 +758,159 @@ mod tests {
         String::from_utf8_lossy(&answer[..read]).into_owned()
     }
 
+    fn loose() -> Policy {
+        Policy {
+            allow_private_addresses: true,
+            ..Policy::default()
+        }
+    }
+
     #[test]
     fn a_private_destination_is_refused_at_connect_time() {
         let strict = Policy::default();
-        let g = guard(&strict, "https://example.com/repo.git", false);
-        let answer = ask(
-            &g,
-            "CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n",
-        );
+        let g = guard(&strict, "https://127.0.0.1/repo.git");
+        let answer = ask(&g, "GET /repo.git/info/refs HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
         assert_eq!(g.refusal().map(|r| r.reason()), Some("HostRefused"));
     }
 
-    #[test]
-    fn credentials_never_leave_the_origin() {
-        let loose = Policy {
-            allow_private_addresses: true,
-            ..Policy::default()
+    /// A CA, a server certificate for `localhost` it signed, and a client certificate it
+    /// signed; all PEM.
+    struct Pki {
+        ca: String,
+        server: (String, String),
+        client: (String, String),
+    }
+
+    fn pki() -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let ca_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+        let mut ca_params = CertificateParams::new(Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params
+            .self_signed(&ca_key)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+        let leaf = |name: &str| {
+            let key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+            let cert = CertificateParams::new(vec![name.to_owned()])
+                .and_then(|p| p.signed_by(&key, &issuer))
+                .unwrap_or_else(|e| panic!("{e}"));
+            (cert.pem(), key.serialize_pem())
         };
-        let g = guard(&loose, "https://127.0.0.1:8443/repo.git", true);
-        let answer = ask(
-            &g,
-            "CONNECT 127.0.0.1:9443 HTTP/1.1\r\nHost: 127.0.0.1:9443\r\n\r\n",
-        );
+        Pki {
+            ca: ca.pem(),
+            server: leaf("localhost"),
+            client: leaf("client"),
+        }
+    }
+
+    /// A TLS origin answering one request with 204; it asks for a client certificate
+    /// signed by `client_ca` when given one.
+    fn tls_origin(pki: &Pki, client_ca: Option<&str>) -> u16 {
+        use rustls_pki_types::pem::PemObject;
+        let certs: Vec<_> =
+            rustls_pki_types::CertificateDer::pem_slice_iter(pki.server.0.as_bytes())
+                .map(|c| c.unwrap_or_else(|e| panic!("{e}")))
+                .collect();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(pki.server.1.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let config = match client_ca {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in crate::source::tls::certificates(ca).unwrap_or_else(|e| panic!("{e}")) {
+                    roots.add(cert).unwrap_or_else(|e| panic!("{e}"));
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        }
+        .with_single_cert(certs, key)
+        .unwrap_or_else(|e| panic!("{e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let config = Arc::new(config);
+        std::thread::spawn(move || {
+            let Ok((socket, _)) = listener.accept() else {
+                return;
+            };
+            let Ok(connection) = rustls::ServerConnection::new(config) else {
+                return;
+            };
+            let mut stream = rustls::StreamOwned::new(connection, socket);
+            if read_head(&mut stream).is_ok() {
+                let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+                stream.conn.send_close_notify();
+                let _ = stream.flush();
+            }
+        });
+        port
+    }
+
+    fn material(
+        ca: Option<&str>,
+        client: Option<&(String, String)>,
+    ) -> crate::source::tls::TlsMaterial {
+        crate::source::tls::TlsMaterial {
+            secret: "tls".to_owned(),
+            binding: crate::source::binding::Binding::Refused(String::new()),
+            ca_pem: ca.map(str::to_owned),
+            cert_pem: client.map(|c| c.0.clone()),
+            key_pem: client.map(|c| c.1.clone()),
+        }
+    }
+
+    const GET: &str = "GET /repo.git/info/refs HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    #[test]
+    fn https_origins_are_checked_against_the_sources_ca() {
+        let pki = pki();
+        let port = tls_origin(&pki, None);
+        let url = format!("https://localhost:{port}/repo.git");
+        let trusted = guard_with(&loose(), &url, Some(&material(Some(&pki.ca), None)));
+        let answer = ask(&trusted, GET);
+        assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+
+        let port = tls_origin(&pki, None);
+        let url = format!("https://localhost:{port}/repo.git");
+        let untrusted = guard(&loose(), &url);
+        let answer = ask(&untrusted, GET);
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
-        let refusal = g.refusal().map(|r| r.to_string()).unwrap_or_default();
-        assert!(refusal.contains("127.0.0.1:9443"), "{refusal}");
+        let refusal = untrusted.refusal().unwrap_or_else(|| panic!("refused"));
+        assert_eq!(refusal.reason(), "CertificateInvalid", "{refusal}");
+        assert!(refusal.to_string().contains("UnknownIssuer"), "{refusal}");
+    }
+
+    #[test]
+    fn a_client_certificate_is_presented_when_the_source_has_one() {
+        let pki = pki();
+        let port = tls_origin(&pki, Some(&pki.ca));
+        let url = format!("https://localhost:{port}/repo.git");
+        let with_cert = guard_with(
+            &loose(),
+            &url,
+            Some(&material(Some(&pki.ca), Some(&pki.client))),
+        );
+        let answer = ask(&with_cert, GET);
+        assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+
+        let port = tls_origin(&pki, Some(&pki.ca));
+        let url = format!("https://localhost:{port}/repo.git");
+        let without = guard_with(&loose(), &url, Some(&material(Some(&pki.ca), None)));
+        let answer = ask(&without, GET);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        let refusal = without.refusal().unwrap_or_else(|| panic!("refused"));
+        assert_eq!(refusal.reason(), "CertificateInvalid", "{refusal}");
     }
 
     /// An origin that answers one request with `answer` and returns the head it got.
@@ -655,7 +939,7 @@ mod tests {
         };
         let (port, server) =
             one_shot_origin("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
-        let g = guard(&loose, &format!("http://127.0.0.1:{port}/repo.git"), true);
+        let g = guard(&loose, &format!("http://127.0.0.1:{port}/repo.git"));
         let answer = ask(
             &g,
             "GET /repo.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n",
@@ -682,7 +966,7 @@ mod tests {
         let (port, server) = one_shot_origin(
             "HTTP/1.1 301 Moved\r\nLocation: /other.git/info/refs\r\nContent-Length: 0\r\n\r\n",
         );
-        let g = guard(&loose, &format!("http://127.0.0.1:{port}/repo.git"), false);
+        let g = guard(&loose, &format!("http://127.0.0.1:{port}/repo.git"));
         let mut stream = TcpStream::connect(g.address).unwrap_or_else(|e| panic!("{e}"));
         stream
             .write_all(b"GET /repo.git/info/refs HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -700,7 +984,7 @@ mod tests {
         let (port, server) = one_shot_origin(
             "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/elsewhere\r\nContent-Length: 0\r\n\r\n",
         );
-        let g = guard(&loose, &format!("http://127.0.0.1:{port}/repo.git"), false);
+        let g = guard(&loose, &format!("http://127.0.0.1:{port}/repo.git"));
         let answer = ask(&g, "GET /repo.git/info/refs HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
         assert_eq!(g.refusal().map(|r| r.reason()), Some("RedirectRefused"));

@@ -232,7 +232,7 @@ impl Fetcher {
         let policy = Arc::new(policy);
         Ok(Fetcher {
             inner: Arc::new(Inner {
-                client: http::client(policy.clone())?,
+                client: http::client(policy.clone(), None)?,
                 policy,
                 cache_dir,
                 state: Mutex::new(State::default()),
@@ -439,11 +439,13 @@ impl Sources for Fetcher {
     ) -> SourceState {
         // Credentials the Secret's owner did not allow for this URL are never used: no
         // job is scheduled, so no request is made at all.
-        if let Some(Err(refusal)) = request
+        let url = request.location.url();
+        let refused = request
             .credentials
             .as_ref()
-            .map(|c| c.check_url(request.location.url()))
-        {
+            .and_then(|c| c.check_url(url).err())
+            .or_else(|| request.tls.as_ref().and_then(|t| t.check_url(url).err()));
+        if let Some(refusal) = refused {
             return SourceState {
                 error: Some(refusal),
                 ..SourceState::default()
@@ -629,6 +631,7 @@ impl Job {
     ) -> (Results, Option<git::Resolved>) {
         let inner = &self.inner;
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
+        let tls = self.requests.iter().find_map(|r| r.tls.clone());
         let reads: Vec<Read> = self
             .requests
             .iter()
@@ -651,10 +654,15 @@ impl Job {
         if let Err(refusal) = inner.refuse_cache_url(&url) {
             return failed(refusal);
         }
-        let fingerprint = credentials
+        let mut fingerprint = credentials
             .as_ref()
             .map(|c| c.fingerprint_with(&inner.disk_key))
             .unwrap_or_default();
+        if let Some(tls) = &tls {
+            // Objects a client certificate brought in are that certificate's alone.
+            fingerprint.push('+');
+            fingerprint.push_str(&tls.fingerprint());
+        }
         let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
         let options = lock(&inner.options).clone();
         // A turn at a worker first (fair between namespaces), then the repository.
@@ -676,6 +684,7 @@ impl Job {
             url,
             reference,
             credentials,
+            tls,
             policy: (*inner.policy).clone(),
             known,
             reads,
@@ -737,13 +746,26 @@ impl Job {
         let _slot = self.inner.http_slots.acquire(self.namespaces()).await;
         self.inner.network_fetches.fetch_add(1, Ordering::SeqCst);
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
-        let result = http::fetch(
-            &self.inner.client,
-            &self.inner.policy,
-            url,
-            credentials.as_ref(),
-        )
-        .await;
+        let tls = self.requests.iter().find_map(|r| r.tls.clone());
+        // A source with certificates of its own gets a client of its own; the rest share one.
+        let own_client = tls
+            .as_ref()
+            .map(|tls| http::client(self.inner.policy.clone(), Some(tls)));
+        let result = match own_client {
+            Some(Err(error)) => Err(error),
+            Some(Ok(client)) => {
+                http::fetch(&client, &self.inner.policy, url, credentials.as_ref()).await
+            }
+            None => {
+                http::fetch(
+                    &self.inner.client,
+                    &self.inner.policy,
+                    url,
+                    credentials.as_ref(),
+                )
+                .await
+            }
+        };
         self.requests
             .iter()
             .map(|r| {
@@ -836,6 +858,7 @@ mod tests {
 
     fn request(url: &str, path: &str) -> SourceRequest {
         SourceRequest {
+            tls: None,
             location: Location::Git {
                 url: url.to_owned(),
                 reference: None,

@@ -19,6 +19,7 @@ use git2::{
 use super::connect_guard::{ConnectGuard, Phase};
 use super::known_hosts::KnownHosts;
 use super::policy::{Policy, check_repo_path};
+use super::tls::TlsMaterial;
 use super::{Content, Credentials, FetchError, Snapshot};
 
 /// Where fetched refs land in the cache repository (one wanted ref, or all branches
@@ -93,6 +94,7 @@ pub fn fetch(
     raw_url: &str,
     reference: Option<&str>,
     credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
     policy: &Policy,
     deadline: Instant,
 ) -> Result<Resolved, FetchError> {
@@ -102,12 +104,25 @@ pub fn fetch(
     if let Some(credentials) = credentials {
         credentials.check_url(raw_url)?;
     }
+    if let Some(tls) = tls {
+        tls.check_url(raw_url)?;
+    }
     policy.check_host(&parsed)?;
     let trust = SshTrust::for_url(&parsed, raw_url, credentials)?;
     set_network_timeouts();
     let dir = dir.to_owned();
     let repo = open_or_init(&dir, raw_url)?;
-    let session = Session::connect(&parsed, raw_url, credentials, trust, policy, deadline)?;
+    let session = Session::connect(
+        &parsed,
+        raw_url,
+        Secrets {
+            credentials,
+            tls,
+            ssh: trust,
+        },
+        policy,
+        deadline,
+    )?;
     session.teach_libssh2(&dir);
     let (commit, display_ref, remote_ref) = {
         session.enter(Phase::Refs);
@@ -190,6 +205,13 @@ impl SshTrust {
     }
 }
 
+/// What a fetch may present or trust beyond the defaults.
+struct Secrets<'a> {
+    credentials: Option<&'a Credentials>,
+    tls: Option<&'a TlsMaterial>,
+    ssh: Option<SshTrust>,
+}
+
 /// One fetch's way to the remote: the URL libgit2 is given (through the connect guard
 /// for every network scheme), credentials and bounds.
 struct Session<'a> {
@@ -208,20 +230,30 @@ impl<'a> Session<'a> {
     fn connect(
         parsed: &url::Url,
         raw_url: &str,
-        credentials: Option<&'a Credentials>,
-        ssh: Option<SshTrust>,
+        secrets: Secrets<'a>,
         policy: &'a Policy,
         deadline: Instant,
     ) -> Result<Session<'a>, FetchError> {
+        let Secrets {
+            credentials,
+            tls,
+            ssh,
+        } = secrets;
+        // https is spoken by the guard (rustls, with the CAs and client certificate of
+        // the source); libgit2 talks plain http to it on loopback.
+        let tls_config = match parsed.scheme() {
+            "https" => Some(super::tls::client_config(
+                policy.source_ca_pem.as_deref(),
+                tls,
+            )?),
+            _ => None,
+        };
         // Every connection libgit2 makes (redirects included) goes through a guard that
         // connects only to checked addresses and counts what the remote sends.
         let guard = match parsed.scheme() {
-            "http" | "https" | "git" | "ssh" => Some(ConnectGuard::start(
-                policy,
-                parsed,
-                credentials.is_some(),
-                deadline,
-            )?),
+            "http" | "https" | "git" | "ssh" => {
+                Some(ConnectGuard::start(policy, parsed, deadline, tls_config)?)
+            }
             _ => None,
         };
         let remote_url = match &guard {
@@ -266,12 +298,10 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// No proxy, ever: environment proxies would connect past the address policy, and
+    /// the guard stands in for the origin itself.
     fn proxy(&self) -> ProxyOptions<'static> {
-        let mut options = ProxyOptions::new();
-        if let Some(url) = self.guard.as_ref().and_then(ConnectGuard::proxy_url) {
-            options.url(&url);
-        }
-        options
+        ProxyOptions::new()
     }
 
     /// What went wrong: the guard's refusal when it refused a connection, else what

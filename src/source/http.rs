@@ -52,9 +52,13 @@ const MAX_REDIRECTS: usize = 5;
 /// A client that applies `policy` to every connection it makes. Redirects are followed
 /// by [`fetch`] itself, one hop at a time, so each hop is checked against the policy and
 /// against the credentials' binding before anything is sent to it.
-pub fn client(policy: Arc<Policy>) -> Result<reqwest::Client, FetchError> {
+pub fn client(
+    policy: Arc<Policy>,
+    tls: Option<&super::tls::TlsMaterial>,
+) -> Result<reqwest::Client, FetchError> {
+    let config = super::tls::client_config(policy.source_ca_pem.as_deref(), tls)?;
     reqwest::Client::builder()
-        .use_rustls_tls()
+        .use_preconfigured_tls(rustls::ClientConfig::clone(&config))
         .dns_resolver(Arc::new(PolicyResolver {
             policy: policy.clone(),
         }))
@@ -248,6 +252,12 @@ fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchEr
         }
         source = current.source();
     }
+    if let Some(detail) = super::tls::certificate_problem(&error) {
+        return FetchError::CertificateInvalid {
+            url: url.to_owned(),
+            detail,
+        };
+    }
     let mut detail = error.to_string();
     let mut inner = std::error::Error::source(&error);
     while let Some(cause) = inner {
@@ -317,6 +327,7 @@ mod tests {
             extra_schemes: BTreeSet::from(["http".to_owned()]),
             allow_private_addresses: true,
             limits,
+            source_ca_pem: None,
         }
     }
 
@@ -326,7 +337,7 @@ mod tests {
         credentials: Option<&Credentials>,
     ) -> Result<Snapshot, FetchError> {
         let policy = Arc::new(policy);
-        let client = client(policy.clone()).unwrap_or_else(|e| panic!("client: {e}"));
+        let client = client(policy.clone(), None).unwrap_or_else(|e| panic!("client: {e}"));
         fetch(&client, &policy, url, credentials).await
     }
 

@@ -20,6 +20,7 @@ pub mod http;
 pub mod known_hosts;
 pub mod policy;
 pub mod slots;
+pub mod tls;
 pub mod worker;
 
 use std::collections::BTreeMap;
@@ -216,6 +217,8 @@ pub struct SourceRequest {
     pub namespace: String,
     /// Credentials from the parent's Secret, if it names one.
     pub credentials: Option<Credentials>,
+    /// CA and client certificate from the parent's `certSecretRef`, if it names one.
+    pub tls: Option<tls::TlsMaterial>,
 }
 
 impl SourceRequest {
@@ -229,11 +232,15 @@ impl SourceRequest {
 
     /// Key of the remote fetch shared by every request for the same url+ref+credentials.
     pub fn remote_key(&self) -> String {
-        let fingerprint = self
+        let mut fingerprint = self
             .credentials
             .as_ref()
             .map(Credentials::fingerprint)
             .unwrap_or_default();
+        if let Some(tls) = &self.tls {
+            fingerprint.push('+');
+            fingerprint.push_str(&tls.fingerprint());
+        }
         match &self.location {
             Location::Git { url, reference, .. } => {
                 format!(

@@ -47,6 +47,10 @@ pub struct Policy {
     pub allow_private_addresses: bool,
     /// Size, count and time bounds of a fetch.
     pub limits: Limits,
+    /// CAs every https source trusts besides the public web roots (`--source-ca-file`),
+    /// as PEM.
+    #[serde(default)]
+    pub source_ca_pem: Option<String>,
 }
 
 impl Policy {

@@ -29,3 +29,4 @@ mod protocol_fixtures;
 mod source_boundary;
 mod source_hardening;
 mod source_ssh;
+mod source_tls;

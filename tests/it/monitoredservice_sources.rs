@@ -523,6 +523,7 @@ async fn an_unchanged_repository_poll_lists_refs_and_downloads_no_pack() {
             &url,
             Some("main"),
             None,
+            None,
             &policy,
             metahooks::source::git::deadline(&policy),
         )

@@ -321,6 +321,7 @@ fn worker_fetcher(
 
 fn git(url: String, namespace: &str, path: &str) -> SourceRequest {
     SourceRequest {
+        tls: None,
         location: Location::Git {
             url,
             reference: None,
@@ -556,6 +557,7 @@ async fn a_commit_one_token_may_read_is_never_served_to_another() {
     let url = format!("http://127.0.0.1:{port}/config.git");
     let (fetcher, _cache) = worker_fetcher(Limits::default(), 2, 2);
     let with = |user: &str, password: &str, reference: &str| SourceRequest {
+        tls: None,
         location: Location::Git {
             url: url.clone(),
             reference: Some(reference.to_owned()),

@@ -28,6 +28,7 @@ fn loopback_policy() -> Policy {
 
 fn git_request(url: &str, reference: Option<&str>, path: &str) -> SourceRequest {
     SourceRequest {
+        tls: None,
         location: Location::Git {
             url: url.to_owned(),
             reference: reference.map(str::to_owned),
@@ -154,6 +155,7 @@ async fn user_info_in_a_url_never_reaches_a_message() {
     let cache = tempfile::tempdir().unwrap();
     let fetcher = support::fetcher(loopback_policy(), cache.path());
     let http = SourceRequest {
+        tls: None,
         location: Location::Http {
             url: format!("http://reader:s3cr3t-token@127.0.0.1:{port}/config"),
         },
@@ -279,6 +281,7 @@ async fn git_credentials_never_follow_a_redirect_to_another_origin() {
     let cache = tempfile::tempdir().unwrap();
     let fetcher = support::fetcher(loopback_policy(), cache.path());
     let request = SourceRequest {
+        tls: None,
         location: Location::Git {
             url: format!("http://127.0.0.1:{origin}/config.git"),
             reference: None,

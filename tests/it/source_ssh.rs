@@ -36,6 +36,7 @@ fn credentials(
 
 fn request(url: &str, credentials: Credentials) -> SourceRequest {
     SourceRequest {
+        tls: None,
         location: Location::Git {
             url: url.to_owned(),
             reference: Some("main".to_owned()),

@@ -224,8 +224,8 @@ impl CompositeHooks for ApiMock {
         {
             rules.push(named("configmaps", &key_ref.name));
         }
-        if let Some(secret) = origin::secret_name(&spec) {
-            rules.push(named("secrets", secret));
+        for secret in origin::secret_names(&spec) {
+            rules.push(named("secrets", &secret));
         }
         Ok(CustomizeResponse {
             related_resources: rules,

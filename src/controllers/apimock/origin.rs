@@ -8,12 +8,12 @@ use std::time::Duration;
 use super::ApiMock;
 use super::bundle::{self, Bundle};
 use super::definition::Invalid;
-use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom};
+use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::Decided;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
-use crate::controllers::common::source_spec;
+use crate::controllers::common::source_spec::{self, HttpSource};
 use crate::protocol::ObjectMap;
 use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
 
@@ -97,8 +97,8 @@ pub fn origin<'s>(
         ..
     } = from;
     let (location, secret, root) = match (git, http, config_map_key_ref) {
-        (Some(git), None, None) => (git.location(), git.secret_ref.as_ref(), git.root.as_deref()),
-        (None, Some(http), None) => (http.location(), http.secret_ref.as_ref(), None),
+        (Some(git), None, None) => (git.location(), git.secrets(), git.root.as_deref()),
+        (None, Some(http), None) => (http.location(), http.secrets(), None),
         (None, None, Some(key_ref)) if key_ref.name == name => {
             return Err(Problem::new(
                 "InvalidSpec",
@@ -123,14 +123,17 @@ pub fn origin<'s>(
     })
 }
 
-/// The Secret named by `spec.definitionFrom`, for the customize hook.
-pub fn secret_name(spec: &ApiMockSpec) -> Option<&str> {
-    let from = spec.definition_from.as_ref()?;
+/// The Secrets named by `spec.definitionFrom`, for the customize hook.
+pub fn secret_names(spec: &ApiMockSpec) -> Vec<String> {
+    let Some(from) = spec.definition_from.as_ref() else {
+        return Vec::new();
+    };
     from.git
         .as_ref()
-        .and_then(|git| git.secret_ref.as_ref())
-        .or_else(|| from.http.as_ref().and_then(|http| http.secret_ref.as_ref()))
-        .map(|secret| secret.name.as_str())
+        .map(GitDefinition::secrets)
+        .or_else(|| from.http.as_ref().map(HttpSource::secrets))
+        .map(|secrets| secrets.names())
+        .unwrap_or_default()
 }
 
 /// How status names the origin; URLs without credentials.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
-use crate::controllers::common::source_spec::{HttpSource, SecretRef, git_location};
+use crate::controllers::common::source_spec::{HttpSource, SecretRef, SourceSecrets, git_location};
 use crate::source::Location;
 
 /// An OpenAPI document served by a mock server.
@@ -192,9 +192,21 @@ pub struct GitDefinition {
     /// `known_hosts` (ssh; `password` unlocks an encrypted key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// Secret with `ca.crt` (a CA trusted besides the public roots and the server's
+    /// `--source-ca-file`) and/or `tls.crt` + `tls.key` (a client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_secret_ref: Option<SecretRef>,
 }
 
 impl GitDefinition {
+    /// The Secrets this source names.
+    pub fn secrets(&self) -> SourceSecrets<'_> {
+        SourceSecrets {
+            credentials: self.secret_ref.as_ref(),
+            certificates: self.cert_secret_ref.as_ref(),
+        }
+    }
+
     /// Where the definition is.
     pub fn location(&self) -> Location {
         git_location(&self.url, self.reference.as_deref(), self.path.as_deref())

@@ -360,3 +360,72 @@ fn customize_asks_for_the_config_map_and_the_secret_by_name_in_the_namespace() {
         json!([{"apiVersion": "v1", "resource": "secrets", "names": ["creds"], "namespace": "team"}])
     );
 }
+
+#[test]
+fn a_certificate_secret_is_asked_for_and_checked_key_by_key() {
+    let harness = Harness::new();
+    let spec = json!({"definitionFrom": {"git": {"url": URL, "secretRef": {"name": "creds"},
+        "certSecretRef": {"name": "corp-ca"}}}});
+    let rules = harness.call("apimock", Hook::Customize, &request(spec.clone(), &[]));
+    let names: Vec<&Value> = rules["relatedResources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|rule| rule["names"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(names, [&json!("creds"), &json!("corp-ca")], "{rules}");
+
+    let secret = |name: &str, data: Value| {
+        (
+            format!("team/{name}"),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": "team",
+                    "annotations": {"sources.metahooks.io/allowed-urls": "https://git.example.com/"}},
+                "stringData": data}),
+        )
+    };
+    let related = |secrets: Vec<(String, Value)>| json!({"Secret.v1": secrets.into_iter().collect::<serde_json::Map<String, Value>>()});
+    let creds = secret("creds", json!({"token": "t"}));
+    let sync = |secrets| {
+        harness.call(
+            "apimock",
+            Hook::Sync,
+            &request(spec.clone(), &[]).related(related(secrets)),
+        )
+    };
+    let missing = sync(vec![creds.clone()]);
+    let fetched = condition(&missing, "Validated");
+    assert_eq!(fetched["reason"], "SecretNotFound", "{fetched}");
+    assert!(
+        fetched["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("corp-ca"),
+        "{fetched}"
+    );
+
+    let junk = sync(vec![
+        creds.clone(),
+        secret("corp-ca", json!({"ca.crt": "not a certificate"})),
+    ]);
+    let fetched = condition(&junk, "Validated");
+    assert_eq!(fetched["reason"], "SecretInvalid", "{fetched}");
+    assert!(
+        fetched["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ca.crt"),
+        "{fetched}"
+    );
+
+    let lonely_cert = sync(vec![creds, secret("corp-ca", json!({"tls.crt": "x"}))]);
+    let fetched = condition(&lonely_cert, "Validated");
+    assert_eq!(fetched["reason"], "SecretInvalid", "{fetched}");
+    assert!(
+        fetched["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("tls.key"),
+        "{fetched}"
+    );
+}

@@ -9,8 +9,58 @@ use crate::protocol::ObjectMap;
 use crate::source::Credentials;
 use crate::source::binding::{ALLOWED_URLS, Binding};
 use crate::source::known_hosts::KnownHosts;
+use crate::source::tls::TlsMaterial;
 
 use super::problem::Problem;
+
+/// The CA (`ca.crt`) and client certificate (`tls.crt`, `tls.key`: a Secret of type
+/// `kubernetes.io/tls` has them) in the related Secret `name` in `namespace`.
+///
+/// # Errors
+/// The Secret is missing, or a part of it does not parse.
+pub fn tls_material(
+    related: &ObjectMap,
+    namespace: &str,
+    name: &str,
+) -> Result<TlsMaterial, Problem> {
+    let object = find(related, namespace, name)?;
+    let material = TlsMaterial {
+        secret: name.to_owned(),
+        binding: binding(name, object),
+        ca_pem: field(object, "ca.crt"),
+        cert_pem: field(object, "tls.crt"),
+        key_pem: field(object, "tls.key"),
+    };
+    material
+        .validate()
+        .map_err(|problem| Problem::new("SecretInvalid", format!("Secret {name:?}: {problem}")))?;
+    Ok(material)
+}
+
+fn find<'a>(related: &'a ObjectMap, namespace: &str, name: &str) -> Result<&'a Value, Problem> {
+    related
+        .find("Secret", "v1", Some(namespace), name)
+        .ok_or_else(|| {
+            Problem::new(
+                "SecretNotFound",
+                format!("the Secret {name:?} does not exist in namespace {namespace:?}"),
+            )
+        })
+}
+
+/// Where the Secret's owner lets its contents go; checked against the URL by the source
+/// engine, before any request is made.
+fn binding(name: &str, object: &Value) -> Binding {
+    Binding::read(
+        name,
+        object.get("type").and_then(Value::as_str),
+        object
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get(ALLOWED_URLS))
+            .and_then(Value::as_str),
+    )
+}
 
 /// The credentials in the related Secret `name` in `namespace` (the parent's). Metacontroller may send related objects from other namespaces; a Secret of
 /// the same name there is never used.
@@ -19,28 +69,15 @@ pub fn credentials(
     namespace: &str,
     name: &str,
 ) -> Result<Credentials, Problem> {
-    let object = related
-        .find("Secret", "v1", Some(namespace), name)
-        .ok_or_else(|| {
-            Problem::new(
-                "SecretNotFound",
-                format!(
-                    "the credentials Secret {name:?} does not exist in namespace {namespace:?}"
-                ),
-            )
-        })?;
+    let object = find(related, namespace, name).map_err(|problem| Problem {
+        message: problem
+            .message
+            .replace("the Secret", "the credentials Secret"),
+        ..problem
+    })?;
     let credentials = Credentials {
         secret: name.to_owned(),
-        // Checked against the URL by the source engine, before any request is made.
-        binding: Binding::read(
-            name,
-            object.get("type").and_then(Value::as_str),
-            object
-                .get("metadata")
-                .and_then(|m| m.get("annotations"))
-                .and_then(|a| a.get(ALLOWED_URLS))
-                .and_then(Value::as_str),
-        ),
+        binding: binding(name, object),
         username: field(object, "username"),
         password: field(object, "password"),
         token: field(object, "token"),

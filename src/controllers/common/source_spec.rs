@@ -27,6 +27,10 @@ pub struct GitSource {
     /// `known_hosts` (ssh; `password` unlocks an encrypted key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// Secret with `ca.crt` (a CA trusted besides the public roots and the server's
+    /// `--source-ca-file`) and/or `tls.crt` + `tls.key` (a client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_secret_ref: Option<SecretRef>,
 }
 
 /// One file over HTTP(S).
@@ -38,6 +42,10 @@ pub struct HttpSource {
     /// Secret with `username`/`password` or `token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// Secret with `ca.crt` (a CA trusted besides the public roots and the server's
+    /// `--source-ca-file`) and/or `tls.crt` + `tls.key` (a client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_secret_ref: Option<SecretRef>,
 }
 
 /// A Secret in the parent's namespace.
@@ -73,22 +81,67 @@ impl HttpSource {
     }
 }
 
-/// The request for `location`, with the credentials of `secret` read from the related
-/// Secret in the parent's `namespace`.
+/// The Secrets a source names: its credentials and its certificates.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SourceSecrets<'a> {
+    /// `secretRef`.
+    pub credentials: Option<&'a SecretRef>,
+    /// `certSecretRef`.
+    pub certificates: Option<&'a SecretRef>,
+}
+
+impl SourceSecrets<'_> {
+    /// Their names, for the customize hook's rule.
+    pub fn names(&self) -> Vec<String> {
+        [self.credentials, self.certificates]
+            .into_iter()
+            .flatten()
+            .map(|secret| secret.name.clone())
+            .collect()
+    }
+}
+
+impl GitSource {
+    /// The Secrets this source names.
+    pub fn secrets(&self) -> SourceSecrets<'_> {
+        SourceSecrets {
+            credentials: self.secret_ref.as_ref(),
+            certificates: self.cert_secret_ref.as_ref(),
+        }
+    }
+}
+
+impl HttpSource {
+    /// The Secrets this source names.
+    pub fn secrets(&self) -> SourceSecrets<'_> {
+        SourceSecrets {
+            credentials: self.secret_ref.as_ref(),
+            certificates: self.cert_secret_ref.as_ref(),
+        }
+    }
+}
+
+/// The request for `location`, with the credentials and certificates of `secrets` read
+/// from the related Secrets in the parent's `namespace`.
 ///
 /// # Errors
-/// The Secret is missing or holds no usable credentials.
+/// A Secret is missing or holds nothing usable.
 pub fn request(
     location: Location,
-    secret: Option<&SecretRef>,
+    secrets: SourceSecrets<'_>,
     related: &ObjectMap,
     namespace: &str,
 ) -> Result<SourceRequest, Problem> {
-    let credentials: Option<Credentials> = match secret {
+    let credentials: Option<Credentials> = match secrets.credentials {
         Some(secret) => Some(secrets::credentials(related, namespace, &secret.name)?),
         None => None,
     };
+    let tls = match secrets.certificates {
+        Some(secret) => Some(secrets::tls_material(related, namespace, &secret.name)?),
+        None => None,
+    };
     Ok(SourceRequest {
+        tls,
         location,
         namespace: namespace.to_owned(),
         credentials,

@@ -39,6 +39,9 @@ pub const PATH: &str = "configsync.metahooks.io/path";
 pub const INTERVAL: &str = "configsync.metahooks.io/interval-seconds";
 /// Target annotation: a Secret with credentials (it must carry the credentials label).
 pub const SECRET: &str = "configsync.metahooks.io/secret";
+/// Target annotation: a Secret with `ca.crt` and/or `tls.crt` + `tls.key` for an https
+/// repository (it must carry the credentials label too).
+pub const CERT_SECRET: &str = "configsync.metahooks.io/cert-secret";
 /// Written on the target: the revision the attached ConfigMap holds.
 pub const REVISION: &str = "configsync.metahooks.io/revision";
 /// Written on the target: why the wanted revision is not attached (absent when it is).
@@ -179,22 +182,30 @@ impl<'a> Annotations<'a> {
                 return Err((problem, polling::DEFAULT_INTERVAL_SECONDS));
             }
         };
+        let labelled = |Problem { reason, message }| {
+            let message = if reason == "SecretNotFound" {
+                format!("{message} with label {CREDENTIALS_LABEL}=true")
+            } else {
+                message
+            };
+            (message, interval)
+        };
         let credentials = match self.get(SECRET) {
-            Some(secret) => Some(secrets::credentials(related, namespace, secret).map_err(
-                |Problem { reason, message }| {
-                    let message = if reason == "SecretNotFound" {
-                        format!("{message} with label {CREDENTIALS_LABEL}=true")
-                    } else {
-                        message
-                    };
-                    (message, interval)
-                },
-            )?),
+            Some(secret) => {
+                Some(secrets::credentials(related, namespace, secret).map_err(labelled)?)
+            }
+            None => None,
+        };
+        let tls = match self.get(CERT_SECRET) {
+            Some(secret) => {
+                Some(secrets::tls_material(related, namespace, secret).map_err(labelled)?)
+            }
             None => None,
         };
         let location = git_location(url, self.get(REF), self.get(PATH));
         Ok((
             SourceRequest {
+                tls,
                 location,
                 namespace: namespace.to_owned(),
                 credentials,

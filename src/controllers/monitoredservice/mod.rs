@@ -27,7 +27,7 @@ use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
-use crate::controllers::common::source_spec;
+use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
 use crate::controllers::{CompositeHooks, Context};
 use crate::error::HookError;
 use crate::protocol::{
@@ -210,12 +210,13 @@ impl CompositeHooks for MonitoredService {
             ..RelatedResourceRule::default()
         }];
         if let Ok(spec) = spec::parse_spec(&request.parent)
-            && let Some(secret) = secret_name(&spec)
+            && let secrets = secret_names(&spec)
+            && !secrets.is_empty()
         {
             rules.push(RelatedResourceRule {
                 api_version: "v1".to_owned(),
                 resource: "secrets".to_owned(),
-                names: Some(vec![secret]),
+                names: Some(secrets),
                 namespace: Some(namespace.to_owned()),
                 ..RelatedResourceRule::default()
             });
@@ -373,14 +374,17 @@ fn decide(
     }
 }
 
-fn secret_name(spec: &MonitoredServiceSpec) -> Option<String> {
-    let source = spec.source.as_ref()?;
+fn secret_names(spec: &MonitoredServiceSpec) -> Vec<String> {
+    let Some(source) = spec.source.as_ref() else {
+        return Vec::new();
+    };
     source
         .git
         .as_ref()
-        .and_then(|g| g.secret_ref.as_ref())
-        .or_else(|| source.http.as_ref().and_then(|h| h.secret_ref.as_ref()))
-        .map(|s| s.name.clone())
+        .map(GitSource::secrets)
+        .or_else(|| source.http.as_ref().map(HttpSource::secrets))
+        .map(|secrets| secrets.names())
+        .unwrap_or_default()
 }
 
 /// The one source the spec names (None when it names none).
@@ -401,11 +405,10 @@ fn source_request(
             "set only one of spec.source.git, spec.source.http and spec.config_repo".to_owned(),
         ));
     }
-    let secret = source
-        .git
-        .as_ref()
-        .and_then(|g| g.secret_ref.as_ref())
-        .or_else(|| http.and_then(|h| h.secret_ref.as_ref()));
+    let secrets = git
+        .map(GitSource::secrets)
+        .or_else(|| http.map(HttpSource::secrets))
+        .unwrap_or_default();
     let location = if let Some(git) = git {
         git.location()
     } else if let Some(http) = http {
@@ -415,7 +418,7 @@ fn source_request(
     } else {
         return Ok(None);
     };
-    source_spec::request(location, secret, related, namespace).map(Some)
+    source_spec::request(location, secrets, related, namespace).map(Some)
 }
 
 /// What the cluster holds for this parent.

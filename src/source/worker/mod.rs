@@ -31,6 +31,9 @@ pub struct GitJob {
     pub reference: Option<String>,
     /// Credentials, already checked against the URL by the fetcher.
     pub credentials: Option<Credentials>,
+    /// CA and client certificate of the source, already checked against the URL.
+    #[serde(default)]
+    pub tls: Option<super::tls::TlsMaterial>,
     /// The fetch policy (schemes, addresses, limits).
     pub policy: Policy,
     /// Read from this commit without the network (a new path of a fresh remote).
@@ -114,6 +117,7 @@ pub fn run(job: &GitJob) -> GitOutcome {
             &job.url,
             job.reference.as_deref(),
             job.credentials.as_ref(),
+            job.tls.as_ref(),
             &job.policy,
             deadline,
         ),

@@ -195,17 +195,7 @@ impl Files {
 }
 
 pub async fn serve_files(files: Files) -> u16 {
-    async fn handle(State(files): State<Files>, uri: Uri) -> Response {
-        match files.files.lock().unwrap().get(uri.path()) {
-            Some((status, body)) => (*status, body.clone()).into_response(),
-            None => (StatusCode::NOT_FOUND, "not found").into_response(),
-        }
-    }
-    let app = axum::Router::new().fallback(handle).with_state(files);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    port
+    serve_app(files_app(files), None).await
 }
 
 /// git's smart HTTP protocol through `git http-backend` (CGI), behind basic auth.
@@ -220,6 +210,39 @@ pub async fn serve_git_http(
 /// Smart HTTP where each user (basic auth) sees a project root of their own, as a forge
 /// shows each token only the refs it may read.
 pub async fn serve_git_http_per_user(users: Vec<(&'static str, &'static str, PathBuf)>) -> u16 {
+    serve_app(git_http_app(users), None).await
+}
+
+/// git's smart HTTP over TLS with `pki`'s server certificate, behind basic auth.
+pub async fn serve_git_https(
+    project_root: PathBuf,
+    user: &'static str,
+    password: &'static str,
+    pki: &Pki,
+) -> u16 {
+    serve_app(
+        git_http_app(vec![(user, password, project_root)]),
+        Some(pki),
+    )
+    .await
+}
+
+/// Files over TLS with `pki`'s server certificate.
+pub async fn serve_files_tls(files: Files, pki: &Pki) -> u16 {
+    serve_app(files_app(files), Some(pki)).await
+}
+
+fn files_app(files: Files) -> axum::Router {
+    async fn handle(State(files): State<Files>, uri: Uri) -> Response {
+        match files.files.lock().unwrap().get(uri.path()) {
+            Some((status, body)) => (*status, body.clone()).into_response(),
+            None => (StatusCode::NOT_FOUND, "not found").into_response(),
+        }
+    }
+    axum::Router::new().fallback(handle).with_state(files)
+}
+
+fn git_http_app(users: Vec<(&'static str, &'static str, PathBuf)>) -> axum::Router {
     #[derive(Clone)]
     struct Backend {
         /// (expected Authorization header, project root)
@@ -311,13 +334,83 @@ pub async fn serve_git_http_per_user(users: Vec<(&'static str, &'static str, Pat
             (format!("Basic {encoded}"), root)
         })
         .collect();
-    let app = axum::Router::new()
+    axum::Router::new()
         .fallback(handle)
-        .with_state(Backend { users });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        .with_state(Backend { users })
+}
+
+/// Serves `app` on a loopback port, over TLS when `tls` is given.
+pub async fn serve_app(app: axum::Router, tls: Option<&Pki>) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    match tls {
+        Some(pki) => {
+            let config = pki.server_files().server_config().unwrap();
+            let server = axum_server::from_tcp_rustls(listener, config).unwrap();
+            tokio::spawn(async move { server.serve(app.into_make_service()).await });
+        }
+        None => {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        }
+    }
     port
+}
+
+/// A private CA, a `localhost` server certificate and a client certificate it signed,
+/// as files (for servers) and PEM text (for Secrets).
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    pub ca_pem: String,
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
+    /// Whether servers ask for a client certificate signed by the CA.
+    pub require_client_cert: bool,
+}
+
+impl Pki {
+    pub fn new(require_client_cert: bool) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+        let leaf = |name: &str| {
+            let key = KeyPair::generate().unwrap();
+            let cert = CertificateParams::new(vec![name.to_owned()])
+                .unwrap()
+                .signed_by(&key, &issuer)
+                .unwrap();
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = leaf("localhost");
+        let (client_cert_pem, client_key_pem) = leaf("metahooks-source");
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("tls.crt"), server_cert).unwrap();
+        std::fs::write(dir.path().join("tls.key"), server_key).unwrap();
+        Pki {
+            dir,
+            ca_pem: ca.pem(),
+            client_cert_pem,
+            client_key_pem,
+            require_client_cert,
+        }
+    }
+
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    fn server_files(&self) -> metahooks::server::TlsFiles {
+        metahooks::server::TlsFiles {
+            cert: self.dir.path().join("tls.crt"),
+            key: self.dir.path().join("tls.key"),
+            client_ca: self.require_client_cert.then(|| self.ca_file()),
+        }
+    }
 }
 
 /// OpenSSH's `sshd` on a loopback port, serving the repository's root to one client key
