@@ -505,6 +505,16 @@ impl Sources for NotingSources {
         self.looked.store(true, Ordering::Relaxed);
         self.inner.lookup_holding(request, interval, running)
     }
+
+    fn refresh(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        token: &str,
+    ) -> crate::source::Refresh {
+        self.looked.store(true, Ordering::Relaxed);
+        self.inner.refresh(request, interval, token)
+    }
 }
 
 /// Reads a request body, naming the JSON path of the first problem.

@@ -4,7 +4,7 @@
 //! commit; HTTP: one GET) and then refreshes every request that shares it. A failed job
 //! records its error next to the last good snapshot, which stays in use.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,7 +16,7 @@ use super::policy::Policy;
 use super::slots::FairSlots;
 use super::worker::spawn::Isolation;
 use super::worker::{Fetched, GitJob, Read, WorkerLimits};
-use super::{FetchError, Location, SourceRequest, SourceState, Sources, git, http};
+use super::{FetchError, Location, Refresh, SourceRequest, SourceState, Sources, git, http};
 
 #[derive(Default)]
 struct RemoteEntry {
@@ -25,6 +25,37 @@ struct RemoteEntry {
     in_flight: bool,
     /// The last commit fetched (git), so a new path can be read without the network.
     resolved: Option<git::Resolved>,
+    /// "Fetch now" tokens ([`Sources::refresh`]).
+    refresh: RefreshTokens,
+}
+
+/// Most handled "fetch now" tokens remembered per remote.
+const HANDLED_TOKENS: usize = 32;
+
+/// Where each "fetch now" token of a remote stands: asked for (the next job covers it),
+/// covered by the running job, or handled (that job finished).
+#[derive(Default)]
+struct RefreshTokens {
+    wanted: BTreeSet<String>,
+    started: BTreeSet<String>,
+    handled: VecDeque<String>,
+}
+
+impl RefreshTokens {
+    /// A job starts: every token asked for so far is covered by it.
+    fn job_started(&mut self) {
+        self.started.append(&mut self.wanted);
+    }
+
+    /// The job ended (whatever its outcome: a failed fetch also answers "fetch now").
+    fn job_ended(&mut self) {
+        for token in std::mem::take(&mut self.started) {
+            if self.handled.len() == HANDLED_TOKENS {
+                self.handled.pop_front();
+            }
+            self.handled.push_back(token);
+        }
+    }
 }
 
 /// A request and when a parent last asked for it: requests nobody asks for any more
@@ -437,6 +468,41 @@ impl Sources for Fetcher {
         interval: Duration,
         running: Option<&str>,
     ) -> SourceState {
+        self.look(request, interval, running, None)
+    }
+
+    fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
+        {
+            let state = lock(&self.inner.state);
+            if let Some(remote) = state.remotes.get(&request.remote_key()) {
+                if remote.refresh.handled.iter().any(|t| t == token) {
+                    return Refresh::Handled;
+                }
+                if remote.refresh.started.contains(token) {
+                    return Refresh::Pending;
+                }
+            }
+        }
+        let state = self.look(request, interval, None, Some(token));
+        // Refused before any job (credentials not allowed): nothing will run for it, and
+        // the refusal itself is the answer.
+        if state.error.is_some() && !state.pending && state.snapshot.is_none() {
+            return Refresh::Handled;
+        }
+        Refresh::Pending
+    }
+}
+
+impl Fetcher {
+    /// `lookup_holding`, and with `refresh` a "fetch now" token: the remote is fetched
+    /// at once unless a job is running, in which case the next job covers the token.
+    fn look(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+        refresh: Option<&str>,
+    ) -> SourceState {
         // Credentials the Secret's owner did not allow for this URL are never used: no
         // job is scheduled, so no request is made at all.
         let url = request.location.url();
@@ -476,12 +542,19 @@ impl Sources for Fetcher {
                 interval,
             },
         );
-        let stale = remote
-            .started
-            .is_none_or(|started| started.elapsed() >= interval);
+        if let Some(token) = refresh {
+            remote.refresh.wanted.insert(token.to_owned());
+        }
+        let stale = !remote.refresh.wanted.is_empty()
+            || remote
+                .started
+                .is_none_or(|started| started.elapsed() >= interval);
         let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
         if !remote.in_flight && (stale || unknown) {
             remote.in_flight = true;
+            if stale {
+                remote.refresh.job_started();
+            }
             // A fresh remote with a new path only needs reading, not another fetch.
             let use_network = stale || remote.resolved.is_none();
             if use_network {
@@ -558,6 +631,7 @@ impl Drop for InFlight {
         }
         if let Some(remote) = lock(&self.inner.state).remotes.get_mut(&self.remote_key) {
             remote.in_flight = false;
+            remote.refresh.job_ended();
         }
     }
 }
@@ -617,6 +691,7 @@ impl Job {
         }
         if let Some(remote) = state.remotes.get_mut(&self.remote_key) {
             remote.in_flight = false;
+            remote.refresh.job_ended();
             if resolved.is_some() {
                 remote.resolved = resolved;
             }

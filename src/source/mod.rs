@@ -450,7 +450,29 @@ pub trait Sources: Send + Sync {
         let _ = running;
         self.lookup(request, interval)
     }
+
+    /// Fetches `request`'s remote now, not at the next interval, unless a fetch started
+    /// after `token` was first asked for; `Handled` once such a fetch has finished. An
+    /// engine that does not schedule (a fixed test engine) handles it at once.
+    fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
+        let _ = (token, self.lookup(request, interval));
+        Refresh::Handled
+    }
 }
+
+/// Where a "fetch now" request stands ([`Sources::refresh`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// A fetch that started after the request was first made has finished: whatever
+    /// `lookup` answers now is at least that fresh.
+    Handled,
+    /// That fetch is scheduled or running; ask again soon.
+    Pending,
+}
+
+/// The annotation that asks for a fetch now, on a MonitoredService, an APIMock or a
+/// configsync target: any new value (`kubectl annotate … "$(date +%s)" --overwrite`).
+pub const REQUESTED_AT: &str = "sources.metahooks.io/requested-at";
 
 /// No sources at all: every lookup is an error. For controllers that fetch nothing.
 pub struct NoSources;

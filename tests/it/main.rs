@@ -28,5 +28,6 @@ mod process;
 mod protocol_fixtures;
 mod source_boundary;
 mod source_hardening;
+mod source_refresh;
 mod source_ssh;
 mod source_tls;

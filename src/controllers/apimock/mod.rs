@@ -18,6 +18,7 @@ mod validate;
 pub mod verdict;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -33,6 +34,7 @@ use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
@@ -98,11 +100,12 @@ impl ApiMock {
     }
 }
 
-impl CompositeHooks for ApiMock {
-    fn sync(
+impl ApiMock {
+    fn answer(
         &self,
         request: &CompositeRequest,
         ctx: &Context,
+        asked: &mut refresh::Outcome,
     ) -> Result<CompositeResponse, HookError> {
         let parent = &request.parent;
         let name = object_name(parent).unwrap_or_default();
@@ -143,6 +146,20 @@ impl CompositeHooks for ApiMock {
                 return call.keep_running(validated, None, true);
             }
         };
+        if let Origin::Fetched {
+            request: source,
+            interval,
+            ..
+        } = &origin
+        {
+            *asked = refresh::ask(
+                ctx.sources.as_ref(),
+                source,
+                Duration::from_secs(*interval),
+                parent,
+                refresh::recorded(parent),
+            );
+        }
         let reading = self.read(&origin, &request.related, namespace, ctx);
         let decision = self.decide(&call, &reading, ctx)?;
         let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, ctx);
@@ -187,6 +204,20 @@ impl CompositeHooks for ApiMock {
         let mut response = CompositeResponse::typed(&status::compute(facts, parent, &call.now))?;
         response.children = Some(children);
         Ok(response.with_resync_after(resync_seconds))
+    }
+}
+
+impl CompositeHooks for ApiMock {
+    /// [`ApiMock::answer`], with the handled "fetch now" value recorded.
+    fn sync(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        // Whatever the answer, the handled "fetch now" value is kept in status.
+        let mut asked = refresh::carried(refresh::recorded(&request.parent));
+        let response = self.answer(request, ctx, &mut asked)?;
+        Ok(asked.apply(response))
     }
 
     fn finalize(

@@ -111,6 +111,8 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
         replicas: Some(rollout.replicas),
         ready_replicas: Some(rollout.ready_replicas),
         observed_generation: None,
+        // Recorded by the sync itself (`common::refresh`), for every answer alike.
+        last_handled_requested_at: None,
     }
 }
 

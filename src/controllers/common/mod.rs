@@ -10,6 +10,7 @@ pub mod names;
 pub mod policy;
 pub mod polling;
 pub mod problem;
+pub mod refresh;
 pub mod restricted;
 pub mod revisions;
 pub mod rollout;

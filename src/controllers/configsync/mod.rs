@@ -19,6 +19,7 @@ use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::{self, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::refresh;
 use crate::controllers::common::secrets;
 use crate::controllers::common::source_spec::git_location;
 use crate::controllers::{Context, DecoratorHooks};
@@ -42,6 +43,9 @@ pub const SECRET: &str = "configsync.metahooks.io/secret";
 /// Target annotation: a Secret with `ca.crt` and/or `tls.crt` + `tls.key` for an https
 /// repository (it must carry the credentials label too).
 pub const CERT_SECRET: &str = "configsync.metahooks.io/cert-secret";
+/// Written on the target: the last value of `sources.metahooks.io/requested-at` handled
+/// (the repository was fetched after it was set).
+pub const HANDLED: &str = "configsync.metahooks.io/last-handled-requested-at";
 /// Written on the target: the revision the attached ConfigMap holds.
 pub const REVISION: &str = "configsync.metahooks.io/revision";
 /// Written on the target: why the wanted revision is not attached (absent when it is).
@@ -86,12 +90,23 @@ impl DecoratorHooks for ConfigSync {
                 );
             }
         };
+        let handled_before = annotations.get(HANDLED);
+        let asked = refresh::ask(
+            ctx.sources.as_ref(),
+            &wanted,
+            Duration::from_secs(interval),
+            target,
+            handled_before,
+        );
         let state = ctx.sources.lookup_holding(
             &wanted,
             Duration::from_secs(interval),
             observed.as_ref().map(|c| c.revision.as_str()),
         );
-        let resync = polling::resync_seconds(&state, false, interval);
+        let mut resync = polling::resync_seconds(&state, false, interval);
+        if asked.pending {
+            resync = resync.min(polling::PENDING_RESYNC_SECONDS);
+        }
         let fresh = state
             .snapshot
             .as_deref()
@@ -105,7 +120,13 @@ impl DecoratorHooks for ConfigSync {
             (Some(Err(problem)), None) => (observed.clone(), Some(problem.message)),
             (None, None) => (observed.clone(), None),
         };
-        answer(served, problem, observed.as_ref(), name, resync)
+        let mut response = answer(served, problem, observed.as_ref(), name, resync)?;
+        if asked.handled.as_deref() != handled_before
+            && let Some(written) = response.annotations.as_mut()
+        {
+            written.insert(HANDLED.to_owned(), asked.handled);
+        }
+        Ok(response)
     }
 
     fn finalize(
@@ -117,6 +138,7 @@ impl DecoratorHooks for ConfigSync {
             annotations: Some(BTreeMap::from([
                 (REVISION.to_owned(), None),
                 (ERROR.to_owned(), None),
+                (HANDLED.to_owned(), None),
             ])),
             attachments: Some(Vec::new()),
             finalized: Some(request.attachments.is_empty()),

@@ -159,3 +159,24 @@ fn a_workload_with_a_long_name_gets_a_configmap_the_api_server_accepts() {
         assert_eq!(answer["annotations"][ERROR], Value::Null);
     }
 }
+
+#[test]
+fn a_fetch_now_request_is_recorded_on_the_target_once_handled() {
+    let harness = Harness::new();
+    let asked = json!({GIT_URL: URL, PATH: "conf", crate::source::REQUESTED_AT: "t1"});
+    let first = harness.sync(asked.clone(), &[]);
+    assert_eq!(first["annotations"][super::HANDLED], "t1", "{first}");
+    // Once recorded, the same value is not asked for again and not rewritten.
+    let mut recorded = asked;
+    recorded[super::HANDLED] = json!("t1");
+    let again = harness.sync(recorded, &[]);
+    assert!(
+        again["annotations"].get(super::HANDLED).is_none(),
+        "{again}"
+    );
+    let plain = harness.sync(annotations(), &[]);
+    assert!(
+        plain["annotations"].get(super::HANDLED).is_none(),
+        "{plain}"
+    );
+}

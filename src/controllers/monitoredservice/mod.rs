@@ -25,6 +25,7 @@ use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::refresh;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
@@ -80,15 +81,15 @@ impl MonitoredService {
             std::sync::Arc::new(Config::from_snapshot(snapshot, format))
         })
     }
-}
 
-impl CompositeHooks for MonitoredService {
     /// Observe (the running config, the rollout, the pods) → check the spec and names →
-    /// look the source up → decide what to serve → build and report.
-    fn sync(
+    /// look the source up (fetching now when the parent asks) → decide what to serve →
+    /// build and report.
+    fn answer(
         &self,
         request: &CompositeRequest,
         ctx: &Context,
+        asked: &mut refresh::Outcome,
     ) -> Result<CompositeResponse, HookError> {
         let call = Call::observe(request, ctx);
         let spec = match spec::parse_spec(&request.parent) {
@@ -143,6 +144,13 @@ impl CompositeHooks for MonitoredService {
             }
         };
 
+        *asked = refresh::ask(
+            ctx.sources.as_ref(),
+            &wanted,
+            Duration::from_secs(interval),
+            &request.parent,
+            refresh::recorded(&request.parent),
+        );
         let state = ctx.sources.lookup_holding(
             &wanted,
             Duration::from_secs(interval),
@@ -185,6 +193,20 @@ impl CompositeHooks for MonitoredService {
             pods: call.pods(),
         };
         call.answer(facts, children, resync)
+    }
+}
+
+impl CompositeHooks for MonitoredService {
+    /// [`MonitoredService::answer`], with the handled "fetch now" value recorded.
+    fn sync(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        // Whatever the answer, the handled "fetch now" value is kept in status.
+        let mut asked = refresh::carried(refresh::recorded(&request.parent));
+        let response = self.answer(request, ctx, &mut asked)?;
+        Ok(asked.apply(response))
     }
 
     fn finalize(

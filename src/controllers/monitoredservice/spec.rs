@@ -140,6 +140,10 @@ pub struct MonitoredServiceStatus {
     /// Set by Metacontroller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The last value of the annotation `sources.metahooks.io/requested-at` that was
+    /// handled: the source was fetched after it was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_requested_at: Option<String>,
 }
 
 impl MonitoredServiceSpec {

@@ -95,6 +95,8 @@ pub fn answer(
             .collect(),
         conditions: conditions::settle(decided, &conditions::observed(parent), now, generation),
         observed_generation: None,
+        // Recorded by the sync itself (`common::refresh`), for every answer alike.
+        last_handled_requested_at: None,
     };
     CompositeResponse::typed(&status)
 }

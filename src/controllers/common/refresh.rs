@@ -1,0 +1,143 @@
+//! "Fetch now": a parent whose annotation `sources.metahooks.io/requested-at` holds a
+//! value not yet handled has its source fetched at once, not at the next interval, and
+//! the handled value is recorded (in `status.lastHandledRequestedAt`; configsync writes an
+//! annotation), as Flux does with `reconcile.fluxcd.io/requestedAt`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::polling::PENDING_RESYNC_SECONDS;
+use crate::protocol::CompositeResponse;
+use crate::source::{REQUESTED_AT, Refresh, SourceRequest, Sources};
+
+/// Where the handled value goes in a composite parent's status.
+pub const STATUS_FIELD: &str = "lastHandledRequestedAt";
+
+/// Longest annotation value acted on (a timestamp, or a commit id from a pipeline).
+const MAX_TOKEN_LEN: usize = 256;
+
+/// What to record after a sync, and whether to ask again soon.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The handled value to write (the earlier one when nothing new was handled).
+    pub handled: Option<String>,
+    /// A fetch for a new value is scheduled or running.
+    pub pending: bool,
+}
+
+/// The value the parent asks to be handled, if it is one not handled yet (`handled` is
+/// what the parent records as handled).
+pub fn new_request<'a>(parent: &'a Value, handled: Option<&str>) -> Option<&'a str> {
+    let token = parent
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(REQUESTED_AT))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_LEN)?;
+    (Some(token) != handled).then_some(token)
+}
+
+/// What a composite parent's status records as handled.
+pub fn recorded(parent: &Value) -> Option<&str> {
+    parent
+        .pointer(&format!("/status/{STATUS_FIELD}"))
+        .and_then(Value::as_str)
+}
+
+/// Asks the engine to fetch `request` now when `parent` asks for it; before the lookup,
+/// so the lookup sees the fetch pending.
+pub fn ask(
+    sources: &dyn Sources,
+    request: &SourceRequest,
+    interval: Duration,
+    parent: &Value,
+    handled: Option<&str>,
+) -> Outcome {
+    let Some(token) = new_request(parent, handled) else {
+        return carried(handled);
+    };
+    match sources.refresh(request, interval, token) {
+        Refresh::Handled => Outcome {
+            handled: Some(token.to_owned()),
+            pending: false,
+        },
+        Refresh::Pending => Outcome {
+            pending: true,
+            ..carried(handled)
+        },
+    }
+}
+
+/// Nothing new handled: the earlier value stays.
+pub fn carried(handled: Option<&str>) -> Outcome {
+    Outcome {
+        handled: handled.map(str::to_owned),
+        pending: false,
+    }
+}
+
+impl Outcome {
+    /// Writes the handled value into the answer's status and, while a fetch for a new
+    /// value runs, asks for the next sync soon.
+    pub fn apply(&self, mut response: CompositeResponse) -> CompositeResponse {
+        if let (Some(handled), Some(Value::Object(status))) = (&self.handled, &mut response.status)
+        {
+            status.insert(STATUS_FIELD.to_owned(), Value::String(handled.clone()));
+        }
+        let soon = PENDING_RESYNC_SECONDS;
+        if self.pending
+            && response
+                .resync_after_seconds
+                .as_ref()
+                .and_then(serde_json::Number::as_u64)
+                .is_none_or(|seconds| seconds > soon)
+        {
+            response = response.with_resync_after(soon);
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn only_a_new_value_is_a_request() {
+        let parent = json!({"metadata": {"annotations": {REQUESTED_AT: "1700000000"}}});
+        assert_eq!(new_request(&parent, None), Some("1700000000"));
+        assert_eq!(new_request(&parent, Some("1600000000")), Some("1700000000"));
+        assert_eq!(new_request(&parent, Some("1700000000")), None);
+        assert_eq!(new_request(&json!({"metadata": {}}), None), None);
+        let long = json!({"metadata": {"annotations": {REQUESTED_AT: "x".repeat(300)}}});
+        assert_eq!(new_request(&long, None), None);
+    }
+
+    #[test]
+    fn the_handled_value_lands_in_status_and_a_pending_fetch_asks_again_soon() {
+        let response =
+            CompositeResponse::new(json!({"phase": "Ready"}), Vec::new()).with_resync_after(600);
+        let handled = Outcome {
+            handled: Some("t1".to_owned()),
+            pending: false,
+        }
+        .apply(response.clone());
+        assert_eq!(
+            handled.status,
+            Some(json!({"phase": "Ready", STATUS_FIELD: "t1"}))
+        );
+        assert_eq!(handled.resync_after_seconds, Some(600.into()));
+        let pending = Outcome {
+            handled: None,
+            pending: true,
+        }
+        .apply(response);
+        assert_eq!(pending.status, Some(json!({"phase": "Ready"})));
+        assert_eq!(
+            pending.resync_after_seconds,
+            Some(PENDING_RESYNC_SECONDS.into())
+        );
+    }
+}
