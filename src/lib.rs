@@ -23,6 +23,7 @@ pub mod error;
 pub mod fuzz_surfaces;
 pub mod hash;
 pub mod protocol;
+pub mod receivers;
 pub mod server;
 pub mod source;
 pub mod telemetry;

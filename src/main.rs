@@ -32,7 +32,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             let served = runtime.block_on(async move {
-                let (settings, registry) = metahooks::cli::config::serve_settings(&args)?;
+                let (settings, registry, receivers) =
+                    metahooks::cli::config::serve_settings_with_receivers(&args)?;
+                // Dropped (and stopped) when the server has drained.
+                let _receivers = match receivers {
+                    Some(receivers) => Some(
+                        metahooks::receivers::start(receivers.clone(), registry.sources())
+                            .await
+                            .map_err(|e| {
+                                anyhow::anyhow!(
+                                    "cannot listen on {} for push receivers: {e}",
+                                    receivers.listen
+                                )
+                            })?,
+                    ),
+                    None => None,
+                };
                 let server = metahooks::server::Server::start(
                     settings,
                     registry,

@@ -9,6 +9,7 @@ use anyhow::{Context as _, bail};
 use crate::cli::{ControllerArgs, ServeArgs};
 use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::{ControllerSettings, Registry};
+use crate::receivers::ReceiverSettings;
 use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
 use crate::source::fetcher::{Fetcher, FetcherOptions};
 use crate::source::policy::{Limits as SourceLimits, Policy};
@@ -20,6 +21,17 @@ use crate::source::worker::spawn::Isolation;
 /// A flag value that cannot be used (an unreadable token file, a TLS key without a
 /// certificate, an unusable cache directory), named.
 pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Registry)> {
+    serve_settings_with_receivers(args).map(|(settings, registry, _)| (settings, registry))
+}
+
+/// [`serve_settings`], and the push receivers' settings when `--receiver-listen` is set
+/// (the source engine then asks parents to resync within `--receiver-resync-seconds`).
+///
+/// # Errors
+/// As [`serve_settings`], and an unreadable or empty receiver secret.
+pub fn serve_settings_with_receivers(
+    args: &ServeArgs,
+) -> anyhow::Result<(ServerSettings, Registry, Option<ReceiverSettings>)> {
     if args.max_in_flight == 0 {
         bail!("--max-in-flight must be at least 1");
     }
@@ -96,7 +108,25 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
         shutdown_delay: Duration::from_secs(args.shutdown_delay_seconds),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
     };
-    Ok((settings, standard_registry(&args.controllers)?))
+    let receivers = match (&args.receiver_listen, &args.receiver_secret_file) {
+        (Some(listen), Some(secret)) => {
+            if args.receiver_resync_seconds == 0 {
+                bail!("--receiver-resync-seconds must be at least 1");
+            }
+            Some(ReceiverSettings {
+                listen: *listen,
+                secret: read_secret("--receiver-secret-file", secret)?.into_bytes(),
+            })
+        }
+        _ => None,
+    };
+    let mut fetcher = source_fetcher(&args.controllers)?;
+    if receivers.is_some() {
+        fetcher = fetcher.with_push_resync(args.receiver_resync_seconds);
+    }
+    let registry = Registry::standard(controller_settings(&args.controllers))
+        .with_sources(std::sync::Arc::new(fetcher));
+    Ok((settings, registry, receivers))
 }
 
 /// The shipped controllers with a source engine built from the flags. Needs a Tokio

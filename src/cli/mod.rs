@@ -111,6 +111,21 @@ pub struct ServeArgs {
     /// Require client certificates signed by this PEM CA (mTLS); needs TLS.
     #[arg(long, env = "METAHOOKS_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
     pub tls_client_ca_file: Option<PathBuf>,
+    /// Serve push receivers (POST /receivers/{github,gitlab,gitea,generic}) on this
+    /// address, a port of their own; off unless set. Needs --receiver-secret-file.
+    #[arg(long, env = "METAHOOKS_RECEIVER_LISTEN", value_parser = listen_address, requires = "receiver_secret_file")]
+    pub receiver_listen: Option<SocketAddr>,
+    /// The secret push receivers verify each forge's signature (or GitLab's token) with.
+    #[arg(
+        long,
+        env = "METAHOOKS_RECEIVER_SECRET_FILE",
+        requires = "receiver_listen"
+    )]
+    pub receiver_secret_file: Option<PathBuf>,
+    /// While receivers listen, parents that read a source sync again within this many
+    /// seconds whatever their interval (a push is seen at the next sync).
+    #[arg(long, env = "METAHOOKS_RECEIVER_RESYNC_SECONDS", default_value_t = 5)]
+    pub receiver_resync_seconds: u64,
     /// Seconds readiness reports 503 before the hook port stops accepting on SIGTERM.
     #[arg(long, env = "METAHOOKS_SHUTDOWN_DELAY_SECONDS", default_value_t = 5)]
     pub shutdown_delay_seconds: u64,

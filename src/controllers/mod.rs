@@ -256,6 +256,11 @@ impl Registry {
         self
     }
 
+    /// The source engine controllers read through (push receivers trigger it too).
+    pub fn sources(&self) -> Arc<dyn Sources> {
+        self.sources.clone()
+    }
+
     /// The context of one call at `now`.
     pub fn context(&self, now: jiff::Timestamp) -> Context {
         Context {

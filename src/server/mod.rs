@@ -415,7 +415,7 @@ fn finished(
 /// The per-connection bounds, the same with and without TLS: a new connection's first
 /// request within the header-read timeout, later ones within the idle timeout (hyper
 /// starts that timer as soon as a connection waits for its next request's head).
-fn with_connection_limits<A>(
+pub(crate) fn with_connection_limits<A>(
     server: axum_server::Server<SocketAddr, A>,
     handle: &axum_server::Handle<SocketAddr>,
     limits: &Limits,

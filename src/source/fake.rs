@@ -36,6 +36,7 @@ impl FakeSources {
                 snapshot: Some(Arc::new(snapshot(revision, files, single_file, made_at))),
                 error: None,
                 pending: false,
+                resync_within: None,
             },
         );
     }

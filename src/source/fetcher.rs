@@ -27,6 +27,10 @@ struct RemoteEntry {
     resolved: Option<git::Resolved>,
     /// "Fetch now" tokens ([`Sources::refresh`]).
     refresh: RefreshTokens,
+    /// A push named this remote's repository since its last job started.
+    pushed: bool,
+    /// A timer waits to start the fetch a push asked for (see `PUSH_SPACING`).
+    push_timer: bool,
 }
 
 /// Most handled "fetch now" tokens remembered per remote.
@@ -202,7 +206,14 @@ struct Inner {
     /// Keys the on-disk repositories by credential holder; kept in the cache directory
     /// so that a restarted server finds its repositories again.
     disk_key: [u8; 32],
+    /// Seconds within which parents should sync again while push receivers listen (0:
+    /// none listen).
+    push_resync: AtomicU64,
 }
+
+/// The least time between two fetches of one remote that pushes start: a burst of pushes
+/// becomes one fetch now and one when the spacing has passed.
+const PUSH_SPACING: Duration = Duration::from_secs(2);
 
 /// Default cap of the on-disk git cache.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
@@ -282,6 +293,7 @@ impl Fetcher {
                 options: Mutex::new(options),
                 http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
                 disk_key,
+                push_resync: AtomicU64::new(0),
             }),
         })
     }
@@ -292,6 +304,14 @@ impl Fetcher {
         *lock(&self.inner.git_slots) =
             FairSlots::new(options.workers, options.workers_per_namespace);
         *lock(&self.inner.options) = options;
+        self
+    }
+
+    /// Push receivers listen: every lookup asks parents to sync again within `seconds`,
+    /// so that a push is seen within that time whatever a parent's interval.
+    #[must_use]
+    pub fn with_push_resync(self, seconds: u64) -> Fetcher {
+        self.inner.push_resync.store(seconds, Ordering::SeqCst);
         self
     }
 
@@ -471,6 +491,10 @@ impl Sources for Fetcher {
         self.look(request, interval, running, None)
     }
 
+    fn pushed(&self, repository: &str) -> usize {
+        self.push(repository)
+    }
+
     fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
         {
             let state = lock(&self.inner.state);
@@ -494,6 +518,64 @@ impl Sources for Fetcher {
 }
 
 impl Fetcher {
+    /// [`Sources::pushed`]: marks every remote of `repository` pushed and starts the
+    /// fetch of each that is idle and past the push spacing (the others start at their
+    /// next lookup, which the receivers' resync bound brings within seconds).
+    fn push(&self, repository: &str) -> usize {
+        // (a request of the remote, its interval, how long until the spacing has passed;
+        // None when a timer for the remote is already waiting)
+        let wanted: Vec<(SourceRequest, Duration, Option<Duration>)> = {
+            let mut state = lock(&self.inner.state);
+            state
+                .remotes
+                .values_mut()
+                .filter_map(|remote| {
+                    let asked = remote.requests.values().next()?;
+                    let url = asked.request.location.url();
+                    if super::repository::normalise(url).as_deref() != Some(repository) {
+                        return None;
+                    }
+                    remote.pushed = true;
+                    let wait = remote.started.map_or(Duration::ZERO, |started| {
+                        PUSH_SPACING.saturating_sub(started.elapsed())
+                    });
+                    let timer = if remote.push_timer {
+                        None
+                    } else {
+                        remote.push_timer = !wait.is_zero();
+                        Some(wait)
+                    };
+                    Some((asked.request.clone(), asked.interval, timer))
+                })
+                .collect()
+        };
+        for (request, interval, wait) in &wanted {
+            match wait {
+                Some(wait) if wait.is_zero() => {
+                    let _ = self.look(request, *interval, None, None);
+                }
+                // Within the spacing of the last fetch: one timer starts it when the
+                // spacing has passed (or the job running then ends and a lookup does).
+                Some(wait) => {
+                    let (fetcher, request, interval, wait) =
+                        (self.clone(), request.clone(), *interval, *wait);
+                    self.inner.runtime.spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        if let Some(remote) = lock(&fetcher.inner.state)
+                            .remotes
+                            .get_mut(&request.remote_key())
+                        {
+                            remote.push_timer = false;
+                        }
+                        let _ = fetcher.look(&request, interval, None, None);
+                    });
+                }
+                None => {}
+            }
+        }
+        wanted.len()
+    }
+
     /// `lookup_holding`, and with `refresh` a "fetch now" token: the remote is fetched
     /// at once unless a job is running, in which case the next job covers the token.
     fn look(
@@ -545,15 +627,20 @@ impl Fetcher {
         if let Some(token) = refresh {
             remote.refresh.wanted.insert(token.to_owned());
         }
-        let stale = !remote.refresh.wanted.is_empty()
-            || remote
+        let since_start = |least: Duration| {
+            remote
                 .started
-                .is_none_or(|started| started.elapsed() >= interval);
+                .is_none_or(|started| started.elapsed() >= least)
+        };
+        let stale = !remote.refresh.wanted.is_empty()
+            || (remote.pushed && since_start(PUSH_SPACING))
+            || since_start(interval);
         let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
         if !remote.in_flight && (stale || unknown) {
             remote.in_flight = true;
             if stale {
                 remote.refresh.job_started();
+                remote.pushed = false;
             }
             // A fresh remote with a new path only needs reading, not another fetch.
             let use_network = stale || remote.resolved.is_none();
@@ -595,10 +682,12 @@ impl Fetcher {
             .values()
             .any(|r| r.in_flight && r.requests.contains_key(&request.key()));
         let known = known.unwrap_or_default();
+        let push_resync = self.inner.push_resync.load(Ordering::SeqCst);
         SourceState {
             snapshot: known.snapshot,
             error: known.error,
             pending,
+            resync_within: (push_resync > 0).then_some(push_resync),
         }
     }
 }

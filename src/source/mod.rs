@@ -19,6 +19,7 @@ pub mod git;
 pub mod http;
 pub mod known_hosts;
 pub mod policy;
+pub mod repository;
 pub mod slots;
 pub mod tls;
 pub mod worker;
@@ -430,6 +431,9 @@ pub struct SourceState {
     pub error: Option<FetchError>,
     /// A fetch is scheduled or running; ask again soon.
     pub pending: bool,
+    /// Sync again within this many seconds whatever the interval: push receivers are
+    /// listening, and a push is only seen at the next sync.
+    pub resync_within: Option<u64>,
 }
 
 /// The read side of the engine that controllers get in their context.
@@ -457,6 +461,13 @@ pub trait Sources: Send + Sync {
     fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
         let _ = (token, self.lookup(request, interval));
         Refresh::Handled
+    }
+
+    /// A push receiver heard that `repository` ([`repository::normalise`]d) changed:
+    /// fetch every remote of it now. Returns how many remotes that is.
+    fn pushed(&self, repository: &str) -> usize {
+        let _ = repository;
+        0
     }
 }
 

@@ -26,6 +26,7 @@ mod monitoredservice_sources;
 mod pod_security;
 mod process;
 mod protocol_fixtures;
+mod receivers;
 mod source_boundary;
 mod source_hardening;
 mod source_refresh;

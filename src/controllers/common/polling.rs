@@ -26,7 +26,10 @@ pub fn resync_seconds(state: &SourceState, behind: bool, interval: u64) -> u64 {
     if state.pending || behind {
         PENDING_RESYNC_SECONDS
     } else {
-        interval
+        // While push receivers listen, a push is seen at the next sync: keep it close.
+        state
+            .resync_within
+            .map_or(interval, |within| interval.min(within))
     }
 }
 
@@ -100,5 +103,11 @@ mod tests {
         assert_eq!(resync_seconds(&idle, false, 60), 60);
         assert_eq!(resync_seconds(&pending, false, 60), 2);
         assert_eq!(resync_seconds(&idle, true, 60), 2);
+        let receiving = SourceState {
+            resync_within: Some(5),
+            ..SourceState::default()
+        };
+        assert_eq!(resync_seconds(&receiving, false, 600), 5);
+        assert_eq!(resync_seconds(&receiving, false, 3), 3);
     }
 }

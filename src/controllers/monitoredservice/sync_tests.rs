@@ -201,6 +201,7 @@ fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
             snapshot: None,
             error: None,
             pending: true,
+            resync_within: None,
         },
     );
     let without = harness.sync(spec(), &observed);

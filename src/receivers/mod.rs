@@ -1,0 +1,197 @@
+//! Push receivers: a forge's webhook says "this repository changed", and every source
+//! reading that repository is fetched at once instead of at its next interval.
+//!
+//! Served on a port of their own (`--receiver-listen`, off by default), so the hook port
+//! stays reachable from Metacontroller only. A request is accepted only with the forge's
+//! proof of the shared secret (`--receiver-secret-file`, [`verify`]); the payload is
+//! then read for repository URLs only ([`repository`]), never for content: what is
+//! fetched comes from the repository itself, under every rule of the source engine.
+//! Pushes for one remote coalesce: at most one fetch runs per remote, and one started
+//! by a push is not followed by another within the engine's spacing.
+
+pub mod repository;
+pub mod verify;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::source::Sources;
+use verify::Forge;
+
+/// Largest payload read (GitHub caps deliveries at 25 MB; a push names its commits, and
+/// one with thousands of them is still far below this).
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// Requests handled at once; more get 429.
+const MAX_IN_FLIGHT: usize = 16;
+/// How long a sender may take to send the body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where receivers listen and the secret they verify against.
+#[derive(Clone)]
+pub struct ReceiverSettings {
+    /// The receiver port's address.
+    pub listen: SocketAddr,
+    /// The shared secret (GitHub/Gitea/generic: the HMAC key; GitLab: the token).
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for ReceiverSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReceiverSettings({}, <secret>)", self.listen)
+    }
+}
+
+struct Receiver {
+    secret: Vec<u8>,
+    sources: Arc<dyn Sources>,
+    in_flight: Semaphore,
+}
+
+/// The running receiver port.
+pub struct Receivers {
+    /// The bound address (port 0 resolved).
+    pub addr: SocketAddr,
+    handle: axum_server::Handle<SocketAddr>,
+}
+
+impl Drop for Receivers {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+    }
+}
+
+/// Binds the receiver port and serves it until the value is dropped.
+///
+/// # Errors
+/// The address cannot be bound.
+pub async fn start(
+    settings: ReceiverSettings,
+    sources: Arc<dyn Sources>,
+) -> Result<Receivers, std::io::Error> {
+    let listener = std::net::TcpListener::bind(settings.listen)?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(Receiver {
+        secret: settings.secret,
+        sources,
+        in_flight: Semaphore::new(MAX_IN_FLIGHT),
+    });
+    let app = router(state);
+    let handle = axum_server::Handle::new();
+    let limits = crate::server::Limits::default();
+    let server =
+        crate::server::with_connection_limits(axum_server::from_tcp(listener)?, &handle, &limits);
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    tracing::info!(%addr, "push receivers listening");
+    Ok(Receivers { addr, handle })
+}
+
+fn router(state: Arc<Receiver>) -> Router {
+    Router::new()
+        .route("/receivers/{forge}", post(receive))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "receivers are POST /receivers/github, /receivers/gitlab, /receivers/gitea and /receivers/generic\n",
+            )
+        })
+        .with_state(state)
+}
+
+fn refuse(status: StatusCode, reason: &str, message: String) -> Response {
+    tracing::warn!(status = status.as_u16(), reason, %message, "push refused");
+    (status, Json(json!({"reason": reason, "message": message}))).into_response()
+}
+
+use axum::Json;
+
+async fn receive(
+    State(receiver): State<Arc<Receiver>>,
+    Path(forge): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(forge) = Forge::from_segment(&forge) else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            "UnknownForge",
+            format!("no receiver for {forge:?}: github, gitlab, gitea or generic"),
+        );
+    };
+    let Ok(_permit) = receiver.in_flight.try_acquire() else {
+        return refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Busy",
+            format!("{MAX_IN_FLIGHT} pushes are being handled; retry"),
+        );
+    };
+    let body = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES))
+        .await
+    {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "TooLarge",
+                format!("the payload is over {MAX_BODY_BYTES} bytes"),
+            );
+        }
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                "Timeout",
+                format!("the payload took longer than {} s", BODY_TIMEOUT.as_secs()),
+            );
+        }
+    };
+    if let Err(rejected) = verify::verify(forge, &headers, &body, &receiver.secret) {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "BadSignature",
+            rejected.to_string(),
+        );
+    }
+    if headers
+        .get("x-github-event")
+        .is_some_and(|event| event == "ping")
+    {
+        return (StatusCode::OK, Json(json!({"pong": true}))).into_response();
+    }
+    let payload: Value = match serde_json::from_slice(&body) {
+        Ok(payload) => payload,
+        Err(error) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "NotJSON",
+                format!("the payload is not JSON: {error}"),
+            );
+        }
+    };
+    let repositories = repository::named_in(&payload);
+    if repositories.is_empty() {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "NoRepository",
+            "the payload names no repository URL".to_owned(),
+        );
+    }
+    let remotes: usize = repositories
+        .iter()
+        .map(|repository| receiver.sources.pushed(repository))
+        .sum();
+    tracing::info!(?repositories, remotes, "push received");
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({"repositories": repositories, "remotes": remotes})),
+    )
+        .into_response()
+}
