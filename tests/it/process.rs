@@ -322,3 +322,98 @@ async fn serve_raises_its_open_file_limit_and_fits_the_connection_cap_under_it()
     assert_eq!(fields["hard"], 512, "{limit}");
     assert_eq!(fields["max_connections"], 256, "{limit}");
 }
+
+#[test]
+fn source_and_receiver_flags_are_checked_before_serving() {
+    let run = |args: &[&str]| {
+        let output = Command::new(binary())
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = run(&["--source-ca-file", "/nonexistent/ca.pem"]);
+    assert!(
+        !ok && stderr.contains("--source-ca-file") && stderr.contains("/nonexistent/ca.pem"),
+        "{stderr}"
+    );
+    let not_pem = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(not_pem.path(), "not a certificate").unwrap();
+    let (ok, stderr) = run(&["--source-ca-file", not_pem.path().to_str().unwrap()]);
+    assert!(!ok && stderr.contains("BEGIN CERTIFICATE"), "{stderr}");
+    let (ok, stderr) = run(&["--receiver-listen", "127.0.0.1:0"]);
+    assert!(!ok && stderr.contains("--receiver-secret-file"), "{stderr}");
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    let (ok, stderr) = run(&[
+        "--receiver-listen",
+        "127.0.0.1:0",
+        "--receiver-secret-file",
+        empty.path().to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("is empty"), "{stderr}");
+    let (ok, stderr) = run(&["--allow-scheme", "ftp"]);
+    assert!(
+        !ok && stderr.contains("ssh"),
+        "the possible values list ssh: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_starts_push_receivers_on_their_own_port() {
+    let (hook_port, probe_port, receiver_port) = (free_port(), free_port(), free_port());
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "s3cret\n").unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(
+        Command::new(binary())
+            .args(["serve", "--listen", &format!("127.0.0.1:{hook_port}")])
+            .args(["--probe-listen", &format!("127.0.0.1:{probe_port}")])
+            .args(["--receiver-listen", &format!("127.0.0.1:{receiver_port}")])
+            .arg("--receiver-secret-file")
+            .arg(secret.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("binary starts"),
+    );
+    wait_ready(&format!("http://127.0.0.1:{probe_port}/readyz")).await;
+    let client = reqwest::Client::new();
+    let body = br#"{"url": "https://git.example.com/a.git"}"#;
+    let url = format!("http://127.0.0.1:{receiver_port}/receivers/generic");
+    let forged = client
+        .post(&url)
+        .header("x-signature-256", "sha256=00")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+    // The file's trailing newline is not part of the secret.
+    let signature = metahooks::receivers::verify::sign(body, b"s3cret");
+    let signed = client
+        .post(&url)
+        .header("x-signature-256", signature)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 202);
+    // Receivers are not on the hook port.
+    let on_hooks = client
+        .post(format!("http://127.0.0.1:{hook_port}/receivers/generic"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_hooks.status(), 404);
+}

@@ -213,3 +213,30 @@ async fn ssh_needs_its_scheme_allowed_and_the_secret_bound_to_the_url() {
         .expect("refused");
     assert_eq!(error.reason(), "CredentialsNotAllowed", "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_scp_like_address_reaches_port_22() {
+    let Some(program) = sshd_program() else {
+        return;
+    };
+    // scp-like addresses name no port: this needs port 22, which only root may bind and
+    // which may be taken; the test says so and passes when it cannot have it.
+    if std::net::TcpListener::bind("127.0.0.1:22").is_err() {
+        eprintln!("port 22 is not available: scp-like addresses are covered by unit tests only");
+        return;
+    }
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "COLOUR=blue\n")]);
+    let server = SshServer::start_on(&program, 22, "ed25519", "");
+    let cache = tempfile::tempdir().unwrap();
+    let fetcher = support::fetcher(ssh_policy(), cache.path());
+    let url = format!("{}@127.0.0.1:{}", server.user, repo.bare().display());
+    let mut creds = credentials(&server, Some(server.known_hosts.clone()), None);
+    creds.binding = Binding::read("deploy-key", None, Some("ssh://127.0.0.1/"));
+    let state = settled(&fetcher, &request(&url, creds)).await;
+    assert!(state.error.is_none(), "{url}: {:?}", state.error);
+    assert_eq!(
+        state.snapshot.unwrap().files["app.env"],
+        Content::Text("COLOUR=blue\n".to_owned())
+    );
+}

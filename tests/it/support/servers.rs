@@ -468,6 +468,16 @@ impl SshServer {
     /// Starts sshd with ed25519 and ecdsa host keys; the client key is `client_key_type`,
     /// encrypted with `passphrase` unless it is empty.
     pub fn start(program: &Path, client_key_type: &str, passphrase: &str) -> SshServer {
+        SshServer::start_on(program, free_port(), client_key_type, passphrase)
+    }
+
+    /// [`SshServer::start`] on a given port (22 for scp-like addresses, which name none).
+    pub fn start_on(
+        program: &Path,
+        port: u16,
+        client_key_type: &str,
+        passphrase: &str,
+    ) -> SshServer {
         let dir = tempfile::tempdir().unwrap();
         let path = |name: &str| dir.path().join(name);
         keygen(&path("host_ed25519"), "ed25519", "");
@@ -478,7 +488,6 @@ impl SshServer {
             .unwrap()
             .trim()
             .to_owned();
-        let port = free_port();
         // The repository is reached by absolute path; the login's shell runs git.
         let config = format!(
             "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nHostKey {}\nAuthorizedKeysFile {}\n\
@@ -509,7 +518,11 @@ impl SshServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let alias = format!("[127.0.0.1]:{port}");
+        let alias = if port == 22 {
+            "127.0.0.1".to_owned()
+        } else {
+            format!("[127.0.0.1]:{port}")
+        };
         let known_hosts = ["host_ed25519.pub", "host_ecdsa.pub"]
             .iter()
             .map(|name| {
