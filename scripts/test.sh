@@ -71,5 +71,12 @@ echo "== image check: the runtime stage provides every library the binary links"
 if command -v kubectl >/dev/null 2>&1; then
   echo "== kubectl kustomize manifests/ (offline render)"
   kubectl kustomize manifests/ > /dev/null
-  echo "manifests render"
+  # The optional push-receivers component, through an overlay outside manifests/ (an
+  # overlay inside the base's directory is a cycle to kustomize).
+  overlay="$TOOLS/overlay-receivers"
+  mkdir -p "$overlay"
+  base=$(realpath --relative-to="$overlay" manifests)
+  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/receivers]\n' "$base" "$base" > "$overlay/kustomization.yaml"
+  kubectl kustomize "$overlay" | grep -q METAHOOKS_RECEIVER_LISTEN
+  echo "manifests render (and with the receivers component)"
 fi

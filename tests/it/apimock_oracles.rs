@@ -153,6 +153,13 @@ fn server_manifests_pass_kubernetes_validate_strict() {
     objects.extend(support::read_yaml_documents(
         &support::repo_dir().join("manifests/crds/apimocks.apirator.io.yaml"),
     ));
+    // The optional push-receivers component's own objects (its Deployment patch is
+    // rendered by `kubectl kustomize` in scripts/test.sh).
+    for file in ["service.yaml", "networkpolicy.yaml"] {
+        objects.extend(support::read_yaml_documents(
+            &support::repo_dir().join("manifests/receivers").join(file),
+        ));
+    }
     if let Some(problems) = support::oracles::kubernetes_validate(&objects, &["1.30", "1.33"]) {
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
