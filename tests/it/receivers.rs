@@ -60,6 +60,27 @@ async fn setup() -> Setup {
     }
 }
 
+/// A MonitoredService "web" reading the repository with a ten-minute interval, synced
+/// until its first fetch has rolled out; returns the repository's URL.
+async fn start_web(s: &mut Setup) -> String {
+    let url = s.daemon.url();
+    s.emulator.apply(
+        json!({"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {"image": "web:1", "format": "env", "intervalSeconds": 600,
+            "source": {"git": {"url": url, "ref": "main", "path": "app.env"}}}}),
+    );
+    support::emulator::settle(
+        &mut s.emulator,
+        &s.fetcher,
+        "MonitoredService",
+        "first fetch",
+        |e| hash(e).is_some(),
+    )
+    .await;
+    url
+}
+
 /// Polls `done` (a fetch runs in the background) with a generous deadline.
 async fn until(what: &str, done: impl Fn() -> bool) {
     let started = Instant::now();
@@ -122,20 +143,7 @@ fn payload(forge: &str, url: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_forge_is_verified_and_a_bad_signature_triggers_nothing() {
     let mut s = setup().await;
-    let url = s.daemon.url();
-    let parent = json!({"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
-        "metadata": {"name": "web", "namespace": "team-a"},
-        "spec": {"image": "web:1", "format": "env", "intervalSeconds": 600,
-            "source": {"git": {"url": url, "ref": "main", "path": "app.env"}}}});
-    s.emulator.apply(parent);
-    support::emulator::settle(
-        &mut s.emulator,
-        &s.fetcher,
-        "MonitoredService",
-        "first fetch",
-        |e| hash(e).is_some(),
-    )
-    .await;
+    let url = start_web(&mut s).await;
     let fetches = s.fetcher.network_fetches();
     for forge in ["github", "gitlab", "gitea", "generic"] {
         let body = payload(forge, &url);
@@ -179,21 +187,7 @@ async fn each_forge_is_verified_and_a_bad_signature_triggers_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verified_push_rolls_a_ten_minute_service_at_its_next_sync() {
     let mut s = setup().await;
-    let url = s.daemon.url();
-    s.emulator.apply(
-        json!({"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
-        "metadata": {"name": "web", "namespace": "team-a"},
-        "spec": {"image": "web:1", "format": "env", "intervalSeconds": 600,
-            "source": {"git": {"url": url, "ref": "main", "path": "app.env"}}}}),
-    );
-    support::emulator::settle(
-        &mut s.emulator,
-        &s.fetcher,
-        "MonitoredService",
-        "first fetch",
-        |e| hash(e).is_some(),
-    )
-    .await;
+    let url = start_web(&mut s).await;
     let before = hash(&s.emulator);
 
     s.repo.commit(&[("app.env", "COLOUR=green\n")]);

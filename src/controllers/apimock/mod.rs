@@ -214,10 +214,7 @@ impl CompositeHooks for ApiMock {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        // Whatever the answer, the handled "fetch now" value is kept in status.
-        let mut asked = refresh::carried(refresh::recorded(&request.parent));
-        let response = self.answer(request, ctx, &mut asked)?;
-        Ok(asked.apply(response))
+        refresh::recording(&request.parent, |asked| self.answer(request, ctx, asked))
     }
 
     fn finalize(

@@ -68,6 +68,21 @@ pub fn ask(
     }
 }
 
+/// Runs `answer` with what `parent` records as handled carried over, then records what
+/// the answer handled in its status: every answer keeps the value, whichever branch
+/// produced it.
+///
+/// # Errors
+/// Those of `answer`.
+pub fn recording<E>(
+    parent: &Value,
+    answer: impl FnOnce(&mut Outcome) -> Result<CompositeResponse, E>,
+) -> Result<CompositeResponse, E> {
+    let mut asked = carried(recorded(parent));
+    let response = answer(&mut asked)?;
+    Ok(asked.apply(response))
+}
+
 /// Nothing new handled: the earlier value stays.
 pub fn carried(handled: Option<&str>) -> Outcome {
     Outcome {
