@@ -550,31 +550,14 @@ struct Pki {
 }
 
 fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let dir = tempfile::tempdir().unwrap();
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&server_key, &issuer)
-        .unwrap();
-    let client_key = KeyPair::generate().unwrap();
-    let client = CertificateParams::new(vec!["metacontroller".to_owned()])
-        .unwrap()
-        .signed_by(&client_key, &issuer)
-        .unwrap();
-    std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.path().join("tls.crt"), server.pem()).unwrap();
-    std::fs::write(dir.path().join("tls.key"), server_key.serialize_pem()).unwrap();
-    let client_identity = format!("{}{}", client.pem(), client_key.serialize_pem()).into_bytes();
+    // The same CA, `localhost` server certificate and client certificate as the source
+    // tests use, with the client's certificate and key as one PEM identity.
+    let shared = support::servers::Pki::new(false);
     Pki {
-        ca_pem: ca.pem(),
-        dir,
-        client_identity,
+        client_identity: format!("{}{}", shared.client_cert_pem, shared.client_key_pem)
+            .into_bytes(),
+        ca_pem: shared.ca_pem,
+        dir: shared.dir,
     }
 }
 
