@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("metahooks: {error:#}");
+            eprintln!("metahooks: {}", metahooks::cli::explain(&error));
             ExitCode::FAILURE
         }
     }

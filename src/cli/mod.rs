@@ -5,6 +5,24 @@ pub mod config;
 pub mod emulate;
 pub mod render;
 
+/// An error and its causes on one line, each said once: an error whose message already
+/// quotes its cause (as typed errors do, so that a Kubernetes event carries it) is not
+/// followed by that cause again.
+pub fn explain(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -179,7 +197,7 @@ pub struct ControllerArgs {
     pub service_type: Vec<String>,
     /// Refuse MonitoredService env taken from Secrets or pod fields
     /// (`valueFrom.secretKeyRef`, `valueFrom.fieldRef`).
-    #[arg(long, env = "METAHOOKS_DENY_SECRET_ENV")]
+    #[arg(long, env = "METAHOOKS_DENY_SECRET_ENV", value_parser = clap::builder::BoolishValueParser::new())]
     pub deny_secret_env: bool,
     /// Let sources use this scheme besides https (http, git, file); repeatable.
     #[arg(long = "allow-scheme", env = "METAHOOKS_ALLOW_SCHEME", value_delimiter = ',', value_parser = ["http", "git", "ssh", "file"])]
@@ -189,7 +207,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "METAHOOKS_SOURCE_CA_FILE", value_name = "PEM")]
     pub source_ca_file: Option<std::path::PathBuf>,
     /// Let sources reach loopback, private and link-local addresses (cloud metadata too).
-    #[arg(long, env = "METAHOOKS_ALLOW_PRIVATE_ADDRESSES")]
+    #[arg(long, env = "METAHOOKS_ALLOW_PRIVATE_ADDRESSES", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_private_addresses: bool,
     /// Where fetched sources are cached (default: a metahooks folder in the temp dir).
     #[arg(long, env = "METAHOOKS_CACHE_DIR")]
@@ -362,6 +380,27 @@ fn listen_address(text: &str) -> Result<SocketAddr, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot listen on 127.0.0.1:8080 for hooks: {source}")]
+        struct Listen {
+            source: std::io::Error,
+        }
+        let error = anyhow::Error::new(Listen { source: io });
+        assert_eq!(
+            super::explain(&error),
+            "cannot listen on 127.0.0.1:8080 for hooks: Address already in use"
+        );
+        let wrapped = anyhow::Error::new(std::io::Error::other("disk full"))
+            .context("cannot create the cache");
+        assert_eq!(
+            super::explain(&wrapped),
+            "cannot create the cache: disk full"
+        );
+    }
+
     use super::*;
 
     #[test]

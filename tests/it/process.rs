@@ -417,3 +417,66 @@ async fn serve_starts_push_receivers_on_their_own_port() {
         .unwrap();
     assert_eq!(on_hooks.status(), 404);
 }
+
+#[test]
+fn boolean_environment_variables_take_the_usual_spellings() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = dir.path().join("mock.yaml");
+    std::fs::write(
+        &mock,
+        "apiVersion: apirator.io/v1alpha1\nkind: APIMock\nmetadata: {name: shop, namespace: team}\nspec:\n  definitionFrom:\n    http: {url: \"https://127.0.0.1:1/api.yaml\"}\n",
+    )
+    .unwrap();
+    let reason = |value: &str| {
+        let output = Command::new(binary())
+            .args(["render", "apimock", "-f"])
+            .arg(&mock)
+            .env("METAHOOKS_ALLOW_PRIVATE_ADDRESSES", value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{value}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if text.contains("reason: HostRefused") {
+            "refused"
+        } else {
+            "allowed"
+        }
+    };
+    for on in ["1", "true", "yes", "on"] {
+        assert_eq!(reason(on), "allowed", "{on}");
+    }
+    for off in ["0", "false", "no", "off"] {
+        assert_eq!(reason(off), "refused", "{off}");
+    }
+}
+
+#[test]
+fn a_startup_error_says_its_cause_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let output = Command::new(binary())
+        .args([
+            "serve",
+            "--listen",
+            &address,
+            "--probe-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("metahooks:"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("cannot listen on {address} for hooks")),
+        "{stderr}"
+    );
+    assert_eq!(line.matches("in use").count(), 1, "{line}");
+}
