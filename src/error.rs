@@ -12,8 +12,8 @@ pub enum HookError {
     /// The body is not JSON, or is JSON that is not a hook request.
     #[error("{0}")]
     BadRequest(String),
-    #[error("no hook at {0}")]
-    NotFound(String),
+    #[error("no hook at {path}; this server has {hooks}")]
+    NotFound { path: String, hooks: String },
     #[error("request body is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
     #[error("too many hook calls in flight (limit {limit}); retry after {retry_after_seconds}s")]
@@ -46,7 +46,7 @@ impl HookError {
     pub fn reason(&self) -> &'static str {
         match self {
             HookError::BadRequest(_) => "bad_request",
-            HookError::NotFound(_) => "not_found",
+            HookError::NotFound { .. } => "not_found",
             HookError::TooLarge { .. } => "too_large",
             HookError::Overloaded { .. } => "overloaded",
             HookError::Unauthorized => "unauthorized",

@@ -151,7 +151,16 @@ fn unmet_requirements(emulator: &Emulator, required: &[String]) -> Vec<String> {
 fn transport(args: &EmulateArgs) -> anyhow::Result<Transport> {
     if !args.hooks_url.is_empty() {
         for url in &args.hooks_url {
-            let parsed = url::Url::parse(url).with_context(|| format!("--hooks-url {url}"))?;
+            let parsed = url::Url::parse(url).map_err(|e| {
+                let problem = match e {
+                    url::ParseError::RelativeUrlWithoutBase => {
+                        "it has no scheme: write it as http://host:port or https://host:port"
+                            .to_owned()
+                    }
+                    other => other.to_string(),
+                };
+                anyhow::anyhow!("--hooks-url {url}: {problem}")
+            })?;
             if !matches!(parsed.scheme(), "http" | "https") {
                 bail!("--hooks-url {url}: only http and https URLs can be called");
             }

@@ -109,6 +109,11 @@ impl Request {
     }
 
     /// The related objects Metacontroller sends.
+    /// The request as JSON.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
     pub fn related(mut self, related: Value) -> Request {
         self.value["related"] = related;
         self

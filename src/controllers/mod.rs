@@ -115,6 +115,12 @@ pub trait CompositeHooks: Send + Sync + 'static {
         Ok(CustomizeResponse::default())
     }
 
+    /// The kind of parent this controller answers for; a call for another kind (a
+    /// registration pointing at the wrong path) is refused by name. None: any kind.
+    fn parent_kind(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether every hook honours [`Context::cheap_only`], so that a small call may be
     /// tried on an async worker first. Off unless a controller has checked its slow paths.
     fn honours_cheap_only(&self) -> bool {
@@ -290,6 +296,18 @@ impl Registry {
         self.entries.contains_key(name)
     }
 
+    /// The error for a path that names no hook here, listing the hooks that exist.
+    pub fn not_found(&self, path: String) -> HookError {
+        let hooks: Vec<String> = self
+            .names()
+            .map(|name| format!("/{name}/{{sync,finalize,customize}}"))
+            .collect();
+        HookError::NotFound {
+            path,
+            hooks: hooks.join(", "),
+        }
+    }
+
     /// The registered controllers' names.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
@@ -337,7 +355,7 @@ impl Registry {
         let Some(entry) = self.entries.get(controller) else {
             return Err(CallOutcome {
                 parent: ParentRef::default(),
-                result: Err(HookError::NotFound(format!("/{controller}/{hook}"))),
+                result: Err(self.not_found(format!("/{controller}/{hook}"))),
             });
         };
         let memo_key = match entry {
@@ -384,6 +402,18 @@ impl Registry {
                     "request has no parent object: this does not look like a Metacontroller hook call"
                         .to_owned(),
                 ),
+            ));
+        }
+        if let Entry::Composite(hooks) = entry
+            && let Some(expected) = hooks.parent_kind()
+            && let Some(kind) = root.get("kind").and_then(serde_json::Value::as_str)
+            && kind != expected
+        {
+            return Err(failed(
+                parent,
+                HookError::BadRequest(format!(
+                    "/{controller}/{hook} answers for {expected} parents, and this call is for a {kind}: the controller registration points at the wrong hook URL"
+                )),
             ));
         }
         Ok(Prepared {

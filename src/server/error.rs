@@ -11,7 +11,7 @@ impl HookError {
     pub fn status_code(&self) -> StatusCode {
         match self {
             HookError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            HookError::NotFound(_) => StatusCode::NOT_FOUND,
+            HookError::NotFound { .. } => StatusCode::NOT_FOUND,
             HookError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HookError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             HookError::Unauthorized => StatusCode::UNAUTHORIZED,

@@ -104,7 +104,7 @@ async fn answer(
     else {
         return (
             no_parent,
-            Err(HookError::NotFound(format!("/{controller}/{hook}"))),
+            Err(state.registry.not_found(format!("/{controller}/{hook}"))),
         );
     };
     let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {

@@ -179,8 +179,14 @@ async fn method_not_allowed(method: axum::http::Method) -> axum::response::Respo
         .into_response()
 }
 
-async fn not_found(uri: Uri) -> axum::response::Response {
-    HookError::NotFound(uri.path().to_owned()).into_response()
+async fn not_found(
+    axum::extract::State(state): axum::extract::State<Arc<HookState>>,
+    uri: Uri,
+) -> axum::response::Response {
+    state
+        .registry
+        .not_found(uri.path().to_owned())
+        .into_response()
 }
 
 /// Readiness and liveness flags plus the metrics of the hook port.

@@ -61,7 +61,7 @@ impl Policy {
         let text = standard.as_deref().unwrap_or(raw);
         let parsed = url::Url::parse(text).map_err(|e| FetchError::InvalidUrl {
             url: raw.to_owned(),
-            problem: e.to_string(),
+            problem: url_problem(e),
         })?;
         let scheme = parsed.scheme();
         let allowed = scheme == "https"
@@ -125,6 +125,17 @@ impl Policy {
             self.check_address(host, address.ip())?;
         }
         Ok(())
+    }
+}
+
+/// What is wrong with a URL that does not parse, in words for whoever wrote it: the url
+/// crate's "relative URL without a base" means the scheme is missing.
+pub fn url_problem(error: url::ParseError) -> String {
+    match error {
+        url::ParseError::RelativeUrlWithoutBase => {
+            "it has no scheme: write it as https://host/path (or ssh://user@host/path, user@host:path for ssh)".to_owned()
+        }
+        other => other.to_string(),
     }
 }
 
@@ -328,6 +339,15 @@ mod tests {
         };
         assert!(loose.check_url("git://127.0.0.1/x").is_ok());
         assert!(loose.check_url("http://127.0.0.1/x").is_err());
+    }
+
+    #[test]
+    fn a_url_without_a_scheme_says_so() {
+        let error = Policy::default()
+            .check_url("git.example.com/team/app.git")
+            .unwrap_err();
+        assert_eq!(error.reason(), "InvalidURL");
+        assert!(error.to_string().contains("has no scheme"), "{error}");
     }
 
     #[test]

@@ -212,11 +212,16 @@ async fn status_codes_of_the_error_model() {
 
     let (code, _) = error_of(post_raw(&base, "/nosuch/sync", body(&hook_request("x"))).await).await;
     assert_eq!(code, 404);
-    let (code, _) =
+    let (code, message) =
         error_of(post_raw(&base, "/probe/resync", body(&hook_request("x"))).await).await;
     assert_eq!(code, 404);
-    let (code, _) = error_of(post_raw(&base, "/a/b/c", vec![]).await).await;
+    assert!(
+        message.contains("/probe/resync") && message.contains("/probe/{sync,finalize,customize}"),
+        "a 404 lists the hooks that exist: {message}"
+    );
+    let (code, message) = error_of(post_raw(&base, "/a/b/c", vec![]).await).await;
     assert_eq!(code, 404);
+    assert!(message.contains("/probe/{sync"), "{message}");
     let get = reqwest::get(format!("{base}/probe/sync")).await.unwrap();
     assert_eq!(
         get.headers().get("allow").and_then(|v| v.to_str().ok()),

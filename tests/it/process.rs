@@ -480,3 +480,19 @@ fn a_startup_error_says_its_cause_once() {
     );
     assert_eq!(line.matches("in use").count(), 1, "{line}");
 }
+
+#[test]
+fn a_hooks_url_without_a_scheme_says_what_is_missing() {
+    let sample = support::examples_dir().join("users.api-mock.cr.yaml");
+    let output = Command::new(binary())
+        .args(["emulate", "--hooks-url", "127.0.0.1:8080", "-f"])
+        .arg(&sample)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("has no scheme") && stderr.contains("http://"),
+        "{stderr}"
+    );
+}

@@ -208,6 +208,10 @@ impl ApiMock {
 }
 
 impl CompositeHooks for ApiMock {
+    fn parent_kind(&self) -> Option<&'static str> {
+        Some("APIMock")
+    }
+
     /// [`ApiMock::answer`], with the handled "fetch now" value recorded.
     fn sync(
         &self,

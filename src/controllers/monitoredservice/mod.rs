@@ -197,6 +197,10 @@ impl MonitoredService {
 }
 
 impl CompositeHooks for MonitoredService {
+    fn parent_kind(&self) -> Option<&'static str> {
+        Some("MonitoredService")
+    }
+
     /// [`MonitoredService::answer`], with the handled "fetch now" value recorded.
     fn sync(
         &self,

@@ -222,3 +222,24 @@ fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
     }
     assert_eq!(without["status"]["revision"], "main@sha1:a");
 }
+
+#[test]
+fn a_parent_of_another_kind_is_refused_by_name() {
+    let harness = Harness::new();
+    let apimock = Request::composite("apirator.io/v1alpha1", "APIMock", "shop", "team")
+        .spec(json!({"definition": "openapi: 3.0.3"}));
+    let body = serde_json::to_vec(apimock.value()).unwrap_or_default();
+    let ctx = harness.registry.context(jiff::Timestamp::UNIX_EPOCH);
+    for hook in [Hook::Sync, Hook::Customize] {
+        let outcome = harness.registry.call("monitoredservice", hook, &body, &ctx);
+        let error = outcome
+            .result
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains("MonitoredService") && error.contains("APIMock"),
+            "{hook}: {error}"
+        );
+    }
+}
