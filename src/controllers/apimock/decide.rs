@@ -238,8 +238,8 @@ fn held_is_newer(call: &Call<'_>, fresh: &Served<'_>) -> bool {
 pub(super) fn valid_message(summary: &definition::Summary) -> String {
     let plural = if summary.operations == 1 { "" } else { "s" };
     format!(
-        "{} {} with {} operation{plural} is a valid definition",
-        summary.title, summary.version, summary.operations
+        "{} {} (OpenAPI {}) with {} operation{plural} is a valid definition",
+        summary.title, summary.version, summary.openapi, summary.operations
     )
 }
 
@@ -250,6 +250,7 @@ pub(super) fn definition_status(analysis: &Analysis) -> Option<DefinitionStatus>
         .ok()
         .map(|summary| DefinitionStatus {
             version: summary.version.clone(),
+            openapi: summary.openapi.clone(),
             title: summary.title.clone(),
             operations: summary.operations,
             sha256: analysis.sha256.clone(),

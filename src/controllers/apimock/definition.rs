@@ -44,6 +44,8 @@ impl Format {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     /// The `openapi` or `swagger` version it declares.
+    pub openapi: String,
+    /// `info.version`: the version of the API it describes.
     pub version: String,
     /// `info.title`.
     pub title: String,
@@ -259,19 +261,22 @@ fn summarize(document: &Value, generation: Generation) -> Summary {
                 .sum::<usize>()
         })
         .unwrap_or(0);
+    // Read through the typed OpenAPI model: `info` has the same shape in every version,
+    // and the meta-schema has made sure it is there.
+    let info = document
+        .get("info")
+        .and_then(|info| openapiv3::Info::deserialize(info).ok());
     Summary {
-        version: document
+        openapi: document
             .get(version_field)
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned(),
-        // Read through the typed OpenAPI model: `info` has the same shape in every
-        // version, and the meta-schema has made sure it is there.
-        title: document
-            .get("info")
-            .and_then(|info| openapiv3::Info::deserialize(info).ok())
-            .map(|info| info.title)
+        version: info
+            .as_ref()
+            .map(|info| info.version.clone())
             .unwrap_or_default(),
+        title: info.map(|info| info.title).unwrap_or_default(),
         operations: u32::try_from(operations).unwrap_or(u32::MAX),
     }
 }
@@ -420,7 +425,8 @@ mod tests {
         let analysis = analyze(PETS);
         assert_eq!(analysis.format, Format::Yaml);
         let summary = analysis.outcome.unwrap();
-        assert_eq!(summary.version, "3.0.3");
+        assert_eq!(summary.openapi, "3.0.3");
+        assert_eq!(summary.version, "1", "info.version, the API's own version");
         assert_eq!(summary.title, "Pets");
         assert_eq!(summary.operations, 2);
     }

@@ -392,8 +392,11 @@ pub struct ApiMockStatus {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DefinitionStatus {
-    /// The `openapi` or `swagger` version the document declares.
+    /// `info.version`: the version of the API the document describes.
     pub version: String,
+    /// The `openapi` or `swagger` version the document declares.
+    #[serde(default)]
+    pub openapi: String,
     /// `info.title`.
     pub title: String,
     /// Number of operations (method + path pairs).
