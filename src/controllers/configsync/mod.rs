@@ -50,6 +50,25 @@ pub const HANDLED: &str = "configsync.metahooks.io/last-handled-requested-at";
 pub const REVISION: &str = "configsync.metahooks.io/revision";
 /// Written on the target: why the wanted revision is not attached (absent when it is).
 pub const ERROR: &str = "configsync.metahooks.io/error";
+/// Written on the target: what configsync changed from what the annotations ask (an
+/// interval below the minimum raised to it); absent otherwise.
+pub const WARNING: &str = "configsync.metahooks.io/warning";
+/// Every annotation of configsync's prefix: the ones it reads and the ones it writes.
+/// Another one in the prefix is a typo (`…/pth`) and is refused rather than ignored.
+const KNOWN: [&str; 10] = [
+    GIT_URL,
+    REF,
+    PATH,
+    INTERVAL,
+    SECRET,
+    CERT_SECRET,
+    REVISION,
+    ERROR,
+    HANDLED,
+    WARNING,
+];
+/// The prefix of configsync's annotations.
+const PREFIX: &str = "configsync.metahooks.io/";
 /// The label a Secret needs (value `"true"`) to be usable as configsync credentials.
 pub const CREDENTIALS_LABEL: &str = "configsync.metahooks.io/credentials";
 
@@ -121,6 +140,9 @@ impl DecoratorHooks for ConfigSync {
             (None, None) => (observed.clone(), None),
         };
         let mut response = answer(served, problem, observed.as_ref(), name, resync)?;
+        if let Some(written) = response.annotations.as_mut() {
+            written.insert(WARNING.to_owned(), annotations.raised_interval());
+        }
         if asked.handled.as_deref() != handled_before
             && let Some(written) = response.annotations.as_mut()
         {
@@ -139,6 +161,7 @@ impl DecoratorHooks for ConfigSync {
                 (REVISION.to_owned(), None),
                 (ERROR.to_owned(), None),
                 (HANDLED.to_owned(), None),
+                (WARNING.to_owned(), None),
             ])),
             attachments: Some(Vec::new()),
             finalized: Some(request.attachments.is_empty()),
@@ -182,6 +205,15 @@ impl<'a> Annotations<'a> {
         self.0?.get(key)?.as_str().map(str::trim)
     }
 
+    /// What to say when `interval-seconds` is below the minimum and was raised to it.
+    fn raised_interval(&self) -> Option<String> {
+        let asked: u64 = self.get(INTERVAL)?.parse().ok()?;
+        let used = polling::interval_seconds(Some(asked));
+        (used != asked).then(|| {
+            format!("annotation {INTERVAL} is {asked}; the minimum is {used}, so the repository is polled every {used} s")
+        })
+    }
+
     /// The source the annotations name and its poll period, or what is wrong with them
     /// and when to look again.
     fn source(
@@ -189,6 +221,26 @@ impl<'a> Annotations<'a> {
         related: &ObjectMap,
         namespace: &str,
     ) -> Result<(SourceRequest, u64), (String, u64)> {
+        let mut unknown: Vec<&str> = self
+            .0
+            .into_iter()
+            .flat_map(|map| map.keys())
+            .map(String::as_str)
+            .filter(|key| key.starts_with(PREFIX) && !KNOWN.contains(key))
+            .collect();
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            let known: Vec<&str> = KNOWN[..6]
+                .iter()
+                .map(|key| key.trim_start_matches(PREFIX))
+                .collect();
+            let problem = format!(
+                "annotation {} is not one configsync reads (it reads {PREFIX}{{{}}}); nothing is synced until it is fixed",
+                unknown.join(", "),
+                known.join(",")
+            );
+            return Err((problem, 0));
+        }
         let Some(url) = self.get(GIT_URL).filter(|u| !u.is_empty()) else {
             let problem = match self.get(GIT_URL) {
                 Some(_) => format!("annotation {GIT_URL} is empty"),

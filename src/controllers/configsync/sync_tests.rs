@@ -180,3 +180,40 @@ fn a_fetch_now_request_is_recorded_on_the_target_once_handled() {
         "{plain}"
     );
 }
+
+#[test]
+fn an_unknown_annotation_of_its_prefix_is_refused_by_name() {
+    let harness = Harness::new();
+    let typo = harness.sync(
+        json!({GIT_URL: URL, "configsync.metahooks.io/pth": "conf"}),
+        &[],
+    );
+    let error = typo["annotations"][ERROR].as_str().unwrap_or_default();
+    assert!(
+        error.contains("configsync.metahooks.io/pth") && error.contains("path"),
+        "{typo}"
+    );
+    assert_eq!(typo["attachments"], json!([]), "nothing synced: {typo}");
+    assert!(harness.sources.lookups().is_empty(), "nothing fetched");
+    // Other prefixes are not configsync's business.
+    let other = harness.sync(
+        json!({GIT_URL: URL, PATH: "conf", "example.com/pth": "x"}),
+        &[],
+    );
+    assert!(other["annotations"][ERROR].is_null(), "{other}");
+}
+
+#[test]
+fn an_interval_below_the_minimum_is_raised_and_said() {
+    let harness = Harness::new();
+    let fast = harness.sync(json!({GIT_URL: URL, PATH: "conf", INTERVAL: "5"}), &[]);
+    let warning = fast["annotations"][super::WARNING]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        warning.contains("is 5") && warning.contains("every 10 s"),
+        "{fast}"
+    );
+    let fine = harness.sync(json!({GIT_URL: URL, PATH: "conf", INTERVAL: "30"}), &[]);
+    assert!(fine["annotations"][super::WARNING].is_null(), "{fine}");
+}
