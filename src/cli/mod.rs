@@ -262,6 +262,11 @@ pub struct RenderArgs {
     /// Objects that already exist (YAML documents or a List), passed as observed children.
     #[arg(long)]
     pub observed: Option<PathBuf>,
+    /// Objects the parent reads (a ConfigMap its `configMapKeyRef` names, a credentials
+    /// Secret), passed as related objects; repeatable. Objects in `--file` besides the
+    /// parent are passed the same way. Without a namespace they are in the parent's.
+    #[arg(long)]
+    pub related: Vec<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,

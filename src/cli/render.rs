@@ -37,13 +37,15 @@ async fn render_async(args: &RenderArgs) -> anyhow::Result<String> {
             known.join(", ")
         );
     }
-    let parent = read_one(&args.file)?;
-    check_parent_type(&args.controller, &parent, &args.file)?;
+    let (parent, mut related) = split_parent(&args.controller, read_many(&args.file)?, &args.file)?;
+    for path in &args.related {
+        related.extend(read_many(path)?);
+    }
     let observed = match &args.observed {
         Some(path) => read_many(path)?,
         None => Vec::new(),
     };
-    let request = request_for(&args.controller, parent, &observed);
+    let request = request_for(&args.controller, parent, &observed, &related);
     let body = serde_json::to_vec(&request)?;
     // The first call starts any fetch the parent needs; the answer printed is the one
     // given once those fetches are done.
@@ -114,28 +116,97 @@ fn check_parent_type(
     )
 }
 
-/// A v1 request as Metacontroller would send it: observed objects keyed by name under
-/// `Kind.apiVersion`.
-fn request_for(controller: &str, parent: Value, observed: &[Value]) -> Value {
-    let mut groups: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
-    for object in observed {
-        let kind = object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let name = object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        groups
-            .entry(format!("{kind}.{api_version}"))
-            .or_default()
-            .insert(name.to_owned(), object.clone());
+/// The parent among a file's objects, and the others (related objects the parent reads,
+/// such as the ConfigMap an APIMock's `configMapKeyRef` names).
+///
+/// # Errors
+/// No object, or several, of the controller's parent type; a single object of another
+/// type is named as such.
+fn split_parent(
+    controller: &str,
+    objects: Vec<Value>,
+    file: &std::path::Path,
+) -> anyhow::Result<(Value, Vec<Value>)> {
+    let is_parent = |object: &Value| check_parent_type(controller, object, file).is_ok();
+    if let [only] = objects.as_slice() {
+        // One object of another type: say what it is and which controller takes it.
+        check_parent_type(controller, only, file)?;
     }
+    match objects.iter().filter(|o| is_parent(o)).count() {
+        0 if objects.is_empty() => bail!("{} holds no object", file.display()),
+        0 => bail!(
+            "{} holds {} objects and none is a parent of `render {controller}`",
+            file.display(),
+            objects.len()
+        ),
+        1 => {
+            let (mut parent, others): (Vec<Value>, Vec<Value>) =
+                objects.into_iter().partition(|o| is_parent(o));
+            Ok((parent.remove(0), others))
+        }
+        many => bail!(
+            "{} holds {many} parents; render takes one (the other objects of the file are passed as related objects)",
+            file.display()
+        ),
+    }
+}
+
+/// Objects grouped as Metacontroller sends them: `Kind.apiVersion` → key → object, the key
+/// being the name (children) or `namespace/name` (related; `namespace` defaults to the
+/// parent's, as `kubectl apply -n` would place them).
+fn grouped(
+    objects: &[Value],
+    namespaced_keys: Option<&str>,
+) -> BTreeMap<String, BTreeMap<String, Value>> {
+    let mut groups: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
+    for object in objects {
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let name = text("/metadata/name");
+        let mut object = object.clone();
+        let key = match namespaced_keys {
+            Some(default_namespace) => {
+                let namespace = match text("/metadata/namespace") {
+                    "" => default_namespace.to_owned(),
+                    given => given.to_owned(),
+                };
+                if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("namespace".to_owned(), Value::String(namespace.clone()));
+                }
+                format!("{namespace}/{name}")
+            }
+            None => name.to_owned(),
+        };
+        groups
+            .entry(format!("{}.{}", text("/kind"), text("/apiVersion")))
+            .or_default()
+            .insert(key, object);
+    }
+    groups
+}
+
+/// A v1 request as Metacontroller would send it: observed objects keyed by name under
+/// `Kind.apiVersion`, related objects by `namespace/name`.
+fn request_for(controller: &str, parent: Value, observed: &[Value], related: &[Value]) -> Value {
+    let namespace = parent
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_owned();
+    let related = grouped(related, Some(&namespace));
+    request_shape(controller, parent, grouped(observed, None), related)
+}
+
+fn request_shape(
+    controller: &str,
+    parent: Value,
+    groups: BTreeMap<String, BTreeMap<String, Value>>,
+    related: BTreeMap<String, BTreeMap<String, Value>>,
+) -> Value {
     let controller_object =
         json!({"metadata": {"name": controller}, "spec": {"hooks": {"sync": {"version": "v1"}}}});
     let root = if controller == "configsync" {
@@ -152,25 +223,13 @@ fn request_for(controller: &str, parent: Value, observed: &[Value]) -> Value {
         "controller": controller_object,
         root: parent,
         observed_key: groups,
-        "related": {},
+        "related": related,
         "finalizing": false,
     })
 }
 
 fn read_text(path: &std::path::Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
-}
-
-fn read_one(path: &std::path::Path) -> anyhow::Result<Value> {
-    let mut documents = read_many(path)?;
-    match documents.len() {
-        1 => Ok(documents.remove(0)),
-        0 => bail!("{} holds no object", path.display()),
-        n => bail!(
-            "{} holds {n} objects; render takes one parent",
-            path.display()
-        ),
-    }
 }
 
 /// YAML (or JSON) documents; a `kind: List` is unpacked into its items.

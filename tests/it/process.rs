@@ -496,3 +496,83 @@ fn a_hooks_url_without_a_scheme_says_what_is_missing() {
         "{stderr}"
     );
 }
+
+#[test]
+fn every_example_renders_with_the_objects_beside_it_as_related() {
+    let dir = support::examples_dir();
+    let mut rendered = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().filter_map(Result::ok) {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let documents = support::read_yaml_documents(&path);
+        let controller = documents.iter().find_map(|d| match d["kind"].as_str() {
+            Some("APIMock") => Some("apimock"),
+            Some("MonitoredService") => Some("monitoredservice"),
+            Some("Deployment" | "StatefulSet") => Some("configsync"),
+            _ => None,
+        });
+        let Some(controller) = controller else {
+            continue;
+        };
+        let output = Command::new(binary())
+            .args(["render", controller, "-o", "json", "-f"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        rendered += 1;
+    }
+    assert!(rendered >= 5, "rendered {rendered} examples");
+
+    // The ConfigMap in the same file is the related object the APIMock reads; given
+    // apart with --related, it is read just the same.
+    let answer = |args: &[&std::ffi::OsStr]| {
+        let output = Command::new(binary())
+            .args(["render", "apimock", "-o", "json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        answer["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Fetched"))
+            .map(|c| c["reason"].clone())
+            .unwrap_or_default()
+    };
+    let both = dir.join("shop.api-mock-from-configmap.yaml");
+    assert_eq!(answer(&["-f".as_ref(), both.as_os_str()]), "Fetched");
+    let split = tempfile::tempdir().unwrap();
+    let documents = support::read_yaml_documents(&both);
+    let write = |name: &str, kind: &str| {
+        let path = split.path().join(name);
+        let object = documents.iter().find(|d| d["kind"] == kind).unwrap();
+        std::fs::write(&path, serde_json::to_string(object).unwrap()).unwrap();
+        path
+    };
+    let (mock, config_map) = (write("mock.json", "APIMock"), write("cm.json", "ConfigMap"));
+    assert_eq!(
+        answer(&["-f".as_ref(), mock.as_os_str()]),
+        "ConfigMapNotFound"
+    );
+    assert_eq!(
+        answer(&[
+            "-f".as_ref(),
+            mock.as_os_str(),
+            "--related".as_ref(),
+            config_map.as_os_str()
+        ]),
+        "Fetched"
+    );
+}
