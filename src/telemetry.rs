@@ -18,7 +18,10 @@ pub fn init(format: LogFormat) {
             .with_current_span(true)
             .with_span_list(false)
             .try_init(),
-        LogFormat::Text => builder.try_init(),
+        // Colours only for a person at a terminal, never into a file or a log pipeline.
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .try_init(),
     };
     if let Err(error) = result {
         eprintln!("metahooks: logging already initialised: {error}");

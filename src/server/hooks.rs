@@ -52,20 +52,12 @@ pub async fn handle(
         .await;
     span.record("parent.namespace", parent.namespace.as_str());
     span.record("parent.name", parent.name.as_str());
+    // Why the call was refused, for the access line (Metacontroller only logs a status).
+    let mut refusal: Option<(&'static str, String)> = None;
     let response = match result {
         Ok(response) => response,
         Err(error) => {
-            if matches!(error, HookError::Internal(_)) {
-                tracing::error!(
-                    parent: &span,
-                    controller = controller_label,
-                    hook = hook_label,
-                    parent.namespace = parent.namespace,
-                    parent.name = parent.name,
-                    error = %error,
-                    "hook call failed"
-                );
-            }
+            refusal = Some((error.reason(), error.to_string()));
             error.into_response()
         }
     };
@@ -74,15 +66,42 @@ pub async fn handle(
     state
         .metrics
         .record(controller_label, hook_label, code, elapsed);
-    tracing::info!(
-        controller = controller_label,
-        hook = hook_label,
-        parent.namespace = parent.namespace,
-        parent.name = parent.name,
-        status = code,
-        duration_ms = elapsed.as_secs_f64() * 1000.0,
-        "hook call"
-    );
+    // Milliseconds to the microsecond: a number, without float noise.
+    let duration_ms = elapsed.as_micros() as f64 / 1000.0;
+    match refusal {
+        None => tracing::info!(
+            controller = controller_label,
+            hook = hook_label,
+            parent.namespace = parent.namespace,
+            parent.name = parent.name,
+            status = code,
+            duration_ms,
+            "hook call"
+        ),
+        // The caller's mistake (a bad body, a wrong path, overload): a warning.
+        Some((reason, message)) if code < 500 => tracing::warn!(
+            controller = controller_label,
+            hook = hook_label,
+            parent.namespace = parent.namespace,
+            parent.name = parent.name,
+            status = code,
+            duration_ms,
+            reason,
+            error = %message,
+            "hook call refused"
+        ),
+        Some((reason, message)) => tracing::error!(
+            controller = controller_label,
+            hook = hook_label,
+            parent.namespace = parent.namespace,
+            parent.name = parent.name,
+            status = code,
+            duration_ms,
+            reason,
+            error = %message,
+            "hook call failed"
+        ),
+    }
     response
 }
 

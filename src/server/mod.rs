@@ -363,7 +363,20 @@ impl Server {
         });
 
         probes.ready.store(true, Ordering::SeqCst);
-        tracing::info!(hooks = %hook_addr, probes = %probe_addr, tls = settings.tls.is_some(), "listening");
+        let limits = &settings.limits;
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            hooks = %hook_addr,
+            probes = %probe_addr,
+            tls = settings.tls.is_some(),
+            auth = settings.auth.is_some(),
+            body_limit_bytes = limits.body_bytes,
+            max_in_flight = limits.max_in_flight,
+            deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
+            max_connections = limits.max_connections,
+            compute_threads = compute::threads(limits.compute_threads),
+            "listening"
+        );
         Ok(Server {
             hook_addr,
             probe_addr,

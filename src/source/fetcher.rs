@@ -674,7 +674,16 @@ impl Fetcher {
                 current,
             };
             // Everything a job logs (failures, the fetch summary) carries its remote.
-            let span = tracing::info_span!("fetch", remote = %redact(&job.remote_key));
+            let (url, reference) = match &request.location {
+                Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
+                Location::Http { url } => (url.as_str(), None),
+            };
+            let span = tracing::info_span!(
+                "fetch",
+                remote = %super::redact_url(url),
+                r#ref = reference.unwrap_or(""),
+                credentials = request.credentials.is_some() || request.tls.is_some(),
+            );
             self.inner.runtime.spawn(job.run().instrument(span));
         }
         let pending = state
@@ -737,19 +746,34 @@ impl Job {
             None => (Vec::new(), None),
         };
         let mut failures = 0;
+        let mut reasons: Vec<&'static str> = Vec::new();
         for (_, result) in &results {
             if let Fetched::Failed(error) = result {
                 failures += 1;
+                reasons.push(error.reason());
                 tracing::warn!(reason = error.reason(), error = %error, "source fetch failed");
             }
         }
-        tracing::info!(
-            network = self.use_network,
-            requests = results.len(),
-            failures,
-            duration_ms = started.elapsed().as_millis() as u64,
-            "source fetched"
-        );
+        reasons.sort_unstable();
+        reasons.dedup();
+        let duration_ms = started.elapsed().as_millis() as u64;
+        if failures == 0 {
+            tracing::info!(
+                network = self.use_network,
+                requests = results.len(),
+                duration_ms,
+                "source fetched"
+            );
+        } else {
+            tracing::warn!(
+                network = self.use_network,
+                requests = results.len(),
+                failures,
+                reasons = reasons.join(","),
+                duration_ms,
+                "source fetch failed for some requests"
+            );
+        }
         let mut state = lock(&self.inner.state);
         for (key, result) in results {
             // A request forgotten while the job ran stays forgotten.
@@ -944,21 +968,6 @@ impl Job {
             })
             .collect()
     }
-}
-
-/// Remote keys hold URLs, which may embed user:password, and a credential fingerprint;
-/// logs get the URL without user-info and no fingerprint.
-fn redact(remote_key: &str) -> String {
-    let mut parts: Vec<String> = remote_key.split('|').map(super::redact_url).collect();
-    // The last field is the credential fingerprint: say whether there is one, no more.
-    if let Some(last) = parts.last_mut() {
-        *last = if last.is_empty() {
-            String::new()
-        } else {
-            "credentials".to_owned()
-        };
-    }
-    parts.join("|")
 }
 
 #[cfg(test)]

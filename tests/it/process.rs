@@ -74,6 +74,15 @@ async fn serve_logs_json_and_drains_on_sigterm() {
         .unwrap();
     assert_eq!(answer.status(), 200);
 
+    // A call for a hook that does not exist: refused, and the log says why.
+    let wrong = client
+        .post(format!("http://127.0.0.1:{hook_port}/apimock/synk"))
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 404);
+
     // A source the default policy refuses (plain http): poll until the answer reports
     // the failed fetch, whose log line then names the fetch it belongs to.
     let refused = json!({"controller": {}, "children": {}, "related": {},
@@ -152,19 +161,58 @@ async fn serve_logs_json_and_drains_on_sigterm() {
     assert_eq!(line["parent.namespace"], "team-a");
     assert_eq!(line["parent.name"], "pets");
     assert_eq!(line["status"], 200);
-    assert!(line["duration_ms"].as_f64().is_some());
+    let duration = line["duration_ms"].to_string();
+    assert!(
+        line["duration_ms"].as_f64().is_some()
+            && duration
+                .split('.')
+                .nth(1)
+                .is_none_or(|decimals| decimals.len() <= 3),
+        "a number, to the microsecond: {duration}"
+    );
     assert!(lines.iter().any(|l| l.contains("shutdown complete")));
+    let parsed: Vec<Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let listening = parsed
+        .iter()
+        .find(|l| l["message"] == "listening")
+        .unwrap_or_else(|| panic!("no startup line: {lines:#?}"));
+    assert_eq!(
+        listening["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{listening}"
+    );
+    assert_eq!(listening["max_in_flight"], 64, "{listening}");
+    let refused_call = parsed
+        .iter()
+        .find(|l| l["message"] == "hook call refused")
+        .unwrap_or_else(|| panic!("no refused call logged: {lines:#?}"));
+    assert_eq!(refused_call["level"], "WARN", "{refused_call}");
+    assert_eq!(refused_call["status"], 404, "{refused_call}");
+    assert_eq!(refused_call["reason"], "not_found", "{refused_call}");
+    assert!(
+        refused_call["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/apimock/synk")),
+        "{refused_call}"
+    );
+    let summary = parsed
+        .iter()
+        .find(|l| l["message"] == "source fetch failed for some requests")
+        .unwrap_or_else(|| panic!("no failed fetch summary: {lines:#?}"));
+    assert_eq!(summary["level"], "WARN", "{summary}");
+    assert_eq!(summary["reasons"], "SchemeRefused", "{summary}");
     let failed = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|l| l["message"] == "source fetch failed")
         .unwrap_or_else(|| panic!("no failed fetch logged: {lines:#?}"));
     assert_eq!(failed["span"]["name"], "fetch", "{failed}");
-    assert!(
-        failed["span"]["remote"]
-            .as_str()
-            .is_some_and(|r| r.contains("127.0.0.1:9/config")),
-        "{failed}"
+    assert_eq!(
+        failed["span"]["remote"], "http://127.0.0.1:9/config",
+        "the URL, not an internal key: {failed}"
     );
     assert_eq!(failed["reason"], "SchemeRefused");
 }
@@ -575,4 +623,27 @@ fn every_example_renders_with_the_objects_beside_it_as_related() {
         ]),
         "Fetched"
     );
+}
+
+#[test]
+fn text_logs_carry_no_colour_codes_into_a_pipe() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let output = Command::new(binary())
+        .args([
+            "serve",
+            "--log-format",
+            "text",
+            "--probe-listen",
+            "127.0.0.1:0",
+            "--listen",
+        ])
+        .arg(taken.local_addr().unwrap().to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("open-file limit"),
+        "a text line was logged: {stdout}"
+    );
+    assert!(!stdout.contains('\u{1b}'), "no ANSI escapes: {stdout:?}");
 }
