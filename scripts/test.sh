@@ -21,11 +21,13 @@ pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev pkg-config)
 command -v git >/dev/null 2>&1 || missing+=(git)
 # prlimit (the open-file limit test) and setpriv (Prism run as the pod's user).
 { command -v prlimit && command -v setpriv; } >/dev/null 2>&1 || missing+=(util-linux)
+# promtool (Debian's prometheus package) checks /metrics and the monitoring rules.
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # sshd and ssh-keygen: git over ssh is tested against a real OpenSSH server on loopback.
 { [ -x /usr/sbin/sshd ] && command -v ssh-keygen; } >/dev/null 2>&1 || missing+=(openssh-server openssh-client)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]}"
-  as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 mkdir -p "$TOOLS"
@@ -78,5 +80,9 @@ if command -v kubectl >/dev/null 2>&1; then
   base=$(realpath --relative-to="$overlay" manifests)
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/receivers]\n' "$base" "$base" > "$overlay/kustomization.yaml"
   kubectl kustomize "$overlay" | grep -q METAHOOKS_RECEIVER_LISTEN
-  echo "manifests render (and with the receivers component)"
+  overlay="$TOOLS/overlay-monitoring"
+  mkdir -p "$overlay"
+  printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/monitoring]\n' "$base" "$base" > "$overlay/kustomization.yaml"
+  kubectl kustomize "$overlay" | grep -q "kind: PrometheusRule"
+  echo "manifests render (and with the receivers and monitoring components)"
 fi

@@ -32,8 +32,9 @@ pub async fn handle(
 ) -> Response {
     let started = Instant::now();
     let hook_label = Hook::from_segment(&hook).map_or("unknown", Hook::as_str);
+    // Only registered names become labels: a caller cannot grow the series.
     let controller_label = if state.registry.contains(&controller) {
-        controller.as_str()
+        super::metrics::label(&controller)
     } else {
         "unknown"
     };

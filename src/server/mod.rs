@@ -122,6 +122,7 @@ impl HookState {
         clock: Clock,
         compute: compute::ComputePool,
     ) -> HookState {
+        let metrics = Metrics::new(Some(registry.sources().as_ref()));
         HookState {
             compute,
             registry: Arc::new(registry),
@@ -130,7 +131,7 @@ impl HookState {
             limits,
             auth,
             clock,
-            metrics: Arc::new(Metrics::default()),
+            metrics: Arc::new(metrics),
         }
     }
 
@@ -216,7 +217,10 @@ async fn readyz(State(state): State<Arc<ProbeState>>) -> (StatusCode, &'static s
 
 async fn metrics_text(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
         state
             .hooks
             .metrics

@@ -162,7 +162,8 @@ impl State {
     /// running jobs fetched since their parents last asked). A parent whose snapshot went
     /// keeps running what its ConfigMap holds, and a parent that does not hold it gets it
     /// read again at its next lookup.
-    fn fit(&mut self, budget: u64) {
+    fn fit(&mut self, budget: u64) -> u64 {
+        let mut let_go = 0;
         while self.snapshot_bytes > budget {
             let oldest = self
                 .snapshots
@@ -171,13 +172,15 @@ impl State {
                 .min_by_key(|(_, entry)| entry.last_used)
                 .map(|(key, _)| key.clone());
             let Some(entry) = oldest.and_then(|key| self.snapshots.get_mut(&key)) else {
-                return;
+                return let_go;
             };
             entry.let_go = entry.snapshot.take().map(|s| s.revision.clone());
             entry.held = false;
             self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.bytes);
             entry.bytes = 0;
+            let_go += 1;
         }
+        let_go
     }
 }
 
@@ -209,6 +212,7 @@ struct Inner {
     /// Seconds within which parents should sync again while push receivers listen (0:
     /// none listen).
     push_resync: AtomicU64,
+    metrics: super::metrics::SourceMetrics,
 }
 
 /// The least time between two fetches of one remote that pushes start: a burst of pushes
@@ -294,6 +298,7 @@ impl Fetcher {
                 http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
                 disk_key,
                 push_resync: AtomicU64::new(0),
+                metrics: super::metrics::SourceMetrics::default(),
             }),
         })
     }
@@ -464,6 +469,7 @@ impl Inner {
         if removed.is_empty() {
             return;
         }
+        self.metrics.cache_evictions.inc_by(removed.len() as u64);
         let mut state = lock(&self.state);
         for remote in state.remotes.values_mut() {
             if remote
@@ -493,6 +499,18 @@ impl Sources for Fetcher {
 
     fn pushed(&self, repository: &str) -> usize {
         self.push(repository)
+    }
+
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.inner.metrics.register(registry);
+        let inner = self.inner.clone();
+        registry.register_collector(Box::new(super::metrics::EngineGaugesFn(move || {
+            super::metrics::Gauges {
+                cache_bytes: inner.cache_bytes.load(Ordering::SeqCst),
+                snapshot_bytes: lock(&inner.state).snapshot_bytes,
+                git_jobs: lock(&inner.git_slots).load(),
+            }
+        })));
     }
 
     fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
@@ -652,6 +670,12 @@ impl Fetcher {
                 .values()
                 .map(|a| a.request.clone())
                 .collect();
+            let shortest = remote
+                .requests
+                .values()
+                .map(|asked| asked.interval)
+                .min()
+                .unwrap_or(interval);
             let resolved = remote.resolved.clone();
             let current = requests
                 .iter()
@@ -667,6 +691,7 @@ impl Fetcher {
                     remote_key: remote_key.clone(),
                     armed: std::sync::atomic::AtomicBool::new(true),
                 },
+                interval: shortest,
                 remote_key,
                 requests,
                 use_network,
@@ -712,6 +737,8 @@ struct Job {
     resolved: Option<git::Resolved>,
     /// Revisions of the snapshots the requests already have (key → revision).
     current: HashMap<String, String>,
+    /// The shortest poll period of the remote's requests (for the metrics' alerting).
+    interval: Duration,
 }
 
 struct InFlight {
@@ -756,6 +783,27 @@ impl Job {
         }
         reasons.sort_unstable();
         reasons.dedup();
+        let outcomes: Vec<Option<&FetchError>> = results
+            .iter()
+            .map(|(_, result)| match result {
+                Fetched::Failed(error) => Some(error),
+                Fetched::Fresh(_) | Fetched::Unchanged => None,
+            })
+            .collect();
+        if let Some(request) = self.requests.first() {
+            let kind = match request.location {
+                Location::Git { .. } => "git",
+                Location::Http { .. } => "http",
+            };
+            let remote = super::redact_url(request.location.url());
+            self.inner.metrics.job(
+                kind,
+                &remote,
+                started.elapsed().as_secs_f64(),
+                self.interval.as_secs(),
+                &outcomes,
+            );
+        }
         let duration_ms = started.elapsed().as_millis() as u64;
         if failures == 0 {
             tracing::info!(
@@ -796,7 +844,8 @@ impl Job {
                     entry.last_used.get_or_insert_with(Instant::now);
                     state.snapshot_bytes = state.snapshot_bytes.saturating_sub(old) + new;
                     let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
-                    state.fit(budget);
+                    let let_go = state.fit(budget);
+                    self.inner.metrics.snapshot_evictions.inc_by(let_go);
                 }
                 Fetched::Unchanged => entry.error = None,
                 Fetched::Failed(error) => entry.error = Some(error),

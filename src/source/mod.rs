@@ -18,6 +18,7 @@ pub mod fetcher;
 pub mod git;
 pub mod http;
 pub mod known_hosts;
+pub mod metrics;
 pub mod policy;
 pub mod repository;
 pub mod slots;
@@ -468,6 +469,11 @@ pub trait Sources: Send + Sync {
     fn pushed(&self, repository: &str) -> usize {
         let _ = repository;
         0
+    }
+
+    /// Adds this engine's metric families to the server's registry.
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let _ = registry;
     }
 }
 

@@ -23,6 +23,7 @@ mod hostile_crs;
 mod http;
 mod monitoredservice_oracles;
 mod monitoredservice_sources;
+mod monitoring;
 mod pod_security;
 mod process;
 mod protocol_fixtures;

@@ -1,0 +1,355 @@
+//! What the source engine tells Prometheus: fetches by result and reason, how long they
+//! take, when each remote last succeeded, and what the caches hold.
+//!
+//! Families (all prefixed `metahooks_source_`):
+//! - `fetches_total{kind,result,reason}`: one per request a fetch job answered; `kind`
+//!   is `git` or `http`, `result` `success` or `failure`, `reason` the condition reason
+//!   of a failure (a fixed set) or empty;
+//! - `refusals_total{reason}`: fetches refused by a safety rule before or while
+//!   connecting (scheme, address, redirect, credentials binding, host key, certificate);
+//! - `fetch_duration_seconds{kind}`: each fetch job's time;
+//! - `last_success_timestamp_seconds{remote}` and `interval_seconds{remote}`: the URL
+//!   without credentials; at most [`MAX_REMOTE_SERIES`] remotes, the least recently
+//!   fetched dropped beyond;
+//! - `cache_evictions_total`, `snapshot_evictions_total`; and, read from the engine at
+//!   each scrape, `cache_bytes`, `snapshot_bytes`, `git_workers_busy`, `git_jobs_waiting`
+//!   ([`EngineGaugesFn`]).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::FetchError;
+
+/// Most remotes with a last-success series (each is one series; a cluster with more
+/// remotes keeps the most recently successful ones).
+pub const MAX_REMOTE_SERIES: usize = 256;
+
+/// Fetch-duration buckets, in seconds, up to the 20 s fetch limit.
+const FETCH_BUCKETS_SECONDS: [f64; 11] =
+    [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FetchLabels {
+    kind: &'static str,
+    result: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RemoteLabels {
+    remote: String,
+}
+
+/// The engine's metric handles (cheap to clone into a registry).
+pub struct SourceMetrics {
+    fetches: Family<FetchLabels, Counter>,
+    refusals: Family<ReasonLabels, Counter>,
+    durations: Family<KindLabels, Histogram, fn() -> Histogram>,
+    last_success: Family<RemoteLabels, Gauge<f64, AtomicU64>>,
+    intervals: Family<RemoteLabels, Gauge>,
+    /// Remotes with a last-success series, least recently successful first.
+    remotes: Mutex<VecDeque<String>>,
+    pub(super) cache_evictions: Counter,
+    pub(super) snapshot_evictions: Counter,
+}
+
+fn fetch_histogram() -> Histogram {
+    Histogram::new(FETCH_BUCKETS_SECONDS)
+}
+
+impl Default for SourceMetrics {
+    fn default() -> SourceMetrics {
+        SourceMetrics {
+            fetches: Family::default(),
+            refusals: Family::default(),
+            durations: Family::new_with_constructor(fetch_histogram),
+            last_success: Family::default(),
+            intervals: Family::default(),
+            remotes: Mutex::default(),
+            cache_evictions: Counter::default(),
+            snapshot_evictions: Counter::default(),
+        }
+    }
+}
+
+/// The reasons that mean a safety rule refused the fetch.
+fn is_refusal(error: &FetchError) -> bool {
+    matches!(
+        error,
+        FetchError::SchemeRefused { .. }
+            | FetchError::HostRefused { .. }
+            | FetchError::RedirectRefused { .. }
+            | FetchError::CredentialsNotAllowed { .. }
+            | FetchError::HostKeyMismatch { .. }
+            | FetchError::KnownHostsMissing { .. }
+            | FetchError::CertificateInvalid { .. }
+            | FetchError::PathRefused { .. }
+            | FetchError::SymlinkRefused { .. }
+    )
+}
+
+impl SourceMetrics {
+    /// Adds the families to `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        let prefixed = registry.sub_registry_with_prefix("metahooks_source");
+        prefixed.register(
+            "fetches",
+            "Requests answered by fetch jobs, by result",
+            self.fetches.clone(),
+        );
+        prefixed.register(
+            "refusals",
+            "Fetches refused by a safety rule",
+            self.refusals.clone(),
+        );
+        prefixed.register_with_unit(
+            "fetch_duration",
+            "Time a fetch job took",
+            Unit::Seconds,
+            self.durations.clone(),
+        );
+        prefixed.register(
+            "last_success_timestamp_seconds",
+            "When a fetch of this remote last succeeded (seconds since the epoch)",
+            self.last_success.clone(),
+        );
+        prefixed.register(
+            "interval_seconds",
+            "The shortest poll period of the parents reading this remote",
+            self.intervals.clone(),
+        );
+        prefixed.register(
+            "cache_evictions",
+            "Repositories removed from the disk cache to stay under its cap",
+            self.cache_evictions.clone(),
+        );
+        prefixed.register(
+            "snapshot_evictions",
+            "Snapshots let go to stay under the snapshot memory budget",
+            self.snapshot_evictions.clone(),
+        );
+        // Present from the first scrape, so rates and alerts see zeros, not nothing.
+        for kind in ["git", "http"] {
+            drop(self.durations.get_or_create(&KindLabels { kind }));
+            drop(self.fetches.get_or_create(&FetchLabels {
+                kind,
+                result: "success",
+                reason: "",
+            }));
+        }
+    }
+
+    /// One job of `kind` ended after `seconds`, with these outcomes (an error per failed
+    /// request); `remote` (without credentials, polled every `interval` seconds)
+    /// succeeded when any request did.
+    pub fn job(
+        &self,
+        kind: &'static str,
+        remote: &str,
+        seconds: f64,
+        interval: u64,
+        outcomes: &[Option<&FetchError>],
+    ) {
+        self.durations
+            .get_or_create(&KindLabels { kind })
+            .observe(seconds);
+        let mut succeeded = false;
+        for outcome in outcomes {
+            let (result, reason) = match outcome {
+                None => {
+                    succeeded = true;
+                    ("success", "")
+                }
+                Some(error) => {
+                    if is_refusal(error) {
+                        self.refusals
+                            .get_or_create(&ReasonLabels {
+                                reason: error.reason(),
+                            })
+                            .inc();
+                    }
+                    ("failure", error.reason())
+                }
+            };
+            self.fetches
+                .get_or_create(&FetchLabels {
+                    kind,
+                    result,
+                    reason,
+                })
+                .inc();
+        }
+        self.track(remote, succeeded, interval);
+    }
+
+    /// Keeps `remote`'s series, at most [`MAX_REMOTE_SERIES`] remotes (the least recently
+    /// fetched dropped beyond): its interval, and its last success when it succeeded.
+    fn track(&self, remote: &str, succeeded: bool, interval: u64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        let mut remotes = self
+            .remotes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        remotes.retain(|r| r != remote);
+        remotes.push_back(remote.to_owned());
+        while remotes.len() > MAX_REMOTE_SERIES {
+            if let Some(oldest) = remotes.pop_front() {
+                let labels = RemoteLabels { remote: oldest };
+                self.last_success.remove(&labels);
+                self.intervals.remove(&labels);
+            }
+        }
+        let labels = RemoteLabels {
+            remote: remote.to_owned(),
+        };
+        self.intervals
+            .get_or_create(&labels)
+            .set(i64::try_from(interval).unwrap_or(i64::MAX));
+        if succeeded {
+            self.last_success.get_or_create(&labels).set(now);
+        }
+    }
+}
+
+/// What [`EngineGaugesFn`] reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauges {
+    /// Bytes of the disk cache when last measured.
+    pub cache_bytes: u64,
+    /// Bytes of snapshots held in memory.
+    pub snapshot_bytes: u64,
+    /// Git jobs running, and waiting for a worker.
+    pub git_jobs: (usize, usize),
+}
+
+impl<F: Fn() -> Gauges + Send + Sync + 'static> std::fmt::Debug for EngineGaugesFn<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineGauges")
+    }
+}
+
+/// A `Collector` over a closure (closures are not `Debug`).
+pub struct EngineGaugesFn<F>(pub F);
+
+impl<F: Fn() -> Gauges + Send + Sync + 'static> prometheus_client::collector::Collector
+    for EngineGaugesFn<F>
+{
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let now = (self.0)();
+        let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (name, help, value) in [
+            (
+                "metahooks_source_cache_bytes",
+                "Bytes of git repositories cached on disk",
+                to_i64(now.cache_bytes),
+            ),
+            (
+                "metahooks_source_snapshot_bytes",
+                "Bytes of fetched files held in memory",
+                to_i64(now.snapshot_bytes),
+            ),
+            (
+                "metahooks_source_git_workers_busy",
+                "Git fetch workers running now",
+                to_i64(now.git_jobs.0 as u64),
+            ),
+            (
+                "metahooks_source_git_jobs_waiting",
+                "Git fetch jobs waiting for a worker",
+                to_i64(now.git_jobs.1 as u64),
+            ),
+        ] {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(metrics: &SourceMetrics) -> String {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+            .unwrap_or_default();
+        out
+    }
+
+    #[test]
+    fn fetches_are_counted_by_result_and_reason_and_remotes_are_bounded() {
+        let metrics = SourceMetrics::default();
+        let refused = FetchError::HostRefused {
+            host: "h".to_owned(),
+            why: "w".to_owned(),
+        };
+        metrics.job(
+            "git",
+            "https://git.example.com/a.git",
+            0.3,
+            60,
+            &[None, Some(&refused)],
+        );
+        let out = text(&metrics);
+        assert!(
+            out.contains(
+                "metahooks_source_fetches_total{kind=\"git\",result=\"success\",reason=\"\"} 1"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("metahooks_source_fetches_total{kind=\"git\",result=\"failure\",reason=\"HostRefused\"} 1"), "{out}");
+        assert!(
+            out.contains("metahooks_source_refusals_total{reason=\"HostRefused\"} 1"),
+            "{out}"
+        );
+        assert!(out.contains("metahooks_source_last_success_timestamp_seconds{remote=\"https://git.example.com/a.git\"}"), "{out}");
+        for i in 0..MAX_REMOTE_SERIES + 10 {
+            metrics.job(
+                "http",
+                &format!("https://files.example.com/{i}"),
+                0.1,
+                60,
+                &[None],
+            );
+        }
+        let out = text(&metrics);
+        let series = out
+            .lines()
+            .filter(|l| l.starts_with("metahooks_source_last_success_timestamp_seconds{"))
+            .count();
+        assert_eq!(series, MAX_REMOTE_SERIES);
+        assert!(
+            !out.contains("git.example.com/a.git\""),
+            "the oldest remote went first"
+        );
+    }
+}
