@@ -12,6 +12,7 @@ mod apimock_prism;
 mod cluster_true;
 mod configsync_oracles;
 mod configsync_sources;
+mod docs;
 mod emulate_cmd;
 mod emulator;
 mod emulator_decoding;

@@ -1,0 +1,240 @@
+//! Docs that cannot drift: every flag of `serve`, `render` and `emulate` is documented,
+//! every condition reason the controllers can emit is on their CRD page, and every
+//! `cargo run -- …` command shown in README.md or docs/ with its output prints that
+//! output (timings and timestamps aside; a block may end with `…` to show a prefix).
+
+use crate::support;
+
+use clap::CommandFactory;
+
+fn doc(name: &str) -> String {
+    std::fs::read_to_string(support::repo_dir().join(name)).unwrap()
+}
+
+/// The long flags of a subcommand (hidden ones and `--help` aside).
+fn flags(cli: &clap::Command, subcommand: &str) -> Vec<String> {
+    cli.find_subcommand(subcommand)
+        .unwrap_or_else(|| panic!("no {subcommand} subcommand"))
+        .get_arguments()
+        .filter(|arg| !arg.is_hide_set())
+        .filter_map(|arg| arg.get_long())
+        .filter(|long| *long != "help")
+        .map(|long| format!("--{long}"))
+        .collect()
+}
+
+/// Whether `text` names `flag` as a whole word (`--cache-dir`, not `--cache-dir-x`).
+fn names(text: &str, flag: &str) -> bool {
+    text.match_indices(flag).any(|(at, _)| {
+        let next = text[at + flag.len()..].chars().next();
+        !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
+}
+
+#[test]
+fn every_flag_is_documented() {
+    let cli = metahooks::cli::Cli::command();
+    let pages = |names: &[&str]| names.iter().map(|n| doc(n)).collect::<Vec<_>>().join("\n");
+    // serve's flags (the controller flags among them, which render and emulate share) on
+    // the operations and sources pages; each other command's own flags on its page.
+    let serve = flags(&cli, "serve");
+    for (subcommand, documented_in) in [
+        ("serve", pages(&["docs/operations.md", "docs/sources.md"])),
+        ("render", pages(&["docs/hooks.md"])),
+        ("emulate", pages(&["docs/emulate.md"])),
+    ] {
+        let own: Vec<String> = flags(&cli, subcommand)
+            .into_iter()
+            .filter(|flag| subcommand == "serve" || !serve.contains(flag))
+            .collect();
+        assert!(!own.is_empty(), "{subcommand} has flags of its own");
+        let missing: Vec<&String> = own
+            .iter()
+            .filter(|flag| !names(&documented_in, flag))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{subcommand} flags missing from its docs: {missing:?}"
+        );
+    }
+}
+
+/// The reasons a controller's code passes to `Problem::new`, `Decided::new` or
+/// `with_reason`, read from its source files.
+fn reasons_in(dirs: &[&str]) -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
+    for dir in dirs {
+        let path = support::repo_dir().join(dir);
+        let files: Vec<std::path::PathBuf> = if path.is_dir() {
+            std::fs::read_dir(&path)
+                .unwrap()
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+                .filter(|p| !p.to_string_lossy().contains("test"))
+                .collect()
+        } else {
+            vec![path]
+        };
+        for file in files {
+            let whole = std::fs::read_to_string(&file).unwrap();
+            // A file's own unit tests make up reasons of their own.
+            let text = whole.split("#[cfg(test)]").next().unwrap_or_default();
+            // Problem::new("Reason", …)
+            for piece in text.split("Problem::new(").skip(1) {
+                if let Some(reason) = quoted_word(piece) {
+                    found.insert(reason);
+                }
+            }
+            // Decided::new("Type", true|false|expr, "Reason", …): the third argument.
+            for piece in text.split("Decided::new(").skip(1) {
+                let arguments: Vec<&str> = piece.splitn(4, ',').collect();
+                if let Some(reason) = arguments.get(2).and_then(|a| quoted_word(a)) {
+                    found.insert(reason);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The first argument when it is a string literal of one CamelCase word.
+fn quoted_word(text: &str) -> Option<String> {
+    let text = text.trim_start();
+    let rest = text.strip_prefix('"')?;
+    let word = &rest[..rest.find('"')?];
+    (word.chars().next()?.is_ascii_uppercase() && word.chars().all(|c| c.is_ascii_alphanumeric()))
+        .then(|| word.to_owned())
+}
+
+#[test]
+fn every_condition_reason_is_on_its_crd_page() {
+    let source_reasons: Vec<String> = doc("src/source/mod.rs")
+        .lines()
+        .filter_map(|line| line.split("=> \"").nth(1))
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|reason| {
+            reason
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_uppercase())
+        })
+        .map(str::to_owned)
+        .collect();
+    assert!(source_reasons.len() > 20, "{source_reasons:?}");
+    let mut checked = 0;
+    for (page, dirs) in [
+        (
+            "docs/apimock.md",
+            &[
+                "src/controllers/apimock",
+                "src/controllers/common/polling.rs",
+                "src/controllers/common/rollout.rs",
+                "src/controllers/common/secrets.rs",
+            ][..],
+        ),
+        (
+            "docs/monitoredservice.md",
+            &[
+                "src/controllers/monitoredservice",
+                "src/controllers/common/config.rs",
+                "src/controllers/common/envfile.rs",
+                "src/controllers/common/polling.rs",
+                "src/controllers/common/rollout.rs",
+                "src/controllers/common/secrets.rs",
+            ][..],
+        ),
+    ] {
+        let text = doc(page) + &doc("docs/sources.md");
+        let mut reasons = reasons_in(dirs);
+        reasons.extend(source_reasons.iter().cloned());
+        let missing: Vec<&String> = reasons
+            .iter()
+            .filter(|reason| !text.contains(&format!("`{reason}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{page} (with sources.md) does not name {missing:?}"
+        );
+        checked += reasons.len();
+    }
+    assert!(checked > 60, "{checked} reasons checked");
+}
+
+/// Output as a page shows it: timings and timestamps replaced.
+fn normalise(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut normal = String::new();
+        let mut words = line.split(' ').peekable();
+        while let Some(word) = words.next() {
+            let number = word.trim_start_matches('(').parse::<f64>().is_ok();
+            if number && words.peek().is_some_and(|next| next.starts_with("ms")) {
+                normal.push_str(if word.starts_with('(') { "(N" } else { "N" });
+            } else if word.len() >= 20
+                && word.chars().nth(4) == Some('-')
+                && word.contains('T')
+                && word.ends_with('Z')
+            {
+                normal.push_str("TIME");
+            } else {
+                normal.push_str(word);
+            }
+            normal.push(' ');
+        }
+        out.push_str(normal.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn documented_commands_print_what_the_page_shows() {
+    let mut checked = 0;
+    let mut pages: Vec<std::path::PathBuf> = vec![support::repo_dir().join("README.md")];
+    pages.extend(
+        std::fs::read_dir(support::repo_dir().join("docs"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path()),
+    );
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let blocks: Vec<&str> = text.split("```").collect();
+        // blocks[odd] are fenced blocks: "sh\n…" followed (after prose-free gap) by "text\n…".
+        for pair in (1..blocks.len().saturating_sub(2)).step_by(2) {
+            let (command, gap, shown) = (blocks[pair], blocks[pair + 1], blocks[pair + 2]);
+            let (Some(command), Some(shown)) =
+                (command.strip_prefix("sh\n"), shown.strip_prefix("text\n"))
+            else {
+                continue;
+            };
+            let lines: Vec<&str> = command.lines().collect();
+            let [line] = lines.as_slice() else { continue };
+            let Some(args) = line.strip_prefix("cargo run -- ") else {
+                continue;
+            };
+            if !gap.trim().is_empty() {
+                continue;
+            }
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_metahooks"))
+                .args(args.split_whitespace())
+                .current_dir(support::repo_dir())
+                .output()
+                .unwrap();
+            let printed = normalise(&String::from_utf8_lossy(&output.stdout));
+            let shown = normalise(shown);
+            let expected = match shown.find("…\n") {
+                Some(cut) => shown[..cut].trim_end().to_owned(),
+                None => shown.trim_end().to_owned(),
+            };
+            assert!(
+                printed.starts_with(&expected) || printed.trim_end() == expected,
+                "{}: `{line}` printed\n{printed}\nbut the page shows\n{expected}",
+                page.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1, "no documented command was checked");
+}
