@@ -11,7 +11,7 @@ report = json.load(open(sys.argv[1]))
 summary = report["summary"]
 objects = report["objects"]
 parents = [o for o in objects if o["kind"] in ("APIMock", "MonitoredService")]
-converged = summary["rounds_to_converge"]
+converged = summary["roundsToConverge"]
 
 
 def percentile(values, p):
@@ -27,7 +27,7 @@ for entry in report["timeline"]:
         warm.setdefault(f'{call["controller"]} {call["hook"]}', []).append(call["millis"])
 
 print(f"  parents: {len(parents)}, objects at the end: {len(objects)}")
-print(f"  rounds to converge: {converged}, rounds in all: {summary['rounds']}, simulated seconds: {summary['simulated_seconds']}")
+print(f"  rounds to converge: {converged}, rounds in all: {summary['rounds']}, simulated seconds: {summary['simulatedSeconds']}")
 print(f"  hook calls: {report['hookCalls']} ({report['hookCalls'] / max(1, len(parents)):.1f} per parent)")
 for name, times in sorted(warm.items()):
     print(f"  warm {name}: {len(times)} calls, p50 {percentile(times, 0.5):.2f} ms, p99 {percentile(times, 0.99):.2f} ms (answer time seen by the emulator)")

@@ -102,7 +102,12 @@ fn check_parent_type(
     let holds = if kind.is_empty() {
         "an object without apiVersion/kind".to_owned()
     } else {
-        format!("a {api_version} {kind}")
+        let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {api_version} {kind}")
     };
     let hint = PARENT_TYPES
         .iter()

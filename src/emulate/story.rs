@@ -331,8 +331,10 @@ impl Default for Plan {
     }
 }
 
-/// What happened, beyond what the emulator holds.
+/// What happened, beyond what the emulator holds (camelCase in JSON, like the rest of
+/// the report).
 #[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Summary {
     /// Rounds the first convergence took.
     pub rounds_to_converge: usize,

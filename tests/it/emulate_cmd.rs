@@ -81,7 +81,7 @@ fn every_example_converges_without_findings() {
             report["findings"]
         );
         assert!(
-            report["summary"]["rounds_to_converge"].as_u64().unwrap() < 20,
+            report["summary"]["roundsToConverge"].as_u64().unwrap() < 20,
             "{}",
             path.display()
         );

@@ -647,3 +647,25 @@ fn text_logs_carry_no_colour_codes_into_a_pipe() {
     );
     assert!(!stdout.contains('\u{1b}'), "no ANSI escapes: {stdout:?}");
 }
+
+#[test]
+fn render_names_what_a_file_holds_with_the_right_article() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = dir.path().join("mock.yaml");
+    std::fs::write(
+        &mock,
+        "apiVersion: apirator.io/v1alpha1\nkind: APIMock\nmetadata: {name: x}\nspec: {}\n",
+    )
+    .unwrap();
+    let output = Command::new(binary())
+        .args(["render", "monitoredservice", "-f"])
+        .arg(&mock)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("holds an apirator.io/v1alpha1 APIMock"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("render apimock"), "{stderr}");
+}
