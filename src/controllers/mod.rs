@@ -570,7 +570,7 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
         },
         Err(error) => {
             let path = error.path().to_string();
-            let inner = error.into_inner();
+            let inner = common::spec::in_plain_words(&error.into_inner().to_string());
             if path == "." || path.is_empty() {
                 format!("request body is not a hook request: {inner}")
             } else {

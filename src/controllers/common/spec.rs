@@ -15,12 +15,66 @@ pub fn parse<T: DeserializeOwned>(parent: &Value) -> Result<T, String> {
     }
     serde_path_to_error::deserialize(spec).map_err(|error| {
         let path = error.path().to_string();
+        let problem = in_plain_words(&error.into_inner().to_string());
         if path == "." {
-            format!("spec: {}", error.into_inner())
+            format!("spec: {problem}")
         } else {
-            format!("spec.{path}: {}", error.into_inner())
+            format!("spec.{path}: {problem}")
         }
     })
+}
+
+/// serde's message in the words of whoever wrote the YAML: JSON types, not Rust ones
+/// ("expected i32" → "expected an integer", "expected struct ApiMockSpec" → "expected
+/// an object").
+pub fn in_plain_words(message: &str) -> String {
+    const RUST_TYPES: [(&str, &str); 14] = [
+        ("expected i8", "expected an integer"),
+        ("expected i16", "expected an integer"),
+        ("expected i32", "expected an integer"),
+        ("expected i64", "expected an integer"),
+        ("expected u8", "expected a non-negative integer"),
+        ("expected u16", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected a list"),
+        ("expected a map", "expected an object"),
+        ("expected a borrowed string", "expected a string"),
+    ];
+    let mut text = message.to_owned();
+    for (rust, plain) in RUST_TYPES {
+        // Whole words only: "expected i32" but not "expected i32x".
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(rust) {
+            let after = &rest[at + rust.len()..];
+            out.push_str(&rest[..at]);
+            if after.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                out.push_str(rust);
+            } else {
+                out.push_str(plain);
+            }
+            rest = after;
+        }
+        out.push_str(rest);
+        text = out;
+    }
+    // "expected struct Name" and "expected enum Name": an object, or one of the values.
+    for (marker, plain) in [
+        ("expected struct ", "expected an object"),
+        ("expected enum ", "expected one of its values"),
+    ] {
+        while let Some(at) = text.find(marker) {
+            let name_end = text[at + marker.len()..]
+                .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .map_or(text.len(), |end| at + marker.len() + end);
+            text.replace_range(at..name_end, plain);
+        }
+    }
+    text
 }
 
 #[cfg(test)]
@@ -31,6 +85,25 @@ mod tests {
     struct Spec {
         #[allow(dead_code)]
         replicas: i32,
+    }
+
+    #[test]
+    fn says_json_types_not_rust_ones() {
+        assert_eq!(
+            super::in_plain_words("invalid type: string \"two\", expected i32"),
+            "invalid type: string \"two\", expected an integer"
+        );
+        assert_eq!(
+            super::in_plain_words("invalid type: integer `5`, expected struct ApiMockSpec"),
+            "invalid type: integer `5`, expected an object"
+        );
+        assert_eq!(
+            super::in_plain_words("invalid value: integer `-1`, expected u32"),
+            "invalid value: integer `-1`, expected a non-negative integer"
+        );
+        assert_eq!(super::in_plain_words("expected i32x"), "expected i32x");
+        let error = super::parse::<Spec>(&json!({"spec": {"replicas": "two"}})).unwrap_err();
+        assert!(error.ends_with("expected an integer"), "{error}");
     }
 
     #[test]

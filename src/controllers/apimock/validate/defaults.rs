@@ -51,47 +51,55 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// The schemas of a path item's parameters, request bodies and responses, each named
+    /// by where it is (`paths → /a → get → parameters → 0`).
     fn operation_schemas(
         &self,
         template: &str,
         item: &'a Value,
         roots: &mut Vec<(String, &'a Value)>,
     ) {
-        let mut parameter_lists = vec![item.get("parameters")];
-        let mut bodies = Vec::new();
+        let at = format!("paths → {template}");
+        let mut parameter_lists = vec![(at.clone(), item.get("parameters"))];
+        let mut bodies: Vec<(String, &'a Value)> = Vec::new();
         for method in METHODS {
             if let Some(operation) = item.get(method) {
-                parameter_lists.push(operation.get("parameters"));
-                bodies.push(operation.get("requestBody"));
+                let here = format!("{at} → {method}");
+                parameter_lists.push((here.clone(), operation.get("parameters")));
+                if let Some(body) = operation.get("requestBody") {
+                    bodies.push((format!("{here} → requestBody"), body));
+                }
                 if let Some(responses) = operation.get("responses").and_then(Value::as_object) {
-                    bodies.extend(responses.values().map(Some));
+                    bodies.extend(responses.iter().map(|(code, response)| {
+                        (format!("{here} → responses → {code}"), response)
+                    }));
                 }
             }
         }
-        for parameter in parameter_lists
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_array)
-            .flatten()
-        {
-            let parameter = self.deref(parameter);
-            // Swagger 2.0 non-body parameters carry type/default themselves.
-            let schema = parameter.get("schema").unwrap_or(parameter);
-            roots.push((format!("paths → {template} → parameters"), schema));
+        for (here, list) in parameter_lists {
+            let Some(list) = list.and_then(Value::as_array) else {
+                continue;
+            };
+            for (index, parameter) in list.iter().enumerate() {
+                let parameter = self.deref(parameter);
+                // Swagger 2.0 non-body parameters carry type/default themselves.
+                let schema = parameter.get("schema").unwrap_or(parameter);
+                roots.push((format!("{here} → parameters → {index}"), schema));
+            }
         }
-        for body in bodies.into_iter().flatten() {
+        for (here, body) in bodies {
             let body = self.deref(body);
             if let Some(schema) = body.get("schema") {
-                roots.push((format!("paths → {template}"), schema));
+                roots.push((format!("{here} → schema"), schema));
             }
-            for media in body
+            for (media_type, media) in body
                 .get("content")
                 .and_then(Value::as_object)
                 .into_iter()
-                .flat_map(Map::values)
+                .flat_map(Map::iter)
             {
                 if let Some(schema) = media.get("schema") {
-                    roots.push((format!("paths → {template}"), schema));
+                    roots.push((format!("{here} → content → {media_type} → schema"), schema));
                 }
             }
         }

@@ -65,6 +65,59 @@ pub(super) fn location(pointer: &str) -> String {
         .join(" → ")
 }
 
+/// Where the document breaks the meta-schema and how. "Not valid under any of the schemas
+/// listed in oneOf" says nothing of what was meant; the branch whose first error lies
+/// deepest in the document is taken as the one meant (a response with `content` but no
+/// `description` goes furthest as a Response, not as a Reference), and its error is
+/// added: "… (as meant: at … → description: "description" is a required property)".
+pub(super) fn explain(error: &jsonschema::ValidationError<'_>) -> String {
+    let mut message = format!(
+        "at {}: {}",
+        location(error.instance_path().as_str()),
+        short(&error.to_string())
+    );
+    if let Some(meant) = closest_branch(error) {
+        message.push_str(&format!(
+            " (as meant: at {}: {})",
+            location(meant.instance_path().as_str()),
+            short(&meant.to_string())
+        ));
+    }
+    message
+}
+
+/// Within a oneOf/anyOf failure, the first error of the branch that got deepest,
+/// followed down through nested oneOf/anyOf failures.
+fn closest_branch<'e>(
+    error: &'e jsonschema::ValidationError<'_>,
+) -> Option<&'e jsonschema::ValidationError<'static>> {
+    use jsonschema::error::ValidationErrorKind;
+    let context = match error.kind() {
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            context
+        }
+        _ => return None,
+    };
+    // The deepest first error wins. At equal depth, a branch that only wanted a `$ref`
+    // (OpenAPI's Reference Object, the alternative of nearly every object) was not what
+    // the author meant; then the branch with fewer errors.
+    let best = context
+        .iter()
+        .filter_map(|branch| branch.first().map(|first| (branch.len(), first)))
+        .max_by_key(|(count, first)| {
+            let wanted_ref = first
+                .to_string()
+                .starts_with("\"$ref\" is a required property");
+            (
+                first.instance_path().as_str().matches('/').count(),
+                !wanted_ref,
+                std::cmp::Reverse(*count),
+            )
+        })?
+        .1;
+    Some(closest_branch(best).unwrap_or(best))
+}
+
 /// Validator messages quote whole sub-documents; keep condition messages readable.
 pub(super) fn short(message: &str) -> String {
     const LIMIT: usize = 300;

@@ -50,11 +50,7 @@ pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid>
     if !validator.is_valid(document)
         && let Err(error) = validator.validate(document)
     {
-        return Err(fail(format!(
-            "at {}: {}",
-            metaschema::location(error.instance_path().as_str()),
-            metaschema::short(&error.to_string())
-        )));
+        return Err(fail(metaschema::explain(&error)));
     }
     if generation == Generation::OpenApi31 {
         metaschema::check_dialect(document).map_err(fail)?;
@@ -123,6 +119,56 @@ mod tests {
             json!({}),
         );
         validate(&doc, Generation::OpenApi30).unwrap();
+    }
+
+    #[test]
+    fn a_one_of_failure_says_which_branch_was_meant_and_why() {
+        let typo = v30(
+            json!({"/a": {"get": {"parameters": [{"name": "q", "in": "query", "schema": {"type": "strng"}}], "responses": ok()}}}),
+            json!({}),
+        );
+        let error = validate(&typo, Generation::OpenApi30)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(
+                "as meant: at paths → /a → get → parameters → 0 → schema → type: \"strng\""
+            ),
+            "{error}"
+        );
+        let no_description = v30(
+            json!({"/a": {"get": {"responses": {"200": {"content": {}}}}}}),
+            json!({}),
+        );
+        let error = validate(&no_description, Generation::OpenApi30)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("\"description\" is a required property"),
+            "{error}"
+        );
+        assert!(
+            !error.contains("as meant: at paths → /a → get → responses → 200: \"$ref\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_bad_default_names_the_operation_and_the_parameter() {
+        let doc = v30(
+            json!({"/a": {"get": {"parameters": [
+                {"name": "p", "in": "query", "schema": {"type": "string"}},
+                {"name": "q", "in": "query", "schema": {"type": "integer", "default": "abc"}}],
+                "responses": ok()}}}),
+            json!({}),
+        );
+        let error = validate(&doc, Generation::OpenApi30)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("at paths → /a → get → parameters → 1: default \"abc\""),
+            "{error}"
+        );
     }
 
     #[test]
