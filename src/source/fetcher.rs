@@ -23,6 +23,9 @@ struct RemoteEntry {
     requests: HashMap<String, Asked>,
     started: Option<Instant>,
     in_flight: bool,
+    /// The running job asks the remote (false: it only reads new paths of the commit
+    /// already here, which changes nothing for requests that have their snapshot).
+    in_flight_network: bool,
     /// The last commit fetched (git), so a new path can be read without the network.
     resolved: Option<git::Resolved>,
     /// "Fetch now" tokens ([`Sources::refresh`]).
@@ -665,6 +668,7 @@ impl Fetcher {
             if use_network {
                 remote.started = Some(Instant::now());
             }
+            remote.in_flight_network = use_network;
             let requests: Vec<SourceRequest> = remote
                 .requests
                 .values()
@@ -711,10 +715,15 @@ impl Fetcher {
             );
             self.inner.runtime.spawn(job.run().instrument(span));
         }
-        let pending = state
-            .remotes
-            .values()
-            .any(|r| r.in_flight && r.requests.contains_key(&request.key()));
+        // Pending: a running job may change this request's answer. A job that only reads
+        // another parent's new path does not, for a request that has its snapshot (and
+        // reporting it would make two identical calls answer differently).
+        let has_snapshot = known.as_ref().is_some_and(|k| k.snapshot.is_some());
+        let pending = state.remotes.values().any(|r| {
+            r.in_flight
+                && (r.in_flight_network || !has_snapshot)
+                && r.requests.contains_key(&request.key())
+        });
         let known = known.unwrap_or_default();
         let push_resync = self.inner.push_resync.load(Ordering::SeqCst);
         SourceState {
