@@ -892,6 +892,33 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_hears_a_server_refuse_a_missing_client_certificate() {
+        let pki = pki();
+        let port = tls_origin(&pki, Some(&pki.ca));
+        let url = format!("https://localhost:{port}/app.env");
+        let heard = crate::source::tls::probe(&loose(), &url, Some(&material(Some(&pki.ca), None)));
+        let heard = heard.unwrap_or_else(|| panic!("the refusal is heard"));
+        assert!(
+            heard.contains("CertificateRequired") || heard.contains("certificate"),
+            "{heard}"
+        );
+        // A server that accepts the connection is no certificate problem.
+        let port = tls_origin(&pki, Some(&pki.ca));
+        let url = format!("https://localhost:{port}/app.env");
+        let fine = crate::source::tls::probe(
+            &loose(),
+            &url,
+            Some(&material(Some(&pki.ca), Some(&pki.client))),
+        );
+        assert_eq!(fine, None);
+        // Nor is a private address the policy refuses probed at all.
+        assert_eq!(
+            crate::source::tls::probe(&Policy::default(), &url, None),
+            None
+        );
+    }
+
+    #[test]
     fn a_client_certificate_is_presented_when_the_source_has_one() {
         let pki = pki();
         let port = tls_origin(&pki, Some(&pki.ca));

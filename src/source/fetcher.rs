@@ -38,6 +38,9 @@ struct RemoteEntry {
 
 /// Most handled "fetch now" tokens remembered per remote.
 const HANDLED_TOKENS: usize = 32;
+/// Most "fetch now" tokens waiting for a remote's next job (each parent asking again
+/// re-adds its own, so none is lost for good).
+const MAX_WANTED_TOKENS: usize = 256;
 
 /// Where each "fetch now" token of a remote stands: asked for (the next job covers it),
 /// covered by the running job, or handled (that job finished).
@@ -645,7 +648,9 @@ impl Fetcher {
                 interval,
             },
         );
-        if let Some(token) = refresh {
+        if let Some(token) = refresh
+            && remote.refresh.wanted.len() < MAX_WANTED_TOKENS
+        {
             remote.refresh.wanted.insert(token.to_owned());
         }
         let since_start = |least: Duration| {
@@ -653,8 +658,11 @@ impl Fetcher {
                 .started
                 .is_none_or(|started| started.elapsed() >= least)
         };
-        let stale = !remote.refresh.wanted.is_empty()
-            || (remote.pushed && since_start(PUSH_SPACING))
+        // "Fetch now" and pushes are spaced like each other: however often a CR's
+        // annotation is edited or a forge calls, a remote is fetched at most once per
+        // spacing for them.
+        let stale = ((!remote.refresh.wanted.is_empty() || remote.pushed)
+            && since_start(PUSH_SPACING))
             || since_start(interval);
         let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
         if !remote.in_flight && (stale || unknown) {
@@ -771,6 +779,20 @@ impl Drop for InFlight {
 }
 
 type Results = Vec<(String, Fetched)>;
+
+/// hyper's words for a connection that was made and then closed under it.
+fn closed_after_connecting(detail: &str) -> bool {
+    let detail = detail.to_ascii_lowercase();
+    [
+        "canceled",
+        "not ready",
+        "connection closed",
+        "reset by peer",
+        "incomplete message",
+    ]
+    .iter()
+    .any(|words| detail.contains(words))
+}
 
 impl Job {
     async fn run(self) {
@@ -1011,6 +1033,29 @@ impl Job {
                 )
                 .await
             }
+        };
+        let result = match result {
+            // A server refusing our client certificate, or wanting one we do not have
+            // (TLS 1.3 says so after the handshake), can close before hyper has written
+            // the request; hyper then reports a closed connection, not the server's
+            // alert. For an https connection that closed, ask the server ourselves.
+            Err(FetchError::Unreachable { url: shown, detail })
+                if url.starts_with("https://") && closed_after_connecting(&detail) =>
+            {
+                let (policy, raw, material) =
+                    (self.inner.policy.clone(), url.to_owned(), tls.clone());
+                let probed = tokio::task::spawn_blocking(move || {
+                    super::tls::probe(&policy, &raw, material.as_ref())
+                })
+                .await
+                .ok()
+                .flatten();
+                Err(match probed {
+                    Some(detail) => FetchError::CertificateInvalid { url: shown, detail },
+                    None => FetchError::Unreachable { url: shown, detail },
+                })
+            }
+            other => other,
         };
         self.requests
             .iter()
