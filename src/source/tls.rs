@@ -260,7 +260,11 @@ pub fn probe(
     let mut buffer = [0u8; 512];
     match stream.read(&mut buffer) {
         Err(error) => certificate_problem(&error),
-        Ok(_) => None,
+        // An answer, or a clean close, is no certificate refusal.
+        Ok(read) => {
+            debug_assert!(read <= buffer.len());
+            None
+        }
     }
 }
 
