@@ -69,39 +69,41 @@ pub async fn handle(
         .record(controller_label, hook_label, code, elapsed);
     // Milliseconds to the microsecond: a number, without float noise.
     let duration_ms = elapsed.as_micros() as f64 / 1000.0;
+    // One access line per call; its level says whose the problem is (tracing's levels
+    // are fixed per call site, hence the macro).
+    macro_rules! access_line {
+        ($level:ident, $message:literal $(, $field:ident = $value:expr)*) => {
+            tracing::$level!(
+                controller = controller_label,
+                hook = hook_label,
+                parent.namespace = parent.namespace,
+                parent.name = parent.name,
+                status = code,
+                duration_ms,
+                $($field = $value,)*
+                $message
+            )
+        };
+    }
     match refusal {
-        None => tracing::info!(
-            controller = controller_label,
-            hook = hook_label,
-            parent.namespace = parent.namespace,
-            parent.name = parent.name,
-            status = code,
-            duration_ms,
-            "hook call"
-        ),
+        None => access_line!(info, "hook call"),
         // The caller's mistake (a bad body, a wrong path, overload): a warning.
-        Some((reason, message)) if code < 500 => tracing::warn!(
-            controller = controller_label,
-            hook = hook_label,
-            parent.namespace = parent.namespace,
-            parent.name = parent.name,
-            status = code,
-            duration_ms,
-            reason,
-            error = %message,
-            "hook call refused"
-        ),
-        Some((reason, message)) => tracing::error!(
-            controller = controller_label,
-            hook = hook_label,
-            parent.namespace = parent.namespace,
-            parent.name = parent.name,
-            status = code,
-            duration_ms,
-            reason,
-            error = %message,
-            "hook call failed"
-        ),
+        Some((reason, message)) if code < 500 => {
+            access_line!(
+                warn,
+                "hook call refused",
+                reason = reason,
+                error = message.as_str()
+            )
+        }
+        Some((reason, message)) => {
+            access_line!(
+                error,
+                "hook call failed",
+                reason = reason,
+                error = message.as_str()
+            )
+        }
     }
     response
 }
