@@ -11,9 +11,10 @@
 # time: the source engine polls on the real clock, the emulator's clock is simulated), each
 # replica's peak RSS, and whether the final objects equal those of the first run (they
 # must: which replica answered may not matter). SECONDS of simulated time are run after
-# converging (each resync round costs about as much as a converging one: at the default
-# size ~9 s per round with one replica on 2 cores; how many rounds 120 simulated seconds
-# take depends on when the real-clock source polls land, 28 and 53 in two runs).
+# converging (each resync round syncs every parent: at the default size ~5 s per round
+# with one replica on 2 cores; 120 simulated seconds took 21-23 rounds, 117-137 s of wall
+# time with one replica and 152-188 s with three, in two runs; the count moves a little
+# with when the real-clock source polls land).
 # Needs git, python3, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."

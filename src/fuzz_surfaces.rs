@@ -60,3 +60,36 @@ pub fn url_policy(data: &[u8]) {
         let _ = crate::source::policy::refusal(address);
     }
 }
+
+/// What a Secret or a forge hands the source engine: `known_hosts` text, scp-like
+/// addresses and push payloads. The first byte picks which.
+pub fn source_inputs(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    match selector % 3 {
+        0 => {
+            if let Ok(known) = crate::source::known_hosts::KnownHosts::parse(&text) {
+                // Checking a key and rewriting the lines terminate for any host.
+                let _ = known.check("git.example.com", 22, rest);
+                let _ = known.check(&text, 2222, rest);
+                let lines = known.lines_for("git.example.com", 22, "[127.0.0.1]:1");
+                assert!(lines.len() <= text.len() * 2 + 64 * lines.lines().count());
+            }
+        }
+        1 => {
+            if let Some(scp) = crate::source::policy::ScpUrl::parse(&text) {
+                assert!(!scp.host.is_empty() && !scp.path.is_empty());
+            }
+            if let Some(name) = crate::source::repository::normalise(&text) {
+                assert!(name.contains('/') && name == name.to_ascii_lowercase());
+            }
+        }
+        _ => {
+            if let Ok(payload) = serde_json::from_slice::<serde_json::Value>(rest) {
+                assert!(crate::receivers::repository::named_in(&payload).len() <= 16);
+            }
+        }
+    }
+}

@@ -45,3 +45,8 @@ fn env_file_corpus() {
 fn url_policy_corpus() {
     replay("url_policy", fuzz_surfaces::url_policy);
 }
+
+#[test]
+fn source_inputs_corpus() {
+    replay("source_inputs", fuzz_surfaces::source_inputs);
+}
