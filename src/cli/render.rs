@@ -203,15 +203,7 @@ fn request_for(controller: &str, parent: Value, observed: &[Value], related: &[V
         .unwrap_or("default")
         .to_owned();
     let related = grouped(related, Some(&namespace));
-    request_shape(controller, parent, grouped(observed, None), related)
-}
-
-fn request_shape(
-    controller: &str,
-    parent: Value,
-    groups: BTreeMap<String, BTreeMap<String, Value>>,
-    related: BTreeMap<String, BTreeMap<String, Value>>,
-) -> Value {
+    let observed = grouped(observed, None);
     let controller_object =
         json!({"metadata": {"name": controller}, "spec": {"hooks": {"sync": {"version": "v1"}}}});
     let root = if controller == "configsync" {
@@ -227,7 +219,7 @@ fn request_shape(
     json!({
         "controller": controller_object,
         root: parent,
-        observed_key: groups,
+        observed_key: observed,
         "related": related,
         "finalizing": false,
     })

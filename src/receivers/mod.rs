@@ -16,12 +16,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -111,8 +111,6 @@ fn refuse(status: StatusCode, reason: &str, message: String) -> Response {
     tracing::warn!(status = status.as_u16(), reason, %message, "push refused");
     (status, Json(json!({"reason": reason, "message": message}))).into_response()
 }
-
-use axum::Json;
 
 async fn receive(
     State(receiver): State<Arc<Receiver>>,

@@ -327,34 +327,55 @@ impl Shared {
 
     /// Resolves once, checks every address, and connects to the first one.
     fn connect(&self, target: &Origin) -> Result<TcpStream, FetchError> {
-        let addresses: Vec<SocketAddr> = match target.host.parse::<std::net::IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, target.port)],
-            Err(_) => (target.host.as_str(), target.port)
-                .to_socket_addrs()
-                .map_err(|e| FetchError::Unreachable {
-                    url: target.to_string(),
-                    detail: format!("cannot resolve {}: {e}", target.host),
-                })?
-                .collect(),
-        };
-        for address in &addresses {
-            self.policy.check_address(&target.host, address.ip())?;
-        }
-        // Each checked address in turn (`localhost` is ::1 and 127.0.0.1; a server may
-        // listen on one).
-        let mut last = format!("{} has no addresses", target.host);
-        for address in &addresses {
-            let timeout = self.remaining().min(Duration::from_secs(10));
-            match TcpStream::connect_timeout(address, timeout) {
-                Ok(stream) => return Ok(stream),
-                Err(error) => last = format!("{address}: {error}"),
-            }
-        }
-        Err(FetchError::Unreachable {
-            url: target.to_string(),
-            detail: last,
-        })
+        connect_checked(
+            &self.policy,
+            &target.host,
+            target.port,
+            self.remaining().min(Duration::from_secs(10)),
+        )
     }
+}
+
+/// Resolves `host` once, checks every address against `policy`, and connects to the
+/// checked addresses in turn (`localhost` is ::1 and 127.0.0.1; a server may listen on
+/// one), each within `timeout`: the address checked is the address connected to.
+///
+/// # Errors
+/// A refused address (`HostRefused`), or none that resolves or connects (`Unreachable`).
+pub fn connect_checked(
+    policy: &Policy,
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream, FetchError> {
+    let shown = Origin {
+        host: host.to_owned(),
+        port,
+    };
+    let addresses: Vec<SocketAddr> = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => (host, port)
+            .to_socket_addrs()
+            .map_err(|e| FetchError::Unreachable {
+                url: shown.to_string(),
+                detail: format!("cannot resolve {host}: {e}"),
+            })?
+            .collect(),
+    };
+    for address in &addresses {
+        policy.check_address(host, address.ip())?;
+    }
+    let mut last = format!("{host} has no addresses");
+    for address in &addresses {
+        match TcpStream::connect_timeout(address, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(error) => last = format!("{address}: {error}"),
+        }
+    }
+    Err(FetchError::Unreachable {
+        url: shown.to_string(),
+        detail: last,
+    })
 }
 
 impl Shared {

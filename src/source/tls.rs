@@ -224,7 +224,6 @@ pub fn probe(
     material: Option<&TlsMaterial>,
 ) -> Option<String> {
     use std::io::{Read, Write};
-    use std::net::ToSocketAddrs;
     let parsed = url::Url::parse(url).ok()?;
     let host = parsed
         .host_str()?
@@ -232,18 +231,8 @@ pub fn probe(
         .trim_end_matches(']')
         .to_owned();
     let port = parsed.port_or_known_default()?;
-    let addresses: Vec<std::net::SocketAddr> =
-        (host.as_str(), port).to_socket_addrs().ok()?.collect();
-    if addresses
-        .iter()
-        .any(|a| policy.check_address(&host, a.ip()).is_err())
-    {
-        return None;
-    }
     let timeout = std::time::Duration::from_secs(5);
-    let socket = addresses
-        .iter()
-        .find_map(|a| std::net::TcpStream::connect_timeout(a, timeout).ok())?;
+    let socket = super::connect_guard::connect_checked(policy, &host, port, timeout).ok()?;
     socket.set_read_timeout(Some(timeout)).ok()?;
     socket.set_write_timeout(Some(timeout)).ok()?;
     let config = client_config(policy.source_ca_pem.as_deref(), material).ok()?;
