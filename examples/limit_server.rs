@@ -5,18 +5,25 @@
 //! safety bounds. `scripts/load.sh` runs it next to `metahooks serve` on the same
 //! request bytes and prints the ratio.
 //!
+//! With `--floor` it is the ceiling of a resync answered from memory: read the body,
+//! hash it (BLAKE3, as metahooks keys its whole-answer memo) and send the bytes
+//! remembered for that hash, building them the JSON way only the first time. A memo hit
+//! in metahooks cannot cost less than this.
+//!
 //! It also writes those request bytes, so both servers see exactly the same input:
 //!
 //! ```sh
 //! cargo run --release --example limit_server -- request --kib 12 > req-12k.json
-//! cargo run --release --example limit_server -- serve --listen 127.0.0.1:18080 [--yaml]
+//! cargo run --release --example limit_server -- serve --listen 127.0.0.1:18080 [--yaml | --floor]
 //! ```
 //!
 //! The definition's title carries `EDIT-000000000`; the load script's wrk Lua replaces
 //! those digits with a counter to make every call an edited definition.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -34,7 +41,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("request") => write_request(&args[1..]),
         Some("serve") => serve(&args[1..]),
-        _ => Err("usage: limit_server request --kib N | serve --listen ADDR [--yaml]".into()),
+        _ => Err(
+            "usage: limit_server request --kib N | serve --listen ADDR [--yaml | --floor]".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -112,31 +121,82 @@ fn serve(args: &[String]) -> Result<(), String> {
         .parse()
         .map_err(|e| format!("--listen: {e}"))?;
     let parse_yaml = args.iter().any(|arg| arg == "--yaml");
+    let floor = args.iter().any(|arg| arg == "--floor");
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
+        let remembered = Arc::new(Remembered::default());
         let app = Router::new()
             .route(
                 "/apimock/sync",
-                post(move |body: Bytes| async move { answer(&body, parse_yaml) }),
+                post(move |body: Bytes| async move {
+                    if floor {
+                        remembered.answer(&body)
+                    } else {
+                        answer(&body, parse_yaml)
+                    }
+                }),
             )
             .layer(DefaultBodyLimit::max(64 * 1024 * 1024));
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        eprintln!("limit_server: listening on {listen} (yaml parse: {parse_yaml})");
+        eprintln!(
+            "limit_server: listening on {listen} (yaml parse: {parse_yaml}, floor: {floor})"
+        );
         axum::serve(listener, app).await.map_err(|e| e.to_string())
     })
 }
 
+/// The floor's memory: answers by the BLAKE3 hash of the request they answer.
+#[derive(Default)]
+struct Remembered {
+    answers: RwLock<HashMap<[u8; 32], Bytes>>,
+}
+
+impl Remembered {
+    fn answer(&self, body: &[u8]) -> Response {
+        let key = *blake3::hash(body).as_bytes();
+        let known = self
+            .answers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        let bytes = match known {
+            Some(bytes) => bytes,
+            None => match answer_bytes(body, false) {
+                Ok(bytes) => {
+                    let bytes = Bytes::from(bytes);
+                    self.answers
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(key, bytes.clone());
+                    bytes
+                }
+                Err(refused) => return refused,
+            },
+        };
+        ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+    }
+}
+
 fn answer(body: &[u8], parse_yaml: bool) -> Response {
+    match answer_bytes(body, parse_yaml) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(refused) => refused,
+    }
+}
+
+fn answer_bytes(body: &[u8], parse_yaml: bool) -> Result<Vec<u8>, Response> {
+    let refuse = |why: &'static str| (StatusCode::BAD_REQUEST, why).into_response();
     let Ok(request) = serde_json::from_slice::<Value>(body) else {
-        return (StatusCode::BAD_REQUEST, "request is not JSON").into_response();
+        return Err(refuse("request is not JSON"));
     };
     let Some(definition) = request["parent"]["spec"]["definition"].as_str() else {
-        return (StatusCode::BAD_REQUEST, "no spec.definition").into_response();
+        return Err(refuse("no spec.definition"));
     };
     if parse_yaml && serde_norway::from_str::<Value>(definition).is_err() {
-        return (StatusCode::BAD_REQUEST, "definition is not YAML").into_response();
+        return Err(refuse("definition is not YAML"));
     }
     let response = json!({
         "status": {},
@@ -144,8 +204,5 @@ fn answer(body: &[u8], parse_yaml: bool) -> Response {
                       "metadata": {"name": "load", "namespace": "default"},
                       "data": {"openapi.yaml": definition}}]
     });
-    match serde_json::to_vec(&response) {
-        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    serde_json::to_vec(&response).map_err(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }

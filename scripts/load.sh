@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Throughput and tail of `metahooks serve` next to the "limit" server
+# Throughput and tail of `metahooks serve` next to anchor servers
 # (examples/limit_server.rs) on the same request bytes, with wrk on loopback.
 #
-#   scripts/load.sh [ROUNDS] [SECONDS] [SIZES_KIB]      defaults: 3 5 "12 31 2000"
+#   scripts/load.sh [ROUNDS] [SECONDS] [SIZES_KIB]      defaults: 5 5 "12 31 2000"
 #
 # For each request size: "steady" posts the same APIMock again and again (the definition
-# is unchanged, as in a resync), against the JSON-only limit; "edited" changes the
-# definition on every call, against the limit that also parses the YAML once. The two
-# servers run alternately, ROUNDS times each, and the table shows medians and ratios.
+# is unchanged, as in a resync), against the floor (a server that reads the body, hashes
+# it and sends the answer it remembers for that hash: what a memo hit cannot undercut);
+# "edited" changes the definition on every call, against the limit that parses the
+# request JSON and the definition's YAML once and writes the answer. The two servers run
+# alternately, ROUNDS times each; the table shows medians, the min–max spread of req/s
+# (a wide spread means the machine was noisy) and the ratios of the medians.
 # While metahooks is loaded, /readyz is polled and its p99 reported (it must stay fast);
-# the limit is polled the same way so both share the machine with the same extra load
+# the anchor is polled the same way so both share the machine with the same extra load
 # (LOAD_POLL=0 polls neither, for figures without that load).
 # The largest default size, 2000 KiB, carries a definition just under what one ConfigMap
 # can hold (requests carry it twice: in the APIMock and in the observed ConfigMap).
-# Installs wrk from Debian if it is missing.
+# METAHOOKS_BIN measures another build of metahooks (say, a copy of an earlier one)
+# against the same anchors. Installs wrk from Debian if it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds="${1:-3}"
+rounds="${1:-5}"
 seconds="${2:-5}"
 sizes="${3:-12 31 2000}"
 connections="${LOAD_CONNECTIONS:-4}"
@@ -36,13 +40,14 @@ wait_http() { # URL — poll until it answers at all (any status), 30 s at most
   echo "load.sh: $1 never answered" >&2; exit 1
 }
 
-ours=$(port); probe=$(port); limit_json=$(port); limit_yaml=$(port)
-"$target/metahooks" serve --listen "127.0.0.1:$ours" --probe-listen "127.0.0.1:$probe" \
+ours=$(port); probe=$(port); floor=$(port); limit_yaml=$(port)
+ours_bin="${METAHOOKS_BIN:-$target/metahooks}"
+"$ours_bin" serve --listen "127.0.0.1:$ours" --probe-listen "127.0.0.1:$probe" \
   --shutdown-delay-seconds 0 >/dev/null 2>&1 & pids+=($!)
-"$target/examples/limit_server" serve --listen "127.0.0.1:$limit_json" 2>/dev/null & pids+=($!)
+"$target/examples/limit_server" serve --listen "127.0.0.1:$floor" --floor 2>/dev/null & pids+=($!)
 "$target/examples/limit_server" serve --listen "127.0.0.1:$limit_yaml" --yaml 2>/dev/null & pids+=($!)
 wait_http "http://127.0.0.1:$probe/readyz"
-wait_http "http://127.0.0.1:$limit_json/"
+wait_http "http://127.0.0.1:$floor/"
 wait_http "http://127.0.0.1:$limit_yaml/"
 
 run=0
@@ -65,14 +70,16 @@ probe_while() { # URL OUT CMD... — runs CMD while polling URL; appends latenci
   "$@"
   kill "$poller"; wait "$poller" 2>/dev/null || true
 }
+spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.0f–%.0f", lo, hi }'; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-printf '%-6s %-7s %12s %10s %12s %10s %7s %9s\n' size mode "ours req/s" "ours p99" "limit req/s" "limit p99" ratio "p99 ratio"
+printf '%-6s %-7s %-11s %12s %15s %10s %12s %15s %10s %7s %9s\n' size mode anchor \
+  "ours req/s" "ours spread" "ours p99" "anchor req/s" "anchor spread" "anchor p99" ratio "p99 ratio"
 for kib in $sizes; do
   file="$work/request-$kib.json"
   "$target/examples/limit_server" request --kib "$kib" >"$file"
   for mode in steady edited; do
-    if [ "$mode" = steady ]; then limit=$limit_json; else limit=$limit_yaml; fi
+    if [ "$mode" = steady ]; then limit=$floor anchor=floor; else limit=$limit_yaml anchor=json+yaml; fi
     load "$ours" "$file" "$mode" 1 >/dev/null; load "$limit" "$file" "$mode" 1 >/dev/null
     : >"$work/ours"; : >"$work/limit"
     for _ in $(seq "$rounds"); do
@@ -83,8 +90,9 @@ for kib in $sizes; do
     done
     o_rps=$(cut -d' ' -f1 "$work/ours" | median); o_p99=$(cut -d' ' -f3 "$work/ours" | median)
     l_rps=$(cut -d' ' -f1 "$work/limit" | median); l_p99=$(cut -d' ' -f3 "$work/limit" | median)
-    printf '%-6s %-7s %12.0f %8.2fms %12.0f %8.2fms %7.2f %9.1f\n' "${kib}K" "$mode" \
-      "$o_rps" "$o_p99" "$l_rps" "$l_p99" \
+    o_spread=$(cut -d' ' -f1 "$work/ours" | spread); l_spread=$(cut -d' ' -f1 "$work/limit" | spread)
+    printf '%-6s %-7s %-11s %12.0f %15s %8.2fms %12.0f %15s %8.2fms %7.2f %9.2f\n' "${kib}K" "$mode" "$anchor" \
+      "$o_rps" "$o_spread" "$o_p99" "$l_rps" "$l_spread" "$l_p99" \
       "$(awk -v a="$o_rps" -v b="$l_rps" 'BEGIN { print a / b }')" \
       "$(awk -v a="$o_p99" -v b="$l_p99" 'BEGIN { print a / b }')"
   done
