@@ -140,9 +140,7 @@ fn serve(args: &[String]) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        eprintln!(
-            "limit_server: listening on {listen} (yaml parse: {parse_yaml}, floor: {floor})"
-        );
+        eprintln!("limit_server: listening on {listen} (yaml parse: {parse_yaml}, floor: {floor})");
         axum::serve(listener, app).await.map_err(|e| e.to_string())
     })
 }
@@ -173,7 +171,7 @@ impl Remembered {
                         .insert(key, bytes.clone());
                     bytes
                 }
-                Err(refused) => return refused,
+                Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
             },
         };
         ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
@@ -183,20 +181,20 @@ impl Remembered {
 fn answer(body: &[u8], parse_yaml: bool) -> Response {
     match answer_bytes(body, parse_yaml) {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(refused) => refused,
+        Err(why) => (StatusCode::BAD_REQUEST, why).into_response(),
     }
 }
 
-fn answer_bytes(body: &[u8], parse_yaml: bool) -> Result<Vec<u8>, Response> {
-    let refuse = |why: &'static str| (StatusCode::BAD_REQUEST, why).into_response();
+/// The answer's bytes, or why the request is refused.
+fn answer_bytes(body: &[u8], parse_yaml: bool) -> Result<Vec<u8>, &'static str> {
     let Ok(request) = serde_json::from_slice::<Value>(body) else {
-        return Err(refuse("request is not JSON"));
+        return Err("request is not JSON");
     };
     let Some(definition) = request["parent"]["spec"]["definition"].as_str() else {
-        return Err(refuse("no spec.definition"));
+        return Err("no spec.definition");
     };
     if parse_yaml && serde_norway::from_str::<Value>(definition).is_err() {
-        return Err(refuse("definition is not YAML"));
+        return Err("definition is not YAML");
     }
     let response = json!({
         "status": {},
@@ -204,5 +202,5 @@ fn answer_bytes(body: &[u8], parse_yaml: bool) -> Result<Vec<u8>, Response> {
                       "metadata": {"name": "load", "namespace": "default"},
                       "data": {"openapi.yaml": definition}}]
     });
-    serde_json::to_vec(&response).map_err(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    serde_json::to_vec(&response).map_err(|_| "the answer cannot be serialised")
 }

@@ -21,7 +21,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use self::common::memo::Memo;
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
@@ -174,13 +173,14 @@ enum Entry {
     Decorator(Arc<dyn DecoratorHooks>),
 }
 
-/// The parent (or decorated target) a call was about, for logs.
+/// The parent (or decorated target) a call was about, for logs. Shared strings: an
+/// answer sent again from memory names its parent without copying the names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParentRef {
     /// The parent's namespace ("" when cluster-scoped or unknown).
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// The parent's name ("" when unknown).
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ParentRef {
@@ -190,7 +190,7 @@ impl ParentRef {
                 .pointer(pointer)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
-                .to_owned()
+                .into()
         };
         ParentRef {
             namespace: field("/metadata/namespace"),
@@ -205,6 +205,20 @@ pub struct CallOutcome {
     pub parent: ParentRef,
     /// The serialised answer, or why there is none.
     pub result: Result<Vec<u8>, HookError>,
+    /// The answer depended on the request bytes alone (its controller says it answers
+    /// from the request, and this call read no source), so the same request may be
+    /// answered with the same bytes again.
+    pub from_request_alone: bool,
+}
+
+impl CallOutcome {
+    fn refused(parent: ParentRef, error: HookError) -> CallOutcome {
+        CallOutcome {
+            parent,
+            result: Err(error),
+            from_request_alone: false,
+        }
+    }
 }
 
 /// Controllers by URL name (`/<name>/<hook>`), and the source engine they share.
@@ -212,21 +226,6 @@ pub struct CallOutcome {
 pub struct Registry {
     entries: BTreeMap<String, Entry>,
     sources: Arc<dyn Sources>,
-    /// Whole answers of controllers whose answer is a function of the request alone,
-    /// by a hash of (controller, hook, body): Metacontroller's resyncs repeat the same
-    /// request byte for byte, and hashing it costs far less than parsing it.
-    answers: Arc<Memo<[u8; 32], RememberedAnswer>>,
-}
-
-/// An answer kept by [`Registry`]: whom it was about, and its bytes.
-type RememberedAnswer = Arc<(ParentRef, Vec<u8>)>;
-
-/// Bytes of answers remembered at most, and the number of answers that is sized for.
-const ANSWER_BYTES: u64 = 64 * 1024 * 1024;
-const ANSWER_ENTRIES: u64 = 4096;
-
-fn answer_weight(_key: &[u8; 32], answer: &RememberedAnswer) -> u64 {
-    (answer.1.len() + answer.0.name.len() + answer.0.namespace.len() + 64) as u64
 }
 
 impl Default for Registry {
@@ -234,7 +233,6 @@ impl Default for Registry {
         Registry {
             entries: BTreeMap::new(),
             sources: Arc::new(NoSources),
-            answers: Arc::new(Memo::weighted(ANSWER_ENTRIES, ANSWER_BYTES, answer_weight)),
         }
     }
 }
@@ -313,6 +311,12 @@ impl Registry {
         self.entries.keys().map(String::as_str)
     }
 
+    /// Whether `controller`'s answers may depend on the request alone, so that a caller
+    /// may remember them by the request's bytes (see [`CallOutcome::from_request_alone`]).
+    pub fn may_answer_from_request_alone(&self, controller: &str) -> bool {
+        matches!(self.entries.get(controller), Some(Entry::Composite(c)) if c.answers_only_from_request())
+    }
+
     /// [`Registry::call`] restricted to cheap work, for a controller that honours
     /// [`Context::cheap_only`]. When the call needs slow work, the parsed request comes
     /// back to be finished with [`Registry::run`] where blocking is fine, so the body
@@ -349,39 +353,16 @@ impl Registry {
         }
     }
 
-    /// Finds the controller and parses the request; a remembered answer, an unknown
-    /// controller or a body that is not a hook request is answered at once (`Err`).
+    /// Finds the controller and parses the request; an unknown controller or a body
+    /// that is not a hook request is answered at once (`Err`).
     fn prepare(&self, controller: &str, hook: Hook, body: &[u8]) -> Result<Prepared, CallOutcome> {
         let Some(entry) = self.entries.get(controller) else {
-            return Err(CallOutcome {
-                parent: ParentRef::default(),
-                result: Err(self.not_found(format!("/{controller}/{hook}"))),
-            });
+            return Err(CallOutcome::refused(
+                ParentRef::default(),
+                self.not_found(format!("/{controller}/{hook}")),
+            ));
         };
-        let memo_key = match entry {
-            Entry::Composite(c) if c.answers_only_from_request() => {
-                let mut hasher = blake3::Hasher::new();
-                hasher.update(controller.as_bytes());
-                hasher.update(&[0]);
-                hasher.update(hook.as_str().as_bytes());
-                hasher.update(&[0]);
-                hasher.update(body);
-                Some(*hasher.finalize().as_bytes())
-            }
-            _ => None,
-        };
-        if let Some(key) = &memo_key
-            && let Some(answer) = self.answers.get(key)
-        {
-            return Err(CallOutcome {
-                parent: answer.0.clone(),
-                result: Ok(answer.1.clone()),
-            });
-        }
-        let failed = |parent: ParentRef, error: HookError| CallOutcome {
-            parent,
-            result: Err(error),
-        };
+        let failed = CallOutcome::refused;
         let request = match (entry, hook) {
             (_, Hook::Customize) => {
                 Parsed::Customize(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
@@ -416,23 +397,24 @@ impl Registry {
                 )),
             ));
         }
+        let from_request = matches!(entry, Entry::Composite(c) if c.answers_only_from_request());
         Ok(Prepared {
             entry: entry.clone(),
             hook,
             request,
-            memo_key,
+            from_request,
             parent,
         })
     }
 
-    /// Runs a prepared call and serialises its answer; remembers it when the controller
-    /// answers from the request alone and this answer read no source.
+    /// Runs a prepared call and serialises its answer, noting whether the answer
+    /// depended on the request alone.
     pub fn run(&self, prepared: &Prepared, ctx: &Context) -> CallOutcome {
-        let Some(key) = prepared.memo_key else {
+        if !prepared.from_request {
             return prepared.dispatch(ctx);
-        };
+        }
         // An answer that read a source depends on more than the request (an APIMock
-        // with `definitionFrom.git`): it is not remembered.
+        // with `definitionFrom.git`).
         let noting = Arc::new(NotingSources {
             inner: ctx.sources.clone(),
             looked: AtomicBool::new(false),
@@ -441,13 +423,9 @@ impl Registry {
             sources: noting.clone(),
             ..ctx.clone()
         };
-        let outcome = prepared.dispatch(&noted);
-        if let Ok(bytes) = &outcome.result
-            && !noting.looked.load(Ordering::Relaxed)
-        {
-            self.answers
-                .insert(key, Arc::new((outcome.parent.clone(), bytes.clone())));
-        }
+        let mut outcome = prepared.dispatch(&noted);
+        outcome.from_request_alone =
+            outcome.result.is_ok() && !noting.looked.load(Ordering::Relaxed);
         outcome
     }
 }
@@ -468,7 +446,8 @@ pub struct Prepared {
     entry: Entry,
     hook: Hook,
     request: Parsed,
-    memo_key: Option<[u8; 32]>,
+    /// The controller may answer from the request alone.
+    from_request: bool,
     parent: ParentRef,
 }
 
@@ -508,6 +487,7 @@ impl Prepared {
         CallOutcome {
             parent: self.parent.clone(),
             result,
+            from_request_alone: false,
         }
     }
 }
@@ -625,33 +605,67 @@ mod tests {
             .into_bytes()
     }
 
+    /// Looks a source up when the parent's name is "reads".
+    struct Reading;
+
+    impl CompositeHooks for Reading {
+        fn sync(
+            &self,
+            request: &CompositeRequest,
+            ctx: &Context,
+        ) -> Result<CompositeResponse, HookError> {
+            if request.parent["metadata"]["name"] == "reads" {
+                let source = SourceRequest {
+                    location: crate::source::Location::Http {
+                        url: "https://example.com/config.yaml".to_owned(),
+                    },
+                    namespace: "team".to_owned(),
+                    credentials: None,
+                    tls: None,
+                };
+                ctx.sources.lookup(&source, Duration::from_secs(60));
+            }
+            Ok(CompositeResponse::new(serde_json::json!({}), Vec::new()))
+        }
+
+        fn finalize(
+            &self,
+            request: &CompositeRequest,
+            ctx: &Context,
+        ) -> Result<CompositeResponse, HookError> {
+            self.sync(request, ctx)
+        }
+
+        fn answers_only_from_request(&self) -> bool {
+            true
+        }
+    }
+
     #[test]
-    fn a_repeated_request_to_a_pure_controller_is_answered_from_the_memo() {
+    fn an_answer_is_from_the_request_alone_only_for_a_pure_controller_that_read_no_source() {
+        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
         for pure in [true, false] {
             let syncs = Arc::new(AtomicUsize::new(0));
-            let registry = Registry::new().composite(
-                "c",
-                Counting {
-                    pure,
-                    syncs: syncs.clone(),
-                },
-            );
-            let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
-            let first = registry.call("c", Hook::Sync, &body("a"), &ctx).result.ok();
-            let again = registry.call("c", Hook::Sync, &body("a"), &ctx).result.ok();
-            let other = registry.call("c", Hook::Sync, &body("b"), &ctx).result.ok();
-            let finalize = registry
-                .call("c", Hook::Finalize, &body("a"), &ctx)
-                .result
-                .ok();
-            assert_eq!(first, again);
-            assert_ne!(first, other);
-            assert_eq!(first, finalize, "same answer, but computed by its own hook");
-            assert_eq!(
-                syncs.load(Ordering::SeqCst),
-                if pure { 3 } else { 4 },
-                "pure: {pure}"
-            );
+            let registry = Registry::new().composite("c", Counting { pure, syncs });
+            assert_eq!(registry.may_answer_from_request_alone("c"), pure);
+            let outcome = registry.call("c", Hook::Sync, &body("a"), &ctx);
+            assert!(outcome.result.is_ok());
+            assert_eq!(outcome.from_request_alone, pure, "pure: {pure}");
         }
+        let registry = Registry::new().composite("r", Reading);
+        assert!(
+            registry
+                .call("r", Hook::Sync, &body("a"), &ctx)
+                .from_request_alone
+        );
+        assert!(
+            !registry
+                .call("r", Hook::Sync, &body("reads"), &ctx)
+                .from_request_alone,
+            "an answer that read a source depends on more than the request"
+        );
+        let refused = registry.call("r", Hook::Sync, b"not json", &ctx);
+        assert!(refused.result.is_err() && !refused.from_request_alone);
+        assert!(!Registry::new().may_answer_from_request_alone("missing"));
     }
 }

@@ -1,5 +1,6 @@
-//! The hook endpoint: authenticate, take an in-flight slot, read the body, compute the
-//! answer on a compute thread under a deadline, add the ETag, log one line and count it.
+//! The hook endpoint: authenticate, take an in-flight slot, read the body (hashing it),
+//! send the remembered answer for those bytes or compute one under a deadline, add the
+//! ETag, log one line and count it.
 //!
 //! Order matters for what an attacker can cost us: the slot is taken *before* the body is
 //! read (so memory follows `--max-in-flight` × body limit, not the number of connections),
@@ -20,6 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::HookState;
+use super::answers::{CallHasher, Remembered};
 use crate::controllers::{CallOutcome, Cheap, ParentRef};
 use crate::error::HookError;
 use crate::protocol::Hook;
@@ -51,8 +53,8 @@ pub async fn handle(
     let (parent, result) = answer(&state, &controller, &hook, &headers, body, started)
         .instrument(span.clone())
         .await;
-    span.record("parent.namespace", parent.namespace.as_str());
-    span.record("parent.name", parent.name.as_str());
+    span.record("parent.namespace", &*parent.namespace);
+    span.record("parent.name", &*parent.name);
     // Why the call was refused, for the access line (Metacontroller only logs a status).
     let mut refusal: Option<(&'static str, String)> = None;
     let response = match result {
@@ -76,8 +78,8 @@ pub async fn handle(
             tracing::$level!(
                 controller = controller_label,
                 hook = hook_label,
-                parent.namespace = parent.namespace,
-                parent.name = parent.name,
+                parent.namespace = &*parent.namespace,
+                parent.name = &*parent.name,
                 status = code,
                 duration_ms,
                 $($field = $value,)*
@@ -138,22 +140,52 @@ async fn answer(
             }),
         );
     };
-    let body = match read_body(state, headers, body).await {
+    // Only answers of a controller that may answer from the request alone are
+    // remembered, so only its calls need the key.
+    let mut hasher = state
+        .registry
+        .may_answer_from_request_alone(controller)
+        .then(|| CallHasher::new(controller, hook));
+    let body = match read_body(state, headers, body, hasher.as_mut()).await {
         Ok(body) => body,
         Err(error) => return (no_parent, Err(error)),
     };
+    let key = hasher.map(|hasher| hasher.finish());
+    if let Some(remembered) = key.as_ref().and_then(|key| state.answers.get(key)) {
+        drop(permit);
+        return (remembered.parent.clone(), Ok(send(&remembered, headers)));
+    }
     let deadline = started + state.limits.deadline;
     let outcome = match compute(state, controller, hook, body, permit, deadline).await {
         Ok(outcome) => outcome,
         Err(error) => return (no_parent, Err(error)),
     };
-    let CallOutcome { parent, result } = outcome;
-    (parent, result.map(|bytes| with_etag(bytes, headers)))
+    let CallOutcome {
+        parent,
+        result,
+        from_request_alone,
+    } = outcome;
+    let bytes = match result {
+        Ok(bytes) => bytes,
+        Err(error) => return (parent, Err(error)),
+    };
+    let answer = Remembered::new(parent.clone(), Bytes::from(bytes));
+    let response = send(&answer, headers);
+    if let (Some(key), true) = (key, from_request_alone) {
+        state.answers.insert(key, Arc::new(answer));
+    }
+    (parent, Ok(response))
 }
 
-/// Reads the whole body within the size limit and the body-read timeout. A declared
-/// length over the limit is refused without reading a byte.
-async fn read_body(state: &HookState, headers: &HeaderMap, body: Body) -> Result<Bytes, HookError> {
+/// Reads the whole body within the size limit and the body-read timeout, feeding each
+/// piece to `hasher` as it arrives. A declared length over the limit is refused without
+/// reading a byte.
+async fn read_body(
+    state: &HookState,
+    headers: &HeaderMap,
+    body: Body,
+    mut hasher: Option<&mut CallHasher>,
+) -> Result<Bytes, HookError> {
     let limit = state.limits.body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -163,8 +195,21 @@ async fn read_body(state: &HookState, headers: &HeaderMap, body: Body) -> Result
         return Err(HookError::TooLarge { limit });
     }
     let timeout = state.limits.body_read_timeout;
-    match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    let read = async {
+        let mut body = Limited::new(body, limit);
+        let mut pieces: Vec<Bytes> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(piece) = frame?.into_data() {
+                if let Some(hasher) = hasher.as_deref_mut() {
+                    hasher.update(&piece);
+                }
+                pieces.push(piece);
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(joined(pieces))
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(body)) => Ok(body),
         Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
             Err(HookError::TooLarge { limit })
         }
@@ -175,6 +220,18 @@ async fn read_body(state: &HookState, headers: &HeaderMap, body: Body) -> Result
             timeout_ms: millis(timeout),
         }),
     }
+}
+
+/// The pieces of a body as one buffer (copied only when there are several).
+fn joined(mut pieces: Vec<Bytes>) -> Bytes {
+    if pieces.len() <= 1 {
+        return pieces.pop().unwrap_or_default();
+    }
+    let mut whole = Vec::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for piece in &pieces {
+        whole.extend_from_slice(piece);
+    }
+    Bytes::from(whole)
 }
 
 /// Bodies up to this size may be answered on the async worker when the controller can do
@@ -241,23 +298,17 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A content hash of the response. Metacontroller keys its cache by the root object
-/// only, so the tag must change whenever the bytes do — hence a hash, not a revision.
-/// BLAKE3 because it runs on every answer and is several times faster than SHA-256.
-fn etag_of(bytes: &[u8]) -> String {
-    let digest = blake3::hash(bytes).to_hex();
-    format!("\"{}\"", &digest[..32])
-}
-
-fn with_etag(bytes: Vec<u8>, request_headers: &HeaderMap) -> Response {
-    let etag = etag_of(&bytes);
+/// The answer as a response: 304 when the caller already holds these bytes.
+fn send(answer: &Remembered, request_headers: &HeaderMap) -> Response {
     let matches = request_headers
         .get(header::IF_NONE_MATCH)
-        .is_some_and(|sent| sent.as_bytes() == etag.as_bytes());
-    let etag_value =
-        HeaderValue::from_str(&etag).unwrap_or_else(|_| HeaderValue::from_static("\"\""));
+        .is_some_and(|sent| sent == answer.etag);
     if matches {
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag_value)]).into_response();
+        return (
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, answer.etag.clone())],
+        )
+            .into_response();
     }
     (
         StatusCode::OK,
@@ -266,22 +317,9 @@ fn with_etag(bytes: Vec<u8>, request_headers: &HeaderMap) -> Response {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             ),
-            (header::ETAG, etag_value),
+            (header::ETAG, answer.etag.clone()),
         ],
-        bytes,
+        answer.body.clone(),
     )
         .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn etag_is_a_quoted_content_hash() {
-        let a = etag_of(b"{\"status\":{}}");
-        assert!(a.starts_with('"') && a.ends_with('"') && a.len() == 34);
-        assert_ne!(a, etag_of(b"{\"status\":{\"x\":1}}"));
-        assert_eq!(a, etag_of(b"{\"status\":{}}"));
-    }
 }

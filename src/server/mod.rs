@@ -6,6 +6,7 @@
 //! readiness turns 503 at once, hooks keep answering for the drain delay, then in-flight
 //! calls finish and the process exits.
 
+mod answers;
 mod auth;
 mod compute;
 mod connections;
@@ -111,6 +112,7 @@ pub struct HookState {
     in_flight: Arc<Semaphore>,
     connections: connections::ConnectionLimit,
     compute: compute::ComputePool,
+    answers: answers::AnswerMemo,
 }
 
 impl HookState {
@@ -122,7 +124,8 @@ impl HookState {
         clock: Clock,
         compute: compute::ComputePool,
     ) -> HookState {
-        let metrics = Metrics::new(Some(registry.sources().as_ref()));
+        let metrics =
+            Metrics::new(Some(registry.sources().as_ref())).with_controllers(registry.names());
         HookState {
             compute,
             registry: Arc::new(registry),
@@ -132,6 +135,7 @@ impl HookState {
             auth,
             clock,
             metrics: Arc::new(metrics),
+            answers: answers::AnswerMemo::default(),
         }
     }
 

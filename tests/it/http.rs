@@ -477,6 +477,87 @@ async fn etag_and_if_none_match() {
     assert_ne!(other.text().await.unwrap(), body);
 }
 
+/// Counts its syncs; says whether its answers depend on the request alone.
+struct Counted {
+    pure: bool,
+    syncs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CompositeHooks for Counted {
+    fn sync(
+        &self,
+        request: &CompositeRequest,
+        _: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(CompositeResponse::new(
+            json!({"seen": request.parent["metadata"]["name"]}),
+            vec![],
+        ))
+    }
+
+    fn finalize(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        self.sync(request, ctx)
+    }
+
+    fn answers_only_from_request(&self) -> bool {
+        self.pure
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_request_is_answered_from_memory_only_where_the_answer_is_the_requests_alone() {
+    let counters =
+        [true, false].map(|pure| (pure, Arc::new(std::sync::atomic::AtomicUsize::new(0))));
+    let mut registry = Registry::new();
+    for (pure, syncs) in &counters {
+        let name = if *pure { "pure" } else { "impure" };
+        registry = registry.composite(
+            name,
+            Counted {
+                pure: *pure,
+                syncs: syncs.clone(),
+            },
+        );
+    }
+    let server = Server::start(support::local_settings(), registry, Clock::System)
+        .await
+        .expect("server starts");
+    let client = reqwest::Client::new();
+    for (pure, syncs) in &counters {
+        let name = if *pure { "pure" } else { "impure" };
+        let post = |hook: &str, parent: &str| {
+            client
+                .post(format!("http://{}/{name}/{hook}", server.hook_addr))
+                .json(&hook_request(parent))
+                .send()
+        };
+        let first = post("sync", "a").await.unwrap();
+        let tag = first.headers()["etag"].clone();
+        let first = first.text().await.unwrap();
+        let again = post("sync", "a").await.unwrap();
+        assert_eq!(
+            again.headers()["etag"],
+            tag,
+            "{name}: the same bytes, the same tag"
+        );
+        assert_eq!(again.text().await.unwrap(), first, "{name}");
+        let other = post("sync", "b").await.unwrap().text().await.unwrap();
+        assert_ne!(
+            other, first,
+            "{name}: another request is answered on its own"
+        );
+        post("finalize", "a").await.unwrap();
+        let syncs = syncs.load(std::sync::atomic::Ordering::SeqCst);
+        // sync a, (sync a again unless remembered), sync b, finalize a (its own hook).
+        assert_eq!(syncs, if *pure { 3 } else { 4 }, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn bearer_and_basic_auth() {
     let mut settings = support::local_settings();

@@ -10,9 +10,15 @@
 //! - the standard `process_*` metrics of this process ([`ProcessCollector`]).
 //!
 //! Labels stay low-cardinality: never parent names; remote URLs only in the source
-//! engine's bounded last-success family. Recording a call takes no lock beyond the
-//! families' read locks and allocates nothing once its series exists.
+//! engine's bounded last-success family. Recording a call of a registered hook that
+//! answered 200 or 304 takes no lock and allocates nothing once its series exists: its
+//! counter and histogram are found in a fixed table (see [`HookSeries`]); other codes go
+//! through the family's read lock.
 
+mod durations;
+mod process;
+
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
@@ -20,9 +26,11 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
+
+use self::durations::Durations;
+use self::process::ProcessCollector;
 
 /// Upper bounds of the hook-duration buckets, in seconds.
 pub const HOOK_BUCKETS_SECONDS: [f64; 15] = [
@@ -76,10 +84,25 @@ pub fn label(name: &str) -> &'static str {
 pub struct Metrics {
     registry: Registry,
     requests: Family<CallLabels, Counter>,
-    durations: Family<HookLabels, Histogram>,
+    durations: Family<HookLabels, Durations>,
     in_flight: Gauge<i64, AtomicI64>,
     connections: Gauge<i64, AtomicI64>,
+    /// The series of the registered controllers' hooks, found without a lock.
+    hooks: Vec<HookSeries>,
 }
+
+/// One hook's handles into the families, each taken from its family the first time it
+/// is recorded (so a series appears when it first counts, as through the family).
+struct HookSeries {
+    controller: &'static str,
+    hook: &'static str,
+    ok: OnceLock<Counter>,
+    not_modified: OnceLock<Counter>,
+    durations: OnceLock<Durations>,
+}
+
+/// Hooks a table entry is made for.
+const HOOKS: [&str; 3] = ["sync", "finalize", "customize"];
 
 impl Default for Metrics {
     fn default() -> Metrics {
@@ -98,9 +121,7 @@ impl Metrics {
             "Hook calls answered, by status code",
             requests.clone(),
         );
-        let durations = Family::<HookLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(HOOK_BUCKETS_SECONDS)) as fn() -> Histogram,
-        );
+        let durations = Family::<HookLabels, Durations>::default();
         registry.register_with_unit(
             "metahooks_hook_duration",
             "Time to answer a hook call",
@@ -127,6 +148,7 @@ impl Metrics {
             .set(1);
         registry.register("metahooks_build_info", "The running build (value 1)", build);
         registry.register_collector(Box::new(ProcessCollector));
+        registry.register_collector(Box::new(DroppedLogLines));
         if let Some(sources) = sources {
             sources.register_metrics(&mut registry);
         }
@@ -136,7 +158,26 @@ impl Metrics {
             durations,
             in_flight,
             connections,
+            hooks: Vec::new(),
         }
+    }
+
+    /// Makes the lock-free table entries for these controllers' hooks (names
+    /// interned with [`label`]).
+    pub fn with_controllers<'a>(mut self, controllers: impl Iterator<Item = &'a str>) -> Metrics {
+        for controller in controllers {
+            let controller = label(controller);
+            for hook in HOOKS {
+                self.hooks.push(HookSeries {
+                    controller,
+                    hook,
+                    ok: OnceLock::new(),
+                    not_modified: OnceLock::new(),
+                    durations: OnceLock::new(),
+                });
+            }
+        }
+        self
     }
 
     /// Counts one answered call and its duration.
@@ -147,16 +188,30 @@ impl Metrics {
         code: u16,
         elapsed: Duration,
     ) {
-        self.requests
-            .get_or_create(&CallLabels {
+        let series = self
+            .hooks
+            .iter()
+            .find(|series| series.controller == controller && series.hook == hook);
+        let from_family = || {
+            self.requests.get_or_create_owned(&CallLabels {
                 controller,
                 hook,
                 code,
             })
-            .inc();
-        self.durations
-            .get_or_create(&HookLabels { controller, hook })
-            .observe(elapsed.as_secs_f64());
+        };
+        match (series, code) {
+            (Some(series), 200) => series.ok.get_or_init(from_family).inc(),
+            (Some(series), 304) => series.not_modified.get_or_init(from_family).inc(),
+            _ => from_family().inc(),
+        };
+        let durations = || {
+            self.durations
+                .get_or_create_owned(&HookLabels { controller, hook })
+        };
+        match series {
+            Some(series) => series.durations.get_or_init(durations).observe(elapsed),
+            None => durations().observe(elapsed),
+        }
     }
 
     /// The exposition, with the current in-flight calls and open connections.
@@ -173,102 +228,20 @@ impl Metrics {
     }
 }
 
-/// The standard process metrics (as the Prometheus client libraries name them), read
-/// from `/proc/self` at each scrape. Where `/proc` cannot be read, none are shown.
+/// `metahooks_log_lines_dropped_total`: log lines the non-blocking log writer dropped
+/// because its buffer was full (the output could not keep up), rather than block a call.
 #[derive(Debug)]
-struct ProcessCollector;
+struct DroppedLogLines;
 
-/// What `/proc/self` says now.
-#[derive(Debug, Default, PartialEq)]
-pub struct ProcessFacts {
-    /// User plus system CPU time, in seconds.
-    pub cpu_seconds: f64,
-    /// Resident memory, in bytes.
-    pub resident_bytes: u64,
-    /// Virtual memory, in bytes.
-    pub virtual_bytes: u64,
-    /// Start time since the epoch, in seconds.
-    pub start_time_seconds: f64,
-    /// Open file descriptors.
-    pub open_fds: u64,
-    /// The open-file soft limit.
-    pub max_fds: u64,
-}
-
-impl ProcessFacts {
-    /// Reads them (None where `/proc` is not there, as on macOS).
-    pub fn read() -> Option<ProcessFacts> {
-        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // The command name is in parentheses and may hold spaces: fields follow the last ')'.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let field = |n: usize| fields.get(n).and_then(|f| f.parse::<u64>().ok());
-        let ticks = 100.0; // USER_HZ, 100 on every Linux ABI
-        let page = 4096;
-        let boot = std::fs::read_to_string("/proc/stat")
-            .ok()?
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("btime ")
-                    .and_then(|t| t.trim().parse::<f64>().ok())
-            })?;
-        let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
-        let max_fds = rlimit::Resource::NOFILE.get().ok()?.0;
-        Some(ProcessFacts {
-            // After the ')': state is field 0, utime 11, stime 12, starttime 19,
-            // vsize 20, rss (pages) 21 (proc(5) numbers them from the pid, 1-based).
-            cpu_seconds: (field(11)? + field(12)?) as f64 / ticks,
-            start_time_seconds: boot + field(19)? as f64 / ticks,
-            virtual_bytes: field(20)?,
-            resident_bytes: field(21)? * page,
-            open_fds,
-            max_fds,
-        })
-    }
-}
-
-impl Collector for ProcessCollector {
+impl Collector for DroppedLogLines {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(facts) = ProcessFacts::read() else {
-            return Ok(());
-        };
-        let counter = ConstCounter::new(facts.cpu_seconds);
+        let counter = ConstCounter::new(crate::telemetry::dropped_lines());
         counter.encode(encoder.encode_descriptor(
-            "process_cpu_seconds",
-            "Total user and system CPU time spent in seconds",
+            "metahooks_log_lines_dropped",
+            "Log lines dropped because the log output could not keep up",
             None,
             counter.metric_type(),
-        )?)?;
-        for (name, help, value) in [
-            (
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes",
-                facts.resident_bytes as f64,
-            ),
-            (
-                "process_virtual_memory_bytes",
-                "Virtual memory size in bytes",
-                facts.virtual_bytes as f64,
-            ),
-            (
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds",
-                facts.start_time_seconds,
-            ),
-            (
-                "process_open_fds",
-                "Number of open file descriptors",
-                facts.open_fds as f64,
-            ),
-            (
-                "process_max_fds",
-                "Maximum number of open file descriptors",
-                facts.max_fds as f64,
-            ),
-        ] {
-            let gauge = ConstGauge::new(value);
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        Ok(())
+        )?)
     }
 }
 
@@ -301,6 +274,10 @@ mod tests {
         ));
         assert!(text.contains("metahooks_hook_in_flight 1"));
         assert!(
+            text.contains("metahooks_log_lines_dropped_total 0"),
+            "{text}"
+        );
+        assert!(
             text.contains(&format!(
                 "metahooks_build_info{{version=\"{}\"}} 1",
                 env!("CARGO_PKG_VERSION")
@@ -309,23 +286,5 @@ mod tests {
         );
         assert!(text.contains("process_resident_memory_bytes "), "{text}");
         assert!(text.contains("process_open_fds "), "{text}");
-    }
-
-    #[test]
-    fn process_facts_are_read_from_proc() {
-        let facts = ProcessFacts::read().expect("Linux has /proc");
-        assert!(facts.resident_bytes > 1024 * 1024, "{facts:?}");
-        assert!(
-            facts.open_fds >= 3 && facts.max_fds >= facts.open_fds,
-            "{facts:?}"
-        );
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or_default();
-        assert!(
-            facts.start_time_seconds > now - 3600.0 && facts.start_time_seconds <= now + 1.0,
-            "{facts:?}"
-        );
     }
 }

@@ -1,0 +1,143 @@
+//! Whole answers remembered by the request bytes they answer.
+//!
+//! Metacontroller resyncs every parent on a timer and repeats the same request byte for
+//! byte while nothing changed; hashing a request costs far less than parsing it, so an
+//! answer that depended on the request alone is kept with its ETag and sent again as it
+//! is. What a hit costs beyond reading the body is one BLAKE3 pass and one lookup, which
+//! is all `examples/limit_server.rs --floor` does.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::http::HeaderValue;
+
+use crate::controllers::ParentRef;
+use crate::controllers::common::memo::Memo;
+use crate::protocol::Hook;
+
+/// Bytes of answers remembered at most, and the number of answers that is sized for.
+const ANSWER_BYTES: u64 = 64 * 1024 * 1024;
+const ANSWER_ENTRIES: u64 = 4096;
+
+/// The key of one call: which hook of which controller, and the request's bytes.
+pub type CallKey = [u8; 32];
+
+/// An answer as it is sent: its body, the ETag of that body, and whom it was about (for
+/// the access line).
+pub struct Remembered {
+    pub parent: ParentRef,
+    pub body: Bytes,
+    pub etag: HeaderValue,
+}
+
+impl Remembered {
+    /// `body` with its ETag computed once.
+    pub fn new(parent: ParentRef, body: Bytes) -> Remembered {
+        let etag = etag_of(&body);
+        Remembered { parent, body, etag }
+    }
+}
+
+/// The memo, bounded by the bytes it holds.
+pub struct AnswerMemo {
+    answers: Memo<CallKey, Arc<Remembered>>,
+}
+
+impl Default for AnswerMemo {
+    fn default() -> AnswerMemo {
+        AnswerMemo {
+            answers: Memo::weighted(ANSWER_ENTRIES, ANSWER_BYTES, weight),
+        }
+    }
+}
+
+fn weight(_key: &CallKey, answer: &Arc<Remembered>) -> u64 {
+    (answer.body.len() + answer.parent.name.len() + answer.parent.namespace.len() + 64) as u64
+}
+
+impl AnswerMemo {
+    /// The answer remembered for this call, if any.
+    pub fn get(&self, key: &CallKey) -> Option<Arc<Remembered>> {
+        self.answers.get(key)
+    }
+
+    /// Remembers an answer for this call.
+    pub fn insert(&self, key: CallKey, answer: Arc<Remembered>) {
+        self.answers.insert(key, answer);
+    }
+}
+
+/// Hashes a call's request as its body arrives, so that a large body is hashed chunk by
+/// chunk between reads instead of in one long pass on an async worker.
+pub struct CallHasher(blake3::Hasher);
+
+impl CallHasher {
+    /// A hasher for a call of `hook` on `controller`. The names are length-prefixed so
+    /// that no (controller, hook, body) triple can collide with another's bytes.
+    pub fn new(controller: &str, hook: Hook) -> CallHasher {
+        let mut hasher = blake3::Hasher::new();
+        for name in [controller, hook.as_str()] {
+            hasher.update(&(name.len() as u64).to_le_bytes());
+            hasher.update(name.as_bytes());
+        }
+        CallHasher(hasher)
+    }
+
+    /// Adds the next piece of the body.
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.0.update(chunk);
+    }
+
+    /// The call's key.
+    pub fn finish(&self) -> CallKey {
+        *self.0.finalize().as_bytes()
+    }
+}
+
+/// A content hash of an answer. Metacontroller keys its cache by the root object only,
+/// so the tag must change whenever the bytes do — hence a hash, not a revision.
+pub fn etag_of(bytes: &[u8]) -> HeaderValue {
+    let digest = blake3::hash(bytes).to_hex();
+    let tag = format!("\"{}\"", &digest[..32]);
+    // Hex between quotes is always a valid header value.
+    HeaderValue::from_str(&tag).unwrap_or_else(|_| HeaderValue::from_static("\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_is_a_quoted_content_hash() {
+        let a = etag_of(b"{\"status\":{}}");
+        let text = a.to_str().unwrap_or_default();
+        assert!(text.starts_with('"') && text.ends_with('"') && text.len() == 34);
+        assert_ne!(a, etag_of(b"{\"status\":{\"x\":1}}"));
+        assert_eq!(a, etag_of(b"{\"status\":{}}"));
+    }
+
+    #[test]
+    fn a_key_depends_on_controller_hook_and_every_body_byte() {
+        let key = |controller: &str, hook: Hook, chunks: &[&[u8]]| {
+            let mut hasher = CallHasher::new(controller, hook);
+            for chunk in chunks {
+                hasher.update(chunk);
+            }
+            hasher.finish()
+        };
+        let whole = key("apimock", Hook::Sync, &[b"{\"a\":1}"]);
+        assert_eq!(
+            whole,
+            key("apimock", Hook::Sync, &[b"{\"a\"", b":1}"]),
+            "chunking does not matter"
+        );
+        assert_ne!(whole, key("apimock", Hook::Finalize, &[b"{\"a\":1}"]));
+        assert_ne!(whole, key("monitoredservice", Hook::Sync, &[b"{\"a\":1}"]));
+        assert_ne!(whole, key("apimock", Hook::Sync, &[b"{\"a\":2}"]));
+        // A name's bytes cannot slide into the next field.
+        assert_ne!(
+            key("ab", Hook::Sync, &[b"x"]),
+            key("a", Hook::Sync, &[b"bx"])
+        );
+    }
+}
