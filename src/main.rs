@@ -28,7 +28,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             // Held to the end: dropping it writes out the log lines still queued.
-            let _log = metahooks::telemetry::init(args.log_format);
+            let _log = metahooks::telemetry::init(args.log_format)?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;

@@ -1,32 +1,30 @@
 //! Logging setup: one JSON object per line (or plain text), level from `RUST_LOG`.
 //!
-//! Lines go to stdout through a non-blocking writer: a hook call formats its access line
+//! Lines go to stdout through a [`queue::LogQueue`]: a hook call formats its access line
 //! and queues it, and one thread writes the queue out. When stdout cannot keep up (a
 //! slow log pipeline, a full pipe), lines are dropped and counted
 //! (`metahooks_log_lines_dropped_total`) instead of making hook calls wait on the pipe.
 
+mod queue;
+
 use std::sync::OnceLock;
 
-use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
+pub use queue::Flush;
+use queue::LogQueue;
 
-/// Lines queued at most before new ones are dropped: at the ~300 bytes of an access line,
-/// about 4 MiB, several seconds of the heaviest hook load at full speed.
-const QUEUED_LINES: usize = 16 * 1024;
-
-static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
+static QUEUE: OnceLock<LogQueue> = OnceLock::new();
 
 /// Installs the global log subscriber: JSON lines or text on stdout. Keep the returned
 /// guard until the process ends: dropping it writes out the lines still queued.
-pub fn init(format: LogFormat) -> WorkerGuard {
-    let (writer, guard) = NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(QUEUED_LINES)
-        .thread_name("metahooks-log")
-        .finish(std::io::stdout());
-    let _ = DROPPED.set(writer.error_counter());
+///
+/// # Errors
+/// The log thread cannot be started.
+pub fn init(format: LogFormat) -> std::io::Result<Flush> {
+    let (writer, flush) = LogQueue::start(std::io::stdout(), queue::QUEUE_BYTES)?;
+    let _ = QUEUE.set(writer.clone());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -47,12 +45,10 @@ pub fn init(format: LogFormat) -> WorkerGuard {
     if let Err(error) = result {
         eprintln!("metahooks: logging already initialised: {error}");
     }
-    guard
+    Ok(flush)
 }
 
 /// Log lines dropped so far because the queue was full (0 before [`init`]).
 pub fn dropped_lines() -> u64 {
-    DROPPED
-        .get()
-        .map_or(0, |counter| counter.dropped_lines() as u64)
+    QUEUE.get().map_or(0, LogQueue::dropped)
 }
