@@ -1,5 +1,5 @@
 //! YAML in and out, through one crate (`serde_norway`, a maintained libyaml-based fork of
-//! serde_yaml; `serde_yml` is unsound, see peers.md), so the choice can change in one place.
+//! serde_yaml; not `serde_yml`, which is unsound), so the choice can change in one place.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

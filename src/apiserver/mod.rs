@@ -11,6 +11,13 @@ use serde_json::Value;
 
 /// Total bytes of an object's annotations, keys and values (TotalAnnotationSizeLimitB).
 pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
+
+/// What the content of a ConfigMap we build may add up to: the API server refuses a
+/// ConfigMap whose `data` and `binaryData` exceed 1 MiB (`core.MaxSecretSize` in
+/// ValidateConfigMap); 16 KiB is kept back so the whole object also stays clear of
+/// etcd's request limit with its metadata and last-applied annotation.
+pub const CONFIG_MAP_CONTENT_BYTES: usize = 1024 * 1024 - 16 * 1024;
+
 /// How the annotations client-side apply stores the last applied object in end
 /// (kubectl's, and Metacontroller's `metacontroller.k8s.io/…`).
 const LAST_APPLIED_SUFFIX: &str = "/last-applied-configuration";

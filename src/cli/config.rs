@@ -32,27 +32,6 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
 pub fn serve_settings_with_receivers(
     args: &ServeArgs,
 ) -> anyhow::Result<(ServerSettings, Registry, Option<ReceiverSettings>)> {
-    if args.max_in_flight == 0 {
-        bail!("--max-in-flight must be at least 1");
-    }
-    if args.deadline_ms == 0 {
-        bail!("--deadline-ms must be at least 1");
-    }
-    for (flag, value) in [
-        (
-            "--body-read-timeout-seconds",
-            args.body_read_timeout_seconds,
-        ),
-        (
-            "--header-read-timeout-seconds",
-            args.header_read_timeout_seconds,
-        ),
-        ("--idle-timeout-seconds", args.idle_timeout_seconds),
-    ] {
-        if value == 0 {
-            bail!("{flag} must be at least 1");
-        }
-    }
     let max_connections = fit_to_open_files(args.max_connections);
     if max_connections < args.max_in_flight {
         bail!(
@@ -109,23 +88,21 @@ pub fn serve_settings_with_receivers(
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
     };
     let receivers = match (&args.receiver_listen, &args.receiver_secret_file) {
-        (Some(listen), Some(secret)) => {
-            if args.receiver_resync_seconds == 0 {
-                bail!("--receiver-resync-seconds must be at least 1");
-            }
-            Some(ReceiverSettings {
-                listen: *listen,
-                secret: read_secret("--receiver-secret-file", secret)?.into_bytes(),
-            })
-        }
+        (Some(listen), Some(secret)) => Some(ReceiverSettings {
+            listen: *listen,
+            secret: read_secret("--receiver-secret-file", secret)?.into_bytes(),
+        }),
         _ => None,
     };
     let mut fetcher = source_fetcher(&args.controllers)?;
     if receivers.is_some() {
         fetcher = fetcher.with_push_resync(args.receiver_resync_seconds);
     }
-    let registry = Registry::standard(controller_settings(&args.controllers))
-        .with_sources(std::sync::Arc::new(fetcher));
+    let controllers = ControllerSettings {
+        heavy_validations: crate::server::compute_threads(args.compute_threads),
+        ..controller_settings(&args.controllers)
+    };
+    let registry = Registry::standard(controllers).with_sources(std::sync::Arc::new(fetcher));
     Ok((settings, registry, receivers))
 }
 
@@ -220,6 +197,7 @@ pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
             service_types: args.service_type.clone(),
             deny_secret_env: args.deny_secret_env,
         },
+        heavy_validations: 0,
     }
 }
 

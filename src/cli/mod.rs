@@ -73,28 +73,30 @@ pub struct ServeArgs {
     #[arg(long, env = "METAHOOKS_BODY_LIMIT_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub body_limit_bytes: usize,
     /// Hook calls answered at once; more get 429 with Retry-After.
-    #[arg(long, env = "METAHOOKS_MAX_IN_FLIGHT", default_value_t = 64)]
+    #[arg(long, env = "METAHOOKS_MAX_IN_FLIGHT", default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_in_flight: usize,
     /// Per-call deadline in milliseconds (keep it below Metacontroller's webhook timeout).
-    #[arg(long, env = "METAHOOKS_DEADLINE_MS", default_value_t = 8000)]
+    #[arg(long, env = "METAHOOKS_DEADLINE_MS", default_value_t = 8000, value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline_ms: u64,
     /// Seconds a client may take to send a request body once its headers are in; then 408.
     #[arg(
         long,
         env = "METAHOOKS_BODY_READ_TIMEOUT_SECONDS",
-        default_value_t = 10
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub body_read_timeout_seconds: u64,
     /// Seconds a new connection may take to send its first request's headers; then it is closed.
     #[arg(
         long,
         env = "METAHOOKS_HEADER_READ_TIMEOUT_SECONDS",
-        default_value_t = 10
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub header_read_timeout_seconds: u64,
     /// Seconds a kept-alive connection may wait for (and take to send the headers of) its
     /// next request; above Go's 90 s client idle time so Metacontroller closes first.
-    #[arg(long, env = "METAHOOKS_IDLE_TIMEOUT_SECONDS", default_value_t = 120)]
+    #[arg(long, env = "METAHOOKS_IDLE_TIMEOUT_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_seconds: u64,
     /// Open hook connections at most; more are closed as soon as they are accepted.
     #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
@@ -142,7 +144,7 @@ pub struct ServeArgs {
     pub receiver_secret_file: Option<PathBuf>,
     /// While receivers listen, parents that read a source sync again within this many
     /// seconds whatever their interval (a push is seen at the next sync).
-    #[arg(long, env = "METAHOOKS_RECEIVER_RESYNC_SECONDS", default_value_t = 5)]
+    #[arg(long, env = "METAHOOKS_RECEIVER_RESYNC_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub receiver_resync_seconds: u64,
     /// Seconds readiness reports 503 before the hook port stops accepting on SIGTERM.
     #[arg(long, env = "METAHOOKS_SHUTDOWN_DELAY_SECONDS", default_value_t = 5)]

@@ -37,7 +37,12 @@ async fn render_async(args: &RenderArgs) -> anyhow::Result<String> {
             known.join(", ")
         );
     }
-    let (parent, mut related) = split_parent(&args.controller, read_many(&args.file)?, &args.file)?;
+    let (parent, mut related) = split_parent(
+        &registry,
+        &args.controller,
+        read_many(&args.file)?,
+        &args.file,
+    )?;
     for path in &args.related {
         related.extend(read_many(path)?);
     }
@@ -70,32 +75,18 @@ async fn render_async(args: &RenderArgs) -> anyhow::Result<String> {
     })
 }
 
-/// The parent types each controller is registered for (`manifests/controllers/`).
-const PARENT_TYPES: [(&str, &[(&str, &str)]); 3] = [
-    ("apimock", &[("apirator.io/v1alpha1", "APIMock")]),
-    (
-        "monitoredservice",
-        &[("services.example.com/v1alpha1", "MonitoredService")],
-    ),
-    (
-        "configsync",
-        &[("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")],
-    ),
-];
-
 /// Refuses a file that holds another kind of object, naming what it holds and which
 /// controller takes it, instead of rendering a confusing "missing field" status.
 fn check_parent_type(
+    registry: &Registry,
     controller: &str,
     parent: &Value,
     file: &std::path::Path,
 ) -> anyhow::Result<()> {
     let text = |field: &str| parent.get(field).and_then(Value::as_str).unwrap_or("");
     let (api_version, kind) = (text("apiVersion"), text("kind"));
-    let Some((_, accepted)) = PARENT_TYPES.iter().find(|(name, _)| *name == controller) else {
-        return Ok(());
-    };
-    if accepted.contains(&(api_version, kind)) {
+    let accepted = registry.parent_types(controller);
+    if accepted.is_empty() || accepted.contains(&(api_version, kind)) {
         return Ok(());
     }
     let wanted: Vec<String> = accepted.iter().map(|(v, k)| format!("{v} {k}")).collect();
@@ -109,10 +100,10 @@ fn check_parent_type(
         };
         format!("{article} {api_version} {kind}")
     };
-    let hint = PARENT_TYPES
-        .iter()
-        .find(|(_, types)| types.contains(&(api_version, kind)))
-        .map(|(name, _)| format!(" (use `metahooks render {name}`)"))
+    let hint = registry
+        .names()
+        .find(|name| registry.parent_types(name).contains(&(api_version, kind)))
+        .map(|name| format!(" (use `metahooks render {name}`)"))
         .unwrap_or_default();
     bail!(
         "{} holds {holds}; `render {controller}` takes {}{hint}",
@@ -128,14 +119,15 @@ fn check_parent_type(
 /// No object, or several, of the controller's parent type; a single object of another
 /// type is named as such.
 fn split_parent(
+    registry: &Registry,
     controller: &str,
     objects: Vec<Value>,
     file: &std::path::Path,
 ) -> anyhow::Result<(Value, Vec<Value>)> {
-    let is_parent = |object: &Value| check_parent_type(controller, object, file).is_ok();
+    let is_parent = |object: &Value| check_parent_type(registry, controller, object, file).is_ok();
     if let [only] = objects.as_slice() {
         // One object of another type: say what it is and which controller takes it.
-        check_parent_type(controller, only, file)?;
+        check_parent_type(registry, controller, only, file)?;
     }
     match objects.iter().filter(|o| is_parent(o)).count() {
         0 if objects.is_empty() => bail!("{} holds no object", file.display()),

@@ -26,12 +26,19 @@ impl Harness {
     }
 
     /// The answer of `controller`'s `hook` to `request`, at the Unix epoch; a refused
-    /// call fails the test.
+    /// call or an answer that is not JSON fails the test.
     pub fn call(&self, controller: &str, hook: Hook, request: &Request) -> Value {
         let body = serde_json::to_vec(&request.value).unwrap_or_default();
         let ctx = self.registry.context(jiff::Timestamp::UNIX_EPOCH);
         match self.registry.call(controller, hook, &body, &ctx).result {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+            // An answer that is not JSON fails the test: turning it into `null` would
+            // let every "this child is absent" check pass on garbage.
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|error| {
+                panic!(
+                    "the answer is not JSON ({error}): {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            }),
             Err(error) => panic!("the hook refused the call: {error}"),
         }
     }

@@ -12,21 +12,19 @@ pub mod configsync;
 mod fixtures;
 pub mod monitoredservice;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+mod registry;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use std::sync::Arc;
+
 use serde_json::Value;
 
+pub use self::registry::{CallOutcome, Prepared, Registry, parse_request};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
-    DecoratorResponse, Hook,
+    DecoratorResponse,
 };
-use crate::source::{NoSources, SourceRequest, SourceState, Sources};
+use crate::source::{NoSources, Sources};
 
 /// Server-wide settings controllers read (from `serve`/`render` flags).
 #[derive(Debug, Clone)]
@@ -37,6 +35,9 @@ pub struct ControllerSettings {
     pub docs_image: String,
     /// What CRs may expose through their children (`--ingress-host`, …).
     pub policy: common::policy::ExposurePolicy,
+    /// Large definitions validated at once (`serve` passes its compute threads; 0: one
+    /// per core, at most 8).
+    pub heavy_validations: usize,
 }
 
 impl Default for ControllerSettings {
@@ -45,6 +46,7 @@ impl Default for ControllerSettings {
             mock_image: apimock::DEFAULT_MOCK_IMAGE.to_owned(),
             docs_image: apimock::DEFAULT_DOCS_IMAGE.to_owned(),
             policy: common::policy::ExposurePolicy::default(),
+            heavy_validations: 0,
         }
     }
 }
@@ -59,11 +61,6 @@ pub struct Context {
     /// When the server stops waiting for this answer; work that would only start after
     /// it is not started (None: no deadline, as for `render`).
     pub deadline: Option<std::time::Instant>,
-    /// The call runs on an async worker, which must never wait long: a controller that
-    /// would have to do slow work (validate a definition it has not seen) answers
-    /// [`HookError::NeedsComputeThread`] instead, and the server runs the call again where
-    /// slow work is allowed. False everywhere but that first attempt.
-    pub cheap_only: bool,
 }
 
 impl Context {
@@ -73,7 +70,6 @@ impl Context {
             now,
             sources: Arc::new(NoSources),
             deadline: None,
-            cheap_only: false,
         }
     }
 }
@@ -114,16 +110,24 @@ pub trait CompositeHooks: Send + Sync + 'static {
         Ok(CustomizeResponse::default())
     }
 
-    /// The kind of parent this controller answers for; a call for another kind (a
-    /// registration pointing at the wrong path) is refused by name. None: any kind.
-    fn parent_kind(&self) -> Option<&'static str> {
-        None
+    /// The parent types this controller answers for (`(apiVersion, kind)`); a call for
+    /// another kind (a registration pointing at the wrong path) is refused by name.
+    /// Empty: any type.
+    fn parent_types(&self) -> &'static [ParentType] {
+        &[]
     }
 
-    /// Whether every hook honours [`Context::cheap_only`], so that a small call may be
-    /// tried on an async worker first. Off unless a controller has checked its slow paths.
-    fn honours_cheap_only(&self) -> bool {
-        false
+    /// The sync answer if it can be given without slow work (validating a definition
+    /// not seen before, or anything else that can take more than a fraction of a
+    /// millisecond): the server tries this on an async worker first for a small call.
+    /// `None` sends the call to a compute thread, where [`CompositeHooks::sync`] answers
+    /// it; so does the default, for a controller that has not checked its slow paths.
+    fn try_cached(
+        &self,
+        _request: &CompositeRequest,
+        _ctx: &Context,
+    ) -> Option<Result<CompositeResponse, HookError>> {
+        None
     }
 
     /// Whether an answer depends on the request bytes alone (not on sources, not on
@@ -158,6 +162,12 @@ pub trait DecoratorHooks: Send + Sync + 'static {
         ctx: &Context,
     ) -> Result<DecoratorResponse, HookError>;
 
+    /// The types of object this controller decorates (`(apiVersion, kind)`), for tools
+    /// that check a file before rendering it. Empty: any type.
+    fn parent_types(&self) -> &'static [ParentType] {
+        &[]
+    }
+
     /// The related objects Metacontroller should send with every sync (none by default).
     ///
     /// # Errors
@@ -167,11 +177,8 @@ pub trait DecoratorHooks: Send + Sync + 'static {
     }
 }
 
-#[derive(Clone)]
-enum Entry {
-    Composite(Arc<dyn CompositeHooks>),
-    Decorator(Arc<dyn DecoratorHooks>),
-}
+/// A parent (or decorated object) type: `(apiVersion, kind)`.
+pub type ParentType = (&'static str, &'static str);
 
 /// The parent (or decorated target) a call was about, for logs. Shared strings: an
 /// answer sent again from memory names its parent without copying the names.
@@ -196,476 +203,5 @@ impl ParentRef {
             namespace: field("/metadata/namespace"),
             name: field("/metadata/name"),
         }
-    }
-}
-
-/// The result of one dispatched call: the serialised response, or why there is none.
-pub struct CallOutcome {
-    /// The parent the call was about, for logs.
-    pub parent: ParentRef,
-    /// The serialised answer, or why there is none.
-    pub result: Result<Vec<u8>, HookError>,
-    /// The answer depended on the request bytes alone (its controller says it answers
-    /// from the request, and this call read no source), so the same request may be
-    /// answered with the same bytes again.
-    pub from_request_alone: bool,
-}
-
-impl CallOutcome {
-    fn refused(parent: ParentRef, error: HookError) -> CallOutcome {
-        CallOutcome {
-            parent,
-            result: Err(error),
-            from_request_alone: false,
-        }
-    }
-}
-
-/// Controllers by URL name (`/<name>/<hook>`), and the source engine they share.
-#[derive(Clone)]
-pub struct Registry {
-    entries: BTreeMap<String, Entry>,
-    sources: Arc<dyn Sources>,
-}
-
-impl Default for Registry {
-    fn default() -> Registry {
-        Registry {
-            entries: BTreeMap::new(),
-            sources: Arc::new(NoSources),
-        }
-    }
-}
-
-impl Registry {
-    /// A registry with no controllers.
-    pub fn new() -> Registry {
-        Registry::default()
-    }
-
-    /// Every controller metahooks ships, under its URL name.
-    pub fn standard(settings: ControllerSettings) -> Registry {
-        Registry::new()
-            .composite("apimock", apimock::ApiMock::new(&settings))
-            .composite(
-                "monitoredservice",
-                monitoredservice::MonitoredService::new(&settings),
-            )
-            .decorator("configsync", configsync::ConfigSync)
-    }
-
-    /// The source engine controllers read through [`Context::sources`].
-    pub fn with_sources(mut self, sources: Arc<dyn Sources>) -> Registry {
-        self.sources = sources;
-        self
-    }
-
-    /// The source engine controllers read through (push receivers trigger it too).
-    pub fn sources(&self) -> Arc<dyn Sources> {
-        self.sources.clone()
-    }
-
-    /// The context of one call at `now`.
-    pub fn context(&self, now: jiff::Timestamp) -> Context {
-        Context {
-            now,
-            sources: self.sources.clone(),
-            deadline: None,
-            cheap_only: false,
-        }
-    }
-
-    /// Adds a CompositeController's hooks under `name` (the first URL segment).
-    pub fn composite(mut self, name: &str, hooks: impl CompositeHooks) -> Registry {
-        self.entries
-            .insert(name.to_owned(), Entry::Composite(Arc::new(hooks)));
-        self
-    }
-
-    /// Adds a DecoratorController's hooks under `name`.
-    pub fn decorator(mut self, name: &str, hooks: impl DecoratorHooks) -> Registry {
-        self.entries
-            .insert(name.to_owned(), Entry::Decorator(Arc::new(hooks)));
-        self
-    }
-
-    /// Whether a controller is registered under `name`.
-    pub fn contains(&self, name: &str) -> bool {
-        self.entries.contains_key(name)
-    }
-
-    /// The error for a path that names no hook here, listing the hooks that exist.
-    pub fn not_found(&self, path: String) -> HookError {
-        let hooks: Vec<String> = self
-            .names()
-            .map(|name| format!("/{name}/{{sync,finalize,customize}}"))
-            .collect();
-        HookError::NotFound {
-            path,
-            hooks: hooks.join(", "),
-        }
-    }
-
-    /// The registered controllers' names.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.entries.keys().map(String::as_str)
-    }
-
-    /// Whether `controller`'s answers may depend on the request alone, so that a caller
-    /// may remember them by the request's bytes (see [`CallOutcome::from_request_alone`]).
-    pub fn may_answer_from_request_alone(&self, controller: &str) -> bool {
-        matches!(self.entries.get(controller), Some(Entry::Composite(c)) if c.answers_only_from_request())
-    }
-
-    /// [`Registry::call`] restricted to cheap work, for a controller that honours
-    /// [`Context::cheap_only`]. When the call needs slow work, the parsed request comes
-    /// back to be finished with [`Registry::run`] where blocking is fine, so the body
-    /// is parsed once.
-    pub fn call_cheap(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> Cheap {
-        let honours = match self.entries.get(controller) {
-            Some(Entry::Composite(c)) => c.honours_cheap_only(),
-            _ => false,
-        };
-        if !honours {
-            return Cheap::NotCheap;
-        }
-        let prepared = match self.prepare(controller, hook, body) {
-            Ok(prepared) => prepared,
-            Err(answered) => return Cheap::Answered(answered),
-        };
-        let ctx = Context {
-            cheap_only: true,
-            ..ctx.clone()
-        };
-        let outcome = self.run(&prepared, &ctx);
-        match outcome.result {
-            Err(HookError::NeedsComputeThread) => Cheap::Deferred(Box::new(prepared)),
-            _ => Cheap::Answered(outcome),
-        }
-    }
-
-    /// Parses `body` as the request type of that controller and hook, runs the hook and
-    /// serialises its answer.
-    pub fn call(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
-        match self.prepare(controller, hook, body) {
-            Ok(prepared) => self.run(&prepared, ctx),
-            Err(answered) => answered,
-        }
-    }
-
-    /// Finds the controller and parses the request; an unknown controller or a body
-    /// that is not a hook request is answered at once (`Err`).
-    fn prepare(&self, controller: &str, hook: Hook, body: &[u8]) -> Result<Prepared, CallOutcome> {
-        let Some(entry) = self.entries.get(controller) else {
-            return Err(CallOutcome::refused(
-                ParentRef::default(),
-                self.not_found(format!("/{controller}/{hook}")),
-            ));
-        };
-        let failed = CallOutcome::refused;
-        let request = match (entry, hook) {
-            (_, Hook::Customize) => {
-                Parsed::Customize(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
-            }
-            (Entry::Composite(_), _) => {
-                Parsed::Composite(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
-            }
-            (Entry::Decorator(_), _) => {
-                Parsed::Decorator(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
-            }
-        };
-        let root = request.root();
-        let parent = ParentRef::of(root);
-        if !root.is_object() {
-            return Err(failed(
-                parent,
-                HookError::BadRequest(
-                    "request has no parent object: this does not look like a Metacontroller hook call"
-                        .to_owned(),
-                ),
-            ));
-        }
-        if let Entry::Composite(hooks) = entry
-            && let Some(expected) = hooks.parent_kind()
-            && let Some(kind) = root.get("kind").and_then(serde_json::Value::as_str)
-            && kind != expected
-        {
-            return Err(failed(
-                parent,
-                HookError::BadRequest(format!(
-                    "/{controller}/{hook} answers for {expected} parents, and this call is for a {kind}: the controller registration points at the wrong hook URL"
-                )),
-            ));
-        }
-        let from_request = matches!(entry, Entry::Composite(c) if c.answers_only_from_request());
-        Ok(Prepared {
-            entry: entry.clone(),
-            hook,
-            request,
-            from_request,
-            parent,
-        })
-    }
-
-    /// Runs a prepared call and serialises its answer, noting whether the answer
-    /// depended on the request alone.
-    pub fn run(&self, prepared: &Prepared, ctx: &Context) -> CallOutcome {
-        if !prepared.from_request {
-            return prepared.dispatch(ctx);
-        }
-        // An answer that read a source depends on more than the request (an APIMock
-        // with `definitionFrom.git`).
-        let noting = Arc::new(NotingSources {
-            inner: ctx.sources.clone(),
-            looked: AtomicBool::new(false),
-        });
-        let noted = Context {
-            sources: noting.clone(),
-            ..ctx.clone()
-        };
-        let mut outcome = prepared.dispatch(&noted);
-        outcome.from_request_alone =
-            outcome.result.is_ok() && !noting.looked.load(Ordering::Relaxed);
-        outcome
-    }
-}
-
-/// What [`Registry::call_cheap`] did.
-pub enum Cheap {
-    /// The answer (or the error) is final.
-    Answered(CallOutcome),
-    /// The call needs slow work: finish it with [`Registry::run`] off the async workers.
-    Deferred(Box<Prepared>),
-    /// The controller does not honour cheap-only calls: make the call with
-    /// [`Registry::call`] off the async workers.
-    NotCheap,
-}
-
-/// A hook call with its request parsed, ready to run.
-pub struct Prepared {
-    entry: Entry,
-    hook: Hook,
-    request: Parsed,
-    /// The controller may answer from the request alone.
-    from_request: bool,
-    parent: ParentRef,
-}
-
-enum Parsed {
-    Composite(CompositeRequest),
-    Decorator(DecoratorRequest),
-    Customize(CustomizeRequest),
-}
-
-impl Parsed {
-    fn root(&self) -> &Value {
-        match self {
-            Parsed::Composite(r) => &r.parent,
-            Parsed::Decorator(r) => &r.object,
-            Parsed::Customize(r) => &r.parent,
-        }
-    }
-}
-
-impl Prepared {
-    fn dispatch(&self, ctx: &Context) -> CallOutcome {
-        let result = match (&self.entry, self.hook, &self.request) {
-            (Entry::Composite(c), _, Parsed::Customize(r)) => serialise(c.customize(r)),
-            (Entry::Decorator(d), _, Parsed::Customize(r)) => serialise(d.customize(r)),
-            (Entry::Composite(c), Hook::Finalize, Parsed::Composite(r)) => {
-                serialise(c.finalize(r, ctx))
-            }
-            (Entry::Composite(c), _, Parsed::Composite(r)) => serialise(c.sync(r, ctx)),
-            (Entry::Decorator(d), Hook::Finalize, Parsed::Decorator(r)) => {
-                serialise(d.finalize(r, ctx))
-            }
-            (Entry::Decorator(d), _, Parsed::Decorator(r)) => serialise(d.sync(r, ctx)),
-            _ => Err(HookError::Internal(
-                "a request was parsed for another kind of controller".to_owned(),
-            )),
-        };
-        CallOutcome {
-            parent: self.parent.clone(),
-            result,
-            from_request_alone: false,
-        }
-    }
-}
-
-fn serialise<Resp: Serialize>(answer: Result<Resp, HookError>) -> Result<Vec<u8>, HookError> {
-    answer.and_then(|response| {
-        serde_json::to_vec(&response)
-            .map_err(|e| HookError::Internal(format!("cannot serialise the response: {e}")))
-    })
-}
-
-/// The context's sources, noting whether a call looked anything up.
-struct NotingSources {
-    inner: Arc<dyn Sources>,
-    looked: AtomicBool,
-}
-
-impl Sources for NotingSources {
-    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
-        self.looked.store(true, Ordering::Relaxed);
-        self.inner.lookup(request, interval)
-    }
-
-    fn lookup_holding(
-        &self,
-        request: &SourceRequest,
-        interval: Duration,
-        running: Option<&str>,
-    ) -> SourceState {
-        self.looked.store(true, Ordering::Relaxed);
-        self.inner.lookup_holding(request, interval, running)
-    }
-
-    fn refresh(
-        &self,
-        request: &SourceRequest,
-        interval: Duration,
-        token: &str,
-    ) -> crate::source::Refresh {
-        self.looked.store(true, Ordering::Relaxed);
-        self.inner.refresh(request, interval, token)
-    }
-}
-
-/// Reads a request body, naming the JSON path of the first problem.
-///
-/// Parsed without path tracking first: tracking allocates a string per map key, which
-/// roughly doubles the cost of the large requests Metacontroller sends; only a body that
-/// fails is parsed again to say where.
-pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
-    if let Ok(value) = serde_json::from_slice(body) {
-        return Ok(value);
-    }
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let located: Result<T, _> = serde_path_to_error::deserialize(&mut deserializer);
-    let error = match located {
-        Ok(_) => match deserializer.end() {
-            Err(trailing) => format!("request body is not a hook request: {trailing}"),
-            Ok(()) => "request body is not a hook request".to_owned(),
-        },
-        Err(error) => {
-            let path = error.path().to_string();
-            let inner = common::spec::in_plain_words(&error.into_inner().to_string());
-            if path == "." || path.is_empty() {
-                format!("request body is not a hook request: {inner}")
-            } else {
-                format!("request body is not a hook request: at {path}: {inner}")
-            }
-        }
-    };
-    Err(HookError::BadRequest(error))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use super::*;
-
-    /// Counts its syncs; its answer is the parent's name.
-    struct Counting {
-        pure: bool,
-        syncs: Arc<AtomicUsize>,
-    }
-
-    impl CompositeHooks for Counting {
-        fn sync(
-            &self,
-            request: &CompositeRequest,
-            _: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            self.syncs.fetch_add(1, Ordering::SeqCst);
-            Ok(CompositeResponse::new(
-                serde_json::json!({"name": request.parent["metadata"]["name"]}),
-                Vec::new(),
-            ))
-        }
-
-        fn finalize(
-            &self,
-            request: &CompositeRequest,
-            ctx: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            self.sync(request, ctx)
-        }
-
-        fn answers_only_from_request(&self) -> bool {
-            self.pure
-        }
-    }
-
-    fn body(name: &str) -> Vec<u8> {
-        serde_json::json!({"parent": {"metadata": {"name": name}}})
-            .to_string()
-            .into_bytes()
-    }
-
-    /// Looks a source up when the parent's name is "reads".
-    struct Reading;
-
-    impl CompositeHooks for Reading {
-        fn sync(
-            &self,
-            request: &CompositeRequest,
-            ctx: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            if request.parent["metadata"]["name"] == "reads" {
-                let source = SourceRequest {
-                    location: crate::source::Location::Http {
-                        url: "https://example.com/config.yaml".to_owned(),
-                    },
-                    namespace: "team".to_owned(),
-                    credentials: None,
-                    tls: None,
-                };
-                ctx.sources.lookup(&source, Duration::from_secs(60));
-            }
-            Ok(CompositeResponse::new(serde_json::json!({}), Vec::new()))
-        }
-
-        fn finalize(
-            &self,
-            request: &CompositeRequest,
-            ctx: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            self.sync(request, ctx)
-        }
-
-        fn answers_only_from_request(&self) -> bool {
-            true
-        }
-    }
-
-    #[test]
-    fn an_answer_is_from_the_request_alone_only_for_a_pure_controller_that_read_no_source() {
-        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
-        for pure in [true, false] {
-            let syncs = Arc::new(AtomicUsize::new(0));
-            let registry = Registry::new().composite("c", Counting { pure, syncs });
-            assert_eq!(registry.may_answer_from_request_alone("c"), pure);
-            let outcome = registry.call("c", Hook::Sync, &body("a"), &ctx);
-            assert!(outcome.result.is_ok());
-            assert_eq!(outcome.from_request_alone, pure, "pure: {pure}");
-        }
-        let registry = Registry::new().composite("r", Reading);
-        assert!(
-            registry
-                .call("r", Hook::Sync, &body("a"), &ctx)
-                .from_request_alone
-        );
-        assert!(
-            !registry
-                .call("r", Hook::Sync, &body("reads"), &ctx)
-                .from_request_alone,
-            "an answer that read a source depends on more than the request"
-        );
-        let refused = registry.call("r", Hook::Sync, b"not json", &ctx);
-        assert!(refused.result.is_err() && !refused.from_request_alone);
-        assert!(!Registry::new().may_answer_from_request_alone("missing"));
     }
 }

@@ -4,7 +4,8 @@
 //! fields, `null` maps, both v1 and v2 object keys) and exact when writing what it reads
 //! back (only the documented top-level fields, because v2 hooks decode strictly).
 //! The logic that fills a response lives in `controllers`; the HTTP edge in `server`.
-//! Reference: `shared/docs/metacontroller-protocol.md` §§2–6.
+//! Reference: Metacontroller's hook documentation (`docs/src/api/hook.md`, the
+//! CompositeController and DecoratorController API pages) and its `pkg/controller`.
 
 mod composite;
 mod customize;

@@ -1,31 +1,80 @@
-//! The one place a [`HookError`] becomes an HTTP reply: a status code and
-//! `{"error": "<sentence>"}`, which Metacontroller copies into the parent's Warning event.
+//! Why a hook call got no answer, and the one place that becomes an HTTP reply: a status
+//! code and `{"error": "<sentence>"}`, which Metacontroller copies into the parent's
+//! Warning event.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use thiserror::Error;
 
 use crate::error::HookError;
 
+/// What stopped a call: the controller's reason, or the server's bounds.
+#[derive(Debug, Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
+pub enum CallError {
+    #[error(transparent)]
+    Hook(#[from] HookError),
+    #[error("request body is larger than the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("too many hook calls in flight (limit {limit}); retry after {retry_after_seconds}s")]
+    Overloaded {
+        limit: usize,
+        retry_after_seconds: u64,
+    },
+    #[error("missing or wrong credentials")]
+    Unauthorized,
+    #[error("hook call did not finish within {deadline_ms} ms")]
+    DeadlineExceeded { deadline_ms: u64 },
+    /// The client did not deliver its whole body in time (a stalled or trickling sender).
+    #[error("the request body did not arrive within {timeout_ms} ms")]
+    SlowBody { timeout_ms: u64 },
+}
+
+impl CallError {
+    /// Stable, low-cardinality label for the access line.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CallError::Hook(error) => error.reason(),
+            CallError::TooLarge { .. } => "too_large",
+            CallError::Overloaded { .. } => "overloaded",
+            CallError::Unauthorized => "unauthorized",
+            CallError::DeadlineExceeded { .. } => "deadline_exceeded",
+            CallError::SlowBody { .. } => "slow_body",
+        }
+    }
+
+    /// The HTTP status the call is answered with.
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            CallError::Hook(error) => error.status_code(),
+            CallError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            CallError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            CallError::Unauthorized => StatusCode::UNAUTHORIZED,
+            CallError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            CallError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+}
+
 impl HookError {
-    /// The HTTP status a hook error is answered with.
+    /// The HTTP status a controller's error is answered with.
     pub fn status_code(&self) -> StatusCode {
         match self {
             HookError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HookError::NotFound { .. } => StatusCode::NOT_FOUND,
-            HookError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            HookError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            HookError::Unauthorized => StatusCode::UNAUTHORIZED,
-            HookError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            HookError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
             HookError::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
-            HookError::NeedsComputeThread | HookError::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
 
 impl IntoResponse for HookError {
+    fn into_response(self) -> Response {
+        CallError::Hook(self).into_response()
+    }
+}
+
+impl IntoResponse for CallError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.to_string() }).to_string();
         let mut response = (
@@ -40,13 +89,13 @@ impl IntoResponse for HookError {
         let headers = response.headers_mut();
         match self {
             // Metacontroller re-queues after Retry-After; without it, it retries at once.
-            HookError::Overloaded {
+            CallError::Overloaded {
                 retry_after_seconds,
                 ..
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds));
             }
-            HookError::Unauthorized => {
+            CallError::Unauthorized => {
                 headers.insert(
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer realm=\"metahooks\""),

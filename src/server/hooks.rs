@@ -22,7 +22,8 @@ use tracing::Instrument;
 
 use super::HookState;
 use super::answers::{CallHasher, Remembered};
-use crate::controllers::{CallOutcome, Cheap, ParentRef};
+use super::error::CallError;
+use crate::controllers::{CallOutcome, ParentRef};
 use crate::error::HookError;
 use crate::protocol::Hook;
 
@@ -117,24 +118,27 @@ async fn answer(
     headers: &HeaderMap,
     body: Body,
     started: Instant,
-) -> (ParentRef, Result<Response, HookError>) {
+) -> (ParentRef, Result<Response, CallError>) {
     let no_parent = ParentRef::default();
     if let Some(auth) = &state.auth
         && !auth.allows(headers)
     {
-        return (no_parent, Err(HookError::Unauthorized));
+        return (no_parent, Err(CallError::Unauthorized));
     }
     let Some(hook) = Hook::from_segment(hook).filter(|_| state.registry.contains(controller))
     else {
         return (
             no_parent,
-            Err(state.registry.not_found(format!("/{controller}/{hook}"))),
+            Err(state
+                .registry
+                .not_found(format!("/{controller}/{hook}"))
+                .into()),
         );
     };
     let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
         return (
             no_parent,
-            Err(HookError::Overloaded {
+            Err(CallError::Overloaded {
                 limit: state.limits.max_in_flight,
                 retry_after_seconds: state.limits.retry_after_seconds,
             }),
@@ -167,7 +171,7 @@ async fn answer(
     } = outcome;
     let bytes = match result {
         Ok(bytes) => bytes,
-        Err(error) => return (parent, Err(error)),
+        Err(error) => return (parent, Err(error.into())),
     };
     let answer = Remembered::new(parent.clone(), Bytes::from(bytes));
     let response = send(&answer, headers);
@@ -185,14 +189,14 @@ async fn read_body(
     headers: &HeaderMap,
     body: Body,
     mut hasher: Option<&mut CallHasher>,
-) -> Result<Bytes, HookError> {
+) -> Result<Bytes, CallError> {
     let limit = state.limits.body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
-        return Err(HookError::TooLarge { limit });
+        return Err(CallError::TooLarge { limit });
     }
     let timeout = state.limits.body_read_timeout;
     let read = async {
@@ -211,12 +215,12 @@ async fn read_body(
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(body)) => Ok(body),
         Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(HookError::TooLarge { limit })
+            Err(CallError::TooLarge { limit })
         }
-        Ok(Err(error)) => Err(HookError::BadRequest(format!(
-            "cannot read the request body: {error}"
-        ))),
-        Err(_) => Err(HookError::SlowBody {
+        Ok(Err(error)) => {
+            Err(HookError::BadRequest(format!("cannot read the request body: {error}")).into())
+        }
+        Err(_) => Err(CallError::SlowBody {
             timeout_ms: millis(timeout),
         }),
     }
@@ -253,20 +257,22 @@ async fn compute(
     body: Bytes,
     permit: OwnedSemaphorePermit,
     deadline: Instant,
-) -> Result<CallOutcome, HookError> {
+) -> Result<CallOutcome, CallError> {
     let registry = state.registry.clone();
     let mut ctx = state.registry.context(state.clock.now());
     ctx.deadline = Some(deadline);
     // The request is parsed once: a cheap attempt that needs slow work hands its parsed
     // request to a compute thread.
-    let deferred = if body.len() <= CHEAP_ATTEMPT_BYTES {
-        match state.registry.call_cheap(controller, hook, &body, &ctx) {
-            Cheap::Answered(outcome) => {
-                drop(permit);
-                return Ok(outcome);
-            }
-            Cheap::Deferred(prepared) => Some(prepared),
-            Cheap::NotCheap => None,
+    let prepared = if body.len() <= CHEAP_ATTEMPT_BYTES {
+        match state.registry.prepare(controller, hook, &body) {
+            Err(answered) => return Ok(answered),
+            Ok(prepared) => match prepared.try_cached(&ctx) {
+                Some(outcome) => {
+                    drop(permit);
+                    return Ok(outcome);
+                }
+                None => Some(prepared),
+            },
         }
     } else {
         None
@@ -280,17 +286,18 @@ async fn compute(
         if Instant::now() >= deadline {
             return None;
         }
-        Some(match deferred {
-            Some(prepared) => registry.run(&prepared, &ctx),
+        Some(match prepared {
+            Some(prepared) => prepared.run(&ctx),
             None => registry.call(&controller_name, hook, &body, &ctx),
         })
     });
     match tokio::time::timeout_at(deadline.into(), work).await {
         Ok(Ok(Some(outcome))) => Ok(outcome),
-        Ok(Ok(None)) | Err(_) => Err(HookError::DeadlineExceeded { deadline_ms }),
+        Ok(Ok(None)) | Err(_) => Err(CallError::DeadlineExceeded { deadline_ms }),
         Ok(Err(_panicked)) => Err(HookError::Internal(
             "the hook server hit an internal fault while computing the answer".to_owned(),
-        )),
+        )
+        .into()),
     }
 }
 

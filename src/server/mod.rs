@@ -16,6 +16,7 @@ mod metrics;
 mod tls;
 
 pub use auth::Auth;
+pub use compute::threads as compute_threads;
 pub use metrics::Metrics;
 pub use tls::TlsFiles;
 

@@ -207,6 +207,8 @@ struct Inner {
     downloads: AtomicU64,
     /// Held while a job checks and takes its disk reservation.
     reserving: Mutex<()>,
+    /// Told whenever a job ends, for [`Fetcher::idle`].
+    job_ended: tokio::sync::Notify,
     options: Mutex<FetcherOptions>,
     git_slots: Mutex<Arc<FairSlots>>,
     http_slots: Arc<FairSlots>,
@@ -290,6 +292,7 @@ impl Fetcher {
                 state: Mutex::new(State::default()),
                 repo_locks: Mutex::new(HashMap::new()),
                 network_fetches: AtomicU64::new(0),
+                job_ended: tokio::sync::Notify::new(),
                 runtime,
                 cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
                 cache_bytes: AtomicU64::new(cached_bytes),
@@ -380,6 +383,10 @@ impl Fetcher {
     /// Waits until no job is running (for `render`, which prints the settled answer).
     pub async fn idle(&self) {
         loop {
+            // Registered before the check, so a job that ends in between still wakes us.
+            let ended = self.inner.job_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
             let busy = lock(&self.inner.state)
                 .remotes
                 .values()
@@ -387,7 +394,7 @@ impl Fetcher {
             if !busy {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            ended.await;
         }
     }
 }
@@ -775,6 +782,7 @@ impl Drop for InFlight {
             remote.in_flight = false;
             remote.refresh.job_ended();
         }
+        self.inner.job_ended.notify_waiters();
     }
 }
 
@@ -890,6 +898,8 @@ impl Job {
             }
         }
         self.guard.armed.store(false, Ordering::SeqCst);
+        drop(state);
+        self.inner.job_ended.notify_waiters();
     }
 
     async fn run_git(

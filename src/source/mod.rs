@@ -162,23 +162,18 @@ impl Credentials {
     }
 }
 
-/// The per-process key of [`Credentials::fingerprint`], from the OS's random source
-/// (through std's hasher seeding, which draws from it).
+/// The per-process key of [`Credentials::fingerprint`], from the OS's random source.
 fn fingerprint_key() -> &'static [u8; 32] {
     static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
     KEY.get_or_init(random_key)
 }
 
-/// 32 bytes from the OS's random source: `/dev/urandom`, or where it cannot be read,
-/// std's hasher seeding, which draws from the same source.
+/// 32 bytes from the OS's random source (`getrandom(2)`). Where it cannot be read (a
+/// sandbox that forbids the call), std's hasher seeding, which the kernel also seeds.
 fn random_key() -> [u8; 32] {
     use std::hash::{BuildHasher, Hasher};
-    use std::io::Read;
     let mut key = [0u8; 32];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut key))
-        .is_ok()
-    {
+    if getrandom::fill(&mut key).is_ok() {
         return key;
     }
     for chunk in key.chunks_mut(8) {

@@ -30,7 +30,8 @@ impl Default for Limits {
         Limits {
             download_bytes: 64 * 1024 * 1024,
             files: 256,
-            config_bytes: 1024 * 1024 - 16 * 1024,
+            // Nothing larger could be held in the ConfigMap it is fetched for.
+            config_bytes: crate::apiserver::CONFIG_MAP_CONTENT_BYTES as u64,
             timeout_seconds: 20,
             tree_entries: 4096,
             refs_bytes: 16 * 1024 * 1024,

@@ -28,7 +28,7 @@ use crate::controllers::common::restricted;
 use crate::error::HookError;
 
 /// Pod-template annotation holding the definition's SHA-256: an edit changes the
-/// template, so the Deployment rolls (APIrator never restarted pods, weakness W5).
+/// template, so the Deployment rolls (APIrator never restarted the pods of an edited mock).
 pub const DEFINITION_HASH_ANNOTATION: &str = "apimock.metahooks.io/definition-sha256";
 /// On the ConfigMap of a definition read from a source: the source's revision, so a
 /// replica that has not fetched yet still reports what runs.

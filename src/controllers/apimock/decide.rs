@@ -13,6 +13,30 @@ use crate::controllers::common::conditions::Decided;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::error::HookError;
 
+/// How much work a call may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Effort {
+    /// Only what is remembered: the call is tried on an async worker.
+    CachedOnly,
+    /// Whatever the answer takes (on a compute thread, or outside a server).
+    Full,
+}
+
+/// Why no decision was made.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// The call may only use what is remembered, and a definition is not analysed yet.
+    NeedsValidation,
+    /// No complete answer can be built.
+    Failed(HookError),
+}
+
+impl From<HookError> for Stop {
+    fn from(error: HookError) -> Stop {
+        Stop::Failed(error)
+    }
+}
+
 /// The definition the children are built from, and the verdict on the wanted one.
 pub(super) struct Decision<'r> {
     pub(super) validated: Decided,
@@ -53,9 +77,10 @@ impl ApiMock {
         call: &Call<'r>,
         reading: &origin::Reading<'r>,
         ctx: &Context,
-    ) -> Result<Decision<'r>, HookError> {
+        effort: Effort,
+    ) -> Result<Decision<'r>, Stop> {
         let wanted = match &reading.candidate {
-            Some(Ok(candidate)) => Ok((candidate, self.analysis_of(candidate, ctx)?)),
+            Some(Ok(candidate)) => Ok((candidate, self.analysis_of(candidate, ctx, effort)?)),
             Some(Err(invalid)) => Err(Some(invalid.clone())),
             None => Err(None),
         };
@@ -74,7 +99,7 @@ impl ApiMock {
                     // annotations say it is a newer copy of the same ref: a warm sync of
                     // a definition from a source does not read it back at all.
                     let running = if held_is_newer(call, &fresh) {
-                        self.last_good(call, ctx)?
+                        self.last_good(call, ctx, effort)?
                     } else {
                         None
                     };
@@ -95,7 +120,7 @@ impl ApiMock {
             },
             Err(invalid) => invalid,
         };
-        let last_good = self.last_good(call, ctx)?;
+        let last_good = self.last_good(call, ctx, effort)?;
         let validated = match (invalid, &last_good) {
             (Some(invalid), _) => Decided::new("Validated", false, invalid.reason, invalid.message),
             (None, Some(running)) => match &running.analysis.outcome {
@@ -131,7 +156,8 @@ impl ApiMock {
         &self,
         call: &Call<'r>,
         ctx: &Context,
-    ) -> Result<Option<Served<'r>>, HookError> {
+        effort: Effort,
+    ) -> Result<Option<Served<'r>>, Stop> {
         let Some(config_map) = call
             .request
             .children
@@ -142,7 +168,7 @@ impl ApiMock {
         let Some(candidate) = held::candidate(config_map) else {
             return Ok(None);
         };
-        let analysis = self.analysis_of(&candidate, ctx)?;
+        let analysis = self.analysis_of(&candidate, ctx, effort)?;
         Ok(analysis.outcome.is_ok().then(|| Served {
             analysis,
             candidate,
@@ -156,11 +182,12 @@ impl ApiMock {
         &self,
         candidate: &Candidate<'_>,
         ctx: &Context,
-    ) -> Result<Arc<Analysis>, HookError> {
+        effort: Effort,
+    ) -> Result<Arc<Analysis>, Stop> {
         match candidate {
-            Candidate::Text(text) => self.analysis(text, ctx),
+            Candidate::Text(text) => self.analysis(text, ctx, effort),
             Candidate::Bundle(bundle) if bundle.is_single() => {
-                self.analysis(bundle.root_text(), ctx)
+                self.analysis(bundle.root_text(), ctx, effort)
             }
             Candidate::Bundle(bundle) => {
                 let mut hasher = blake3::Hasher::new();
@@ -172,10 +199,10 @@ impl ApiMock {
                 if let Some(hit) = self.memo.remembered(&key) {
                     return Ok(hit);
                 }
-                if ctx.cheap_only {
-                    return Err(HookError::NeedsComputeThread);
+                if effort == Effort::CachedOnly {
+                    return Err(Stop::NeedsValidation);
                 }
-                let root = self.analysis(bundle.root_text(), ctx)?;
+                let root = self.analysis(bundle.root_text(), ctx, effort)?;
                 let outcome = match (&root.outcome, bundle::recheck(bundle)) {
                     (Ok(summary), Ok(elsewhere)) => Ok(definition::Summary {
                         operations: summary.operations.saturating_add(elsewhere),
@@ -197,14 +224,14 @@ impl ApiMock {
     }
 
     /// The memoised analysis of a definition. Validating one not seen before is the only
-    /// slow step of an APIMock hook, so that is where a cheap-only call stops.
-    fn analysis(&self, text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
-        if ctx.cheap_only {
-            return self.memo.lookup(text).ok_or(HookError::NeedsComputeThread);
+    /// slow step of an APIMock hook, so that is where a cached-only call stops.
+    fn analysis(&self, text: &str, ctx: &Context, effort: Effort) -> Result<Arc<Analysis>, Stop> {
+        if effort == Effort::CachedOnly {
+            return self.memo.lookup(text).ok_or(Stop::NeedsValidation);
         }
         self.memo
             .analyze_by(text, ctx.deadline)
-            .ok_or_else(saturated)
+            .ok_or_else(|| Stop::Failed(saturated()))
     }
 }
 /// True when the observed ConfigMap holds the same ref of the source as `fresh`, made

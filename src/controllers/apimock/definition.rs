@@ -15,8 +15,8 @@ pub use super::verdict::{Generation, Invalid};
 use crate::controllers::common::memo::Memo as BoundedMemo;
 use crate::hash::sha256_hex;
 
-/// A ConfigMap holds at most 1 MiB; keep room for its metadata.
-pub const MAX_DEFINITION_BYTES: usize = 1024 * 1024 - 16 * 1024;
+/// A definition is held in a ConfigMap, so it can be no larger than one's content.
+pub const MAX_DEFINITION_BYTES: usize = crate::apiserver::CONFIG_MAP_CONTENT_BYTES;
 
 /// Memo capacity: distinct definitions remembered.
 const MEMO_ENTRIES: u64 = 256;
@@ -286,13 +286,12 @@ fn summarize(document: &Value, generation: Generation) -> Summary {
 /// the SHA-256 shown to users is only needed once per distinct document.
 pub struct Memo {
     analyses: BoundedMemo<MemoKey, Arc<Analysis>>,
+    heavy: Arc<HeavySlots>,
 }
 
 impl Default for Memo {
     fn default() -> Memo {
-        Memo {
-            analyses: BoundedMemo::entries(MEMO_ENTRIES),
-        }
+        Memo::with_heavy_slots(0)
     }
 }
 
@@ -304,25 +303,19 @@ pub type MemoKey = [u8; 32];
 /// cores, not the number of calls in flight.
 const HEAVY_BYTES: usize = 64 * 1024;
 
-/// A counting gate over the heavy slots (as many as the machine has cores).
+/// A counting gate over the heavy slots.
 struct HeavySlots {
     used: Mutex<usize>,
     freed: std::sync::Condvar,
     capacity: usize,
 }
 
-static HEAVY: std::sync::LazyLock<HeavySlots> = std::sync::LazyLock::new(|| HeavySlots {
-    used: Mutex::new(0),
-    freed: std::sync::Condvar::new(),
-    capacity: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
-});
-
 /// A heavy slot, given back when dropped.
-struct HeavySlot;
+struct HeavySlot(Arc<HeavySlots>);
 
 impl HeavySlots {
     /// Waits for a slot until `deadline` (forever without one); None when it passed.
-    fn take(&'static self, deadline: Option<std::time::Instant>) -> Option<HeavySlot> {
+    fn take(self: &Arc<Self>, deadline: Option<std::time::Instant>) -> Option<HeavySlot> {
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
         while *used >= self.capacity {
             used = match deadline {
@@ -340,19 +333,37 @@ impl HeavySlots {
             };
         }
         *used += 1;
-        Some(HeavySlot)
+        Some(HeavySlot(self.clone()))
     }
 }
 
 impl Drop for HeavySlot {
     fn drop(&mut self) {
-        let mut used = HEAVY.used.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = &self.0;
+        let mut used = slots.used.lock().unwrap_or_else(|e| e.into_inner());
         *used = used.saturating_sub(1);
-        HEAVY.freed.notify_one();
+        slots.freed.notify_one();
     }
 }
 
 impl Memo {
+    /// A memo whose large definitions are validated `slots` at a time (0: one per core,
+    /// at most 8). The server passes its compute-thread count: more could not run at once.
+    pub fn with_heavy_slots(slots: usize) -> Memo {
+        let capacity = match slots {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
+            n => n,
+        };
+        Memo {
+            analyses: BoundedMemo::entries(MEMO_ENTRIES),
+            heavy: Arc::new(HeavySlots {
+                used: Mutex::new(0),
+                freed: std::sync::Condvar::new(),
+                capacity,
+            }),
+        }
+    }
+
     /// The analysis of `text`, waiting for a heavy slot as long as it takes.
     pub fn analyze(&self, text: &str) -> Arc<Analysis> {
         // Without a deadline the slot is always had (waiting as long as it takes).
@@ -380,7 +391,7 @@ impl Memo {
             return Some(hit);
         }
         let _slot = if text.len() > HEAVY_BYTES {
-            Some(HEAVY.take(deadline)?)
+            Some(self.heavy.take(deadline)?)
         } else {
             None
         };
@@ -554,25 +565,32 @@ mod tests {
 
     #[test]
     fn large_definitions_wait_for_a_heavy_slot_until_the_deadline() {
-        let held: Vec<HeavySlot> = (0..HEAVY.capacity)
+        // A memo of its own: no other test can take or free these slots.
+        let memo = Memo::with_heavy_slots(2);
+        let held: Vec<HeavySlot> = (0..2)
             .map(|_| {
-                HEAVY
+                memo.heavy
                     .take(None)
                     .unwrap_or_else(|| panic!("a slot without deadline"))
             })
             .collect();
         let now = std::time::Instant::now();
         assert!(
-            HEAVY.take(Some(now)).is_none(),
+            memo.heavy.take(Some(now)).is_none(),
             "all slots busy: no work after the deadline"
         );
         let big = format!(
             "openapi: 3.0.0\ninfo: {{title: t, version: '1'}}\npaths: {{}}\nx-pad: '{}'\n",
             "a".repeat(HEAVY_BYTES)
         );
-        assert!(Memo::default().analyze_by(&big, Some(now)).is_none());
+        assert!(memo.analyze_by(&big, Some(now)).is_none());
+        let small = "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n";
+        assert!(
+            memo.analyze_by(small, Some(now)).is_some(),
+            "a small definition needs no slot"
+        );
         drop(held);
-        let analysis = Memo::default()
+        let analysis = memo
             .analyze_by(&big, Some(now + std::time::Duration::from_secs(60)))
             .unwrap_or_else(|| panic!("a slot came free"));
         assert!(analysis.outcome.is_ok(), "{:?}", analysis.outcome);

@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use self::children::{DEFINITION_HASH_ANNOTATION, Plan};
-use self::decide::{Decision, definition_status};
+use self::decide::{Decision, Effort, Stop, definition_status};
 use self::definition::Memo;
 use self::origin::Origin;
 use self::status::{Facts, SourceFacts};
@@ -89,7 +89,7 @@ impl ApiMock {
             mock_image: settings.mock_image.clone(),
             docs_image: settings.docs_image.clone(),
             policy: settings.policy.clone(),
-            memo: Memo::default(),
+            memo: Memo::with_heavy_slots(settings.heavy_validations),
             built: BoundedMemo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
             read_memo: BoundedMemo::weighted(
                 origin::READ_ENTRIES,
@@ -105,8 +105,9 @@ impl ApiMock {
         &self,
         request: &CompositeRequest,
         ctx: &Context,
+        effort: Effort,
         asked: &mut refresh::Outcome,
-    ) -> Result<CompositeResponse, HookError> {
+    ) -> Result<CompositeResponse, Stop> {
         let parent = &request.parent;
         let name = object_name(parent).unwrap_or_default();
         let namespace = object_namespace(parent).unwrap_or("default");
@@ -122,28 +123,28 @@ impl ApiMock {
 
         if let Err(invalid) = check_dns1035_label(name) {
             let message = format!("metadata.name cannot name the mock's Service: {invalid}");
-            return call.keep_running(
+            return Ok(call.keep_running(
                 Decided::new("Validated", false, "InvalidName", message),
                 None,
                 false,
-            );
+            )?);
         }
         let spec = match spec::parse_spec(parent) {
             Ok(spec) => spec,
             Err(problem) => {
                 let validated = Decided::new("Validated", false, "InvalidSpec", problem);
-                return call.keep_running(validated, None, true);
+                return Ok(call.keep_running(validated, None, true)?);
             }
         };
         if let Err(Problem { reason, message }) = exposure::check(&spec, &self.policy, namespace) {
             let validated = Decided::new("Validated", false, reason, message);
-            return call.keep_running(validated, None, true);
+            return Ok(call.keep_running(validated, None, true)?);
         }
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
             Err(Problem { reason, message }) => {
                 let validated = Decided::new("Validated", false, reason, message);
-                return call.keep_running(validated, None, true);
+                return Ok(call.keep_running(validated, None, true)?);
             }
         };
         if let Origin::Fetched {
@@ -161,7 +162,7 @@ impl ApiMock {
             );
         }
         let reading = self.read(&origin, &request.related, namespace, ctx);
-        let decision = self.decide(&call, &reading, ctx)?;
+        let decision = self.decide(&call, &reading, ctx, effort)?;
         let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, ctx);
         let source = origin::describe(&origin)
             .zip(fetched)
@@ -208,8 +209,8 @@ impl ApiMock {
 }
 
 impl CompositeHooks for ApiMock {
-    fn parent_kind(&self) -> Option<&'static str> {
-        Some("APIMock")
+    fn parent_types(&self) -> &'static [crate::controllers::ParentType] {
+        &[("apirator.io/v1alpha1", "APIMock")]
     }
 
     /// [`ApiMock::answer`], with the handled "fetch now" value recorded.
@@ -218,7 +219,32 @@ impl CompositeHooks for ApiMock {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        refresh::recording(&request.parent, |asked| self.answer(request, ctx, asked))
+        let answered = refresh::recording(&request.parent, |asked| {
+            self.answer(request, ctx, Effort::Full, asked)
+        });
+        answered.map_err(|stop| match stop {
+            Stop::Failed(error) => error,
+            Stop::NeedsValidation => HookError::Internal(
+                "a full sync stopped to validate later; this is a bug in metahooks".to_owned(),
+            ),
+        })
+    }
+
+    /// The sync answer from remembered analyses only: None when a definition has not
+    /// been validated yet (validation is the one slow step of an APIMock sync).
+    fn try_cached(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Option<Result<CompositeResponse, HookError>> {
+        let answered = refresh::recording(&request.parent, |asked| {
+            self.answer(request, ctx, Effort::CachedOnly, asked)
+        });
+        match answered {
+            Ok(response) => Some(Ok(response)),
+            Err(Stop::NeedsValidation) => None,
+            Err(Stop::Failed(error)) => Some(Err(error)),
+        }
     }
 
     fn finalize(
@@ -227,7 +253,7 @@ impl CompositeHooks for ApiMock {
         _ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
         // Deliberately independent of the spec: a broken definition must never keep the
-        // parent stuck in Terminating (APIrator weakness W10).
+        // parent stuck in Terminating, as APIrator's finalizer could.
         let mut status = observed_status(&request.parent);
         status.insert("phase".to_owned(), json!("Terminating"));
         Ok(CompositeResponse::new(Value::Object(status), Vec::new())
@@ -262,10 +288,6 @@ impl CompositeHooks for ApiMock {
         Ok(CustomizeResponse {
             related_resources: rules,
         })
-    }
-
-    fn honours_cheap_only(&self) -> bool {
-        true
     }
 
     fn answers_only_from_request(&self) -> bool {
@@ -393,7 +415,7 @@ impl Urls {
 
 #[cfg(test)]
 mod tests {
-    use crate::controllers::{Cheap, Context, ControllerSettings, Registry};
+    use crate::controllers::{Context, ControllerSettings, Registry};
     use crate::protocol::Hook;
 
     fn request(definition: &str) -> Vec<u8> {
@@ -409,44 +431,52 @@ mod tests {
     }
 
     #[test]
-    fn a_cheap_call_defers_an_unseen_definition_and_answers_a_seen_one_identically() {
-        let registry = Registry::standard(ControllerSettings::default());
+    fn a_cached_attempt_stops_at_an_unseen_definition_and_answers_a_seen_one_identically() {
         let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
         let body = request("openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths: {}\n");
-        let Cheap::Deferred(prepared) = registry.call_cheap("apimock", Hook::Sync, &body, &ctx)
-        else {
-            panic!("validating a new definition is slow work and must be deferred");
+        // Answers from two registries, so no answer can be another's memo hit.
+        let fresh = Registry::standard(ControllerSettings::default());
+        let full = fresh.call("apimock", Hook::Sync, &body, &ctx).result;
+        let registry = Registry::standard(ControllerSettings::default());
+        let Ok(prepared) = registry.prepare("apimock", Hook::Sync, &body) else {
+            panic!("a well-formed request is prepared");
         };
-        // The deferred call finishes from its parsed request, as a full call would.
-        let finished = registry.run(&prepared, &ctx).result;
-        let full = registry.call("apimock", Hook::Sync, &body, &ctx).result;
-        let Cheap::Answered(cheap) = registry.call_cheap("apimock", Hook::Sync, &body, &ctx) else {
-            panic!("a memoised definition is cheap");
+        assert!(
+            prepared.try_cached(&ctx).is_none(),
+            "validating a new definition is slow work and must be left to a compute thread"
+        );
+        // The call then runs from its parsed request, as a full call would.
+        let finished = prepared.run(&ctx).result;
+        let Some(cached) = prepared.try_cached(&ctx) else {
+            panic!("a validated definition is answered from what is remembered");
         };
-        let (Ok(finished), Ok(full), Ok(cheap)) = (finished, full, cheap.result) else {
+        assert!(cached.from_request_alone);
+        let (Ok(full), Ok(finished), Ok(cached)) = (full, finished, cached.result) else {
             panic!("every call should answer");
         };
         assert_eq!(finished, full);
-        assert_eq!(full, cheap);
+        assert_eq!(cached, full);
     }
 
     #[test]
-    fn only_controllers_that_honour_cheap_only_are_tried_cheaply() {
+    fn only_a_sync_is_tried_from_what_is_remembered() {
         let registry = Registry::standard(ControllerSettings::default());
         let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
-        for controller in ["monitoredservice", "configsync", "nonexistent"] {
-            assert!(
-                matches!(
-                    registry.call_cheap(controller, Hook::Customize, b"{}", &ctx),
-                    Cheap::NotCheap
-                ),
-                "{controller}"
-            );
+        let body = request("openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths: {}\n");
+        let _ = registry.call("apimock", Hook::Sync, &body, &ctx);
+        for hook in [Hook::Finalize, Hook::Customize] {
+            let Ok(prepared) = registry.prepare("apimock", hook, &body) else {
+                panic!("a well-formed request is prepared");
+            };
+            assert!(prepared.try_cached(&ctx).is_none(), "{hook}");
         }
-        assert!(matches!(
-            registry.call_cheap("apimock", Hook::Customize, b"{\"parent\": {}}", &ctx),
-            Cheap::Answered(_)
-        ));
+        for controller in ["monitoredservice", "configsync"] {
+            let Ok(prepared) = registry.prepare(controller, Hook::Customize, b"{\"parent\": {}}")
+            else {
+                panic!("a customize request is prepared");
+            };
+            assert!(prepared.try_cached(&ctx).is_none(), "{controller}");
+        }
     }
 }
 

@@ -167,7 +167,7 @@ impl Config {
             ConfigFormat::Files => files_data(snapshot, &mut content)?,
         }
         let config = Config::new(content);
-        if config.content_bytes() > crate::source::policy::Limits::default().config_bytes as usize {
+        if config.content_bytes() > crate::apiserver::CONFIG_MAP_CONTENT_BYTES {
             return Err(Problem::new(
                 "TooLarge",
                 format!(

