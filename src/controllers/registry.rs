@@ -69,12 +69,12 @@ impl Registry {
     /// Every controller metahooks ships, under its URL name.
     pub fn standard(settings: ControllerSettings) -> Registry {
         Registry::new()
-            .composite("apimock", apimock::ApiMock::new(&settings))
+            .composite("apimock", apimock::ApiMockHooks::new(&settings))
             .composite(
                 "monitoredservice",
-                monitoredservice::MonitoredService::new(&settings),
+                monitoredservice::MonitoredServiceHooks::new(&settings),
             )
-            .decorator("configsync", configsync::ConfigSync)
+            .decorator("configsync", configsync::ConfigSyncHooks)
     }
 
     /// The source engine controllers read through [`Context::sources`].

@@ -19,7 +19,8 @@ pub mod transport;
 use serde_json::Value;
 
 pub use self::cluster::{
-    CUSTOMIZE_CACHE_TTL, CallRecord, Emulator, LAST_APPLIED, RoundReport, Violation, describe,
+    CUSTOMIZE_CACHE_TTL, CallRecord, Emulator, LAST_APPLIED_ANNOTATION, RoundReport, Violation,
+    describe,
 };
 pub use self::findings::{Finding, Rule};
 pub use self::objects::{labels_match, three_way};

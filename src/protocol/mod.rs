@@ -19,6 +19,10 @@ pub use decorator::{DecoratorRequest, DecoratorResponse};
 pub use objects::{ObjectMap, TypeKey, object_name, object_namespace};
 pub use version::HookVersion;
 
+/// Where Metacontroller's client-side apply records what it applied last, on every
+/// object it writes (pkg/dynamic/apply); absent under server-side apply.
+pub const LAST_APPLIED_ANNOTATION: &str = "metacontroller.k8s.io/last-applied-configuration";
+
 use serde::{Deserialize, Deserializer};
 
 /// Reads `null` (or an absent field, together with `#[serde(default)]`) as the type's

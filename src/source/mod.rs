@@ -13,6 +13,7 @@
 pub mod binding;
 pub mod connect_guard;
 pub mod disk;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fake;
 pub mod fetcher;
 pub mod git;

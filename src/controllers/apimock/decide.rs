@@ -7,7 +7,7 @@ use super::children::{self, REVISION_ANNOTATION};
 use super::definition::{self, Analysis};
 use super::origin::{self, Candidate};
 use super::spec::DefinitionStatus;
-use super::{ApiMock, Call, bundle, held};
+use super::{ApiMockHooks, Call, bundle, held};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::Decided;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
@@ -69,7 +69,7 @@ impl Served<'_> {
     }
 }
 
-impl ApiMock {
+impl ApiMockHooks {
     /// Serve the wanted definition when it is valid and not older than what runs; else
     /// the last good one still held in the observed ConfigMap.
     pub(super) fn decide<'r>(

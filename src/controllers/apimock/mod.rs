@@ -49,7 +49,7 @@ pub const DEFAULT_MOCK_IMAGE: &str = "stoplight/prism:5.14.2";
 pub const DEFAULT_DOCS_IMAGE: &str = "swaggerapi/swagger-ui:v5.17.14";
 
 /// The APIMock controller, with its memos.
-pub struct ApiMock {
+pub struct ApiMockHooks {
     mock_image: String,
     docs_image: String,
     /// What the operator lets a CR expose.
@@ -82,10 +82,10 @@ fn built_weight(_key: &[u8; 32], children: &Arc<Vec<Value>>) -> u64 {
     (definition + 4096) as u64
 }
 
-impl ApiMock {
+impl ApiMockHooks {
     /// An APIMock controller using the images of `settings`.
-    pub fn new(settings: &ControllerSettings) -> ApiMock {
-        ApiMock {
+    pub fn new(settings: &ControllerSettings) -> ApiMockHooks {
+        ApiMockHooks {
             mock_image: settings.mock_image.clone(),
             docs_image: settings.docs_image.clone(),
             policy: settings.policy.clone(),
@@ -100,7 +100,7 @@ impl ApiMock {
     }
 }
 
-impl ApiMock {
+impl ApiMockHooks {
     fn answer(
         &self,
         request: &CompositeRequest,
@@ -208,12 +208,12 @@ impl ApiMock {
     }
 }
 
-impl CompositeHooks for ApiMock {
+impl CompositeHooks for ApiMockHooks {
     fn parent_types(&self) -> &'static [crate::controllers::ParentType] {
         &[("apirator.io/v1alpha1", "APIMock")]
     }
 
-    /// [`ApiMock::answer`], with the handled "fetch now" value recorded.
+    /// [`ApiMockHooks::answer`], with the handled "fetch now" value recorded.
     fn sync(
         &self,
         request: &CompositeRequest,
@@ -334,7 +334,7 @@ impl Call<'_> {
     }
 }
 
-impl ApiMock {
+impl ApiMockHooks {
     /// `children::build`, memoised on the inputs it reads: the name, the served
     /// definition's hash, root path and revision, the images, and every spec field but
     /// the definition.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ApiMock;
+use super::ApiMockHooks;
 use super::bundle::{self, Bundle};
 use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
@@ -171,7 +171,7 @@ pub fn read_weight(_key: &[u8; 32], read: &Read) -> u64 {
     (bytes + 256) as u64
 }
 
-impl ApiMock {
+impl ApiMockHooks {
     /// What `origin` holds for this call. Never waits: a source not fetched yet is
     /// pending, and the engine fetches it in the background.
     pub(super) fn read<'r>(

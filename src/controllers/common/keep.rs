@@ -8,8 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::protocol::ObjectMap;
 
-/// Metacontroller's record of what it applied last (client-side apply only).
-const LAST_APPLIED: &str = "metacontroller.k8s.io/last-applied-configuration";
+use crate::protocol::LAST_APPLIED_ANNOTATION;
 
 /// Metadata the API server or Metacontroller fills in; a hook may not send them back.
 const SERVER_METADATA: [&str; 9] = [
@@ -40,7 +39,7 @@ pub fn observed_children(observed: &ObjectMap) -> Vec<Value> {
 fn last_applied(child: &Value) -> Option<Value> {
     child
         .pointer("/metadata/annotations")
-        .and_then(|a| a.get(LAST_APPLIED))
+        .and_then(|a| a.get(LAST_APPLIED_ANNOTATION))
         .and_then(Value::as_str)
         .and_then(|text| serde_json::from_str::<Value>(text).ok())
         .filter(Value::is_object)
@@ -55,7 +54,7 @@ fn as_desired(child: &Value) -> Value {
             metadata.remove(field);
         }
         if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
-            annotations.remove(LAST_APPLIED);
+            annotations.remove(LAST_APPLIED_ANNOTATION);
             if annotations.is_empty() {
                 metadata.remove("annotations");
             }
@@ -87,7 +86,7 @@ mod tests {
             "ConfigMap.v1": {
                 "a": {"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": "a", "uid": "u", "resourceVersion": "9",
-                                   "annotations": {LAST_APPLIED: "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\"},\"data\":{\"k\":\"old\"}}"}},
+                                   "annotations": {LAST_APPLIED_ANNOTATION: "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\"},\"data\":{\"k\":\"old\"}}"}},
                       "data": {"k": "old", "extra": "defaulted"}}
             },
             "Deployment.apps/v1": {

@@ -78,9 +78,9 @@ pub fn attachment_name(target: &str) -> String {
 }
 
 /// The configsync decorator.
-pub struct ConfigSync;
+pub struct ConfigSyncHooks;
 
-impl DecoratorHooks for ConfigSync {
+impl DecoratorHooks for ConfigSyncHooks {
     fn parent_types(&self) -> &'static [crate::controllers::ParentType] {
         &[("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")]
     }

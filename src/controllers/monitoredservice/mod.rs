@@ -39,22 +39,22 @@ use crate::source::{Location, Snapshot, SourceRequest};
 
 /// Converted configs by (request, revision, format): a warm sync reuses the conversion
 /// and the content hash instead of redoing them over up to 1 MiB on every call.
-pub struct MonitoredService {
+pub struct MonitoredServiceHooks {
     converted: Memo<String, Converted>,
     /// Refuse env taken from Secrets or pod fields (`--deny-secret-env`).
     deny_secret_env: bool,
 }
 
-impl Default for MonitoredService {
-    fn default() -> MonitoredService {
-        MonitoredService::new(&crate::controllers::ControllerSettings::default())
+impl Default for MonitoredServiceHooks {
+    fn default() -> MonitoredServiceHooks {
+        MonitoredServiceHooks::new(&crate::controllers::ControllerSettings::default())
     }
 }
 
-impl MonitoredService {
+impl MonitoredServiceHooks {
     /// The controller with the server's settings.
-    pub fn new(settings: &crate::controllers::ControllerSettings) -> MonitoredService {
-        MonitoredService {
+    pub fn new(settings: &crate::controllers::ControllerSettings) -> MonitoredServiceHooks {
+        MonitoredServiceHooks {
             converted: Memo::weighted(CONVERTED_ENTRIES, CONVERTED_BYTES, converted_weight),
             deny_secret_env: settings.policy.deny_secret_env,
         }
@@ -74,7 +74,7 @@ fn converted_weight(key: &String, converted: &Converted) -> u64 {
 /// A snapshot turned into ConfigMap content, or why it cannot be.
 type Converted = std::sync::Arc<Result<Config, Problem>>;
 
-impl MonitoredService {
+impl MonitoredServiceHooks {
     fn convert(&self, key: &str, snapshot: &Snapshot, format: Option<ConfigFormat>) -> Converted {
         let memo_key = format!("{key}|{}|{}", snapshot.revision, format_name(format));
         self.converted.get_or_make(&memo_key, || {
@@ -196,12 +196,12 @@ impl MonitoredService {
     }
 }
 
-impl CompositeHooks for MonitoredService {
+impl CompositeHooks for MonitoredServiceHooks {
     fn parent_types(&self) -> &'static [crate::controllers::ParentType] {
         &[("services.example.com/v1alpha1", "MonitoredService")]
     }
 
-    /// [`MonitoredService::answer`], with the handled "fetch now" value recorded.
+    /// [`MonitoredServiceHooks::answer`], with the handled "fetch now" value recorded.
     fn sync(
         &self,
         request: &CompositeRequest,

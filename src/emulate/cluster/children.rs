@@ -145,7 +145,7 @@ impl Emulator {
         if !self.server_side_apply
             && let Some(meta) = probe.get_mut("metadata").and_then(Value::as_object_mut)
         {
-            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED] =
+            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED_ANNOTATION] =
                 json!(desired.to_string());
         }
         let mut found = crate::apiserver::refusals(&probe);

@@ -169,8 +169,7 @@ pub struct Emulator {
     refused_pods: Vec<(Key, String)>,
 }
 
-/// Where client-side apply records what it applied (pkg/dynamic/apply).
-pub const LAST_APPLIED: &str = "metacontroller.k8s.io/last-applied-configuration";
+pub use crate::protocol::LAST_APPLIED_ANNOTATION;
 
 /// How long Metacontroller keeps a customize answer (pkg/controller/common/customize:
 /// a 20-minute cache keyed by parent UID and generation).
@@ -245,7 +244,8 @@ impl Emulator {
         if let Some(object) = self.objects.get_mut(key)
             && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
         {
-            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED] = json!(text);
+            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED_ANNOTATION] =
+                json!(text);
         }
     }
 
