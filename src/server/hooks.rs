@@ -30,10 +30,12 @@ use crate::protocol::Hook;
 pub async fn handle(
     State(state): State<Arc<HookState>>,
     Path((controller, hook)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
+    // Taken apart rather than extracted as `HeaderMap`, which would copy the headers.
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     let hook_label = Hook::from_segment(&hook).map_or("unknown", Hook::as_str);
     // Only registered names become labels: a caller cannot grow the series.
     let controller_label = if state.registry.contains(&controller) {

@@ -29,7 +29,7 @@ use self::origin::Origin;
 use self::status::{Facts, SourceFacts};
 use crate::controllers::common::conditions::{Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
-use crate::controllers::common::memo::Memo as BoundedMemo;
+use crate::controllers::common::memo::{Memo as BoundedMemo, key_of};
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::common::polling;
@@ -335,30 +335,37 @@ impl Call<'_> {
 }
 
 impl ApiMockHooks {
-    /// `children::build`, memoised on the inputs it reads: the name, the served
-    /// definition's hash, root path and revision, the images, and every spec field but
-    /// the definition.
+    /// `children::build`, memoised on everything it reads: the whole plan (the served
+    /// text by its hash) and every spec field but the definition. The plan is taken
+    /// apart without `..`, so a field added to it does not compile until it is keyed.
     fn children(&self, plan: &Plan<'_>) -> Result<Vec<Value>, HookError> {
-        let spec = plan.spec;
-        let inputs = (
-            plan.name,
-            plan.sha256,
-            plan.served.root_path(),
-            plan.revision,
-            plan.image,
-            plan.docs_image,
-            (
-                &spec.service,
-                &spec.ingress,
-                &spec.replicas,
-                &spec.docs,
-                &spec.resources,
-                &spec.mock,
-            ),
-        );
-        let encoded = serde_json::to_vec(&inputs)
+        let Plan {
+            name,
+            spec,
+            served,
+            sha256,
+            revision,
+            made_at,
+            image,
+            docs_image,
+        } = plan;
+        let mut spec = serde_json::to_value(spec)
             .map_err(|e| HookError::Internal(format!("cannot key the children cache: {e}")))?;
-        let key = *blake3::hash(&encoded).as_bytes();
+        if let Some(fields) = spec.as_object_mut() {
+            fields.remove("definition");
+        }
+        let inputs = (
+            name,
+            served.root_path(),
+            sha256,
+            revision,
+            made_at,
+            image,
+            docs_image,
+            spec,
+        );
+        let key = key_of(&inputs)
+            .map_err(|e| HookError::Internal(format!("cannot key the children cache: {e}")))?;
         if let Some(hit) = self.built.get(&key) {
             return Ok(hit.as_ref().clone());
         }
@@ -456,6 +463,47 @@ mod tests {
         };
         assert_eq!(finished, full);
         assert_eq!(cached, full);
+    }
+
+    /// The children memo once left `made_at` out of its hand-written key, so a second
+    /// plan differing only there got the first plan's ConfigMap.
+    #[test]
+    fn every_input_of_the_children_is_part_of_their_memo_key() {
+        use super::children::{Plan, SOURCE_TIME_ANNOTATION, Served};
+        use super::definition::Format;
+        let hooks = super::ApiMockHooks::new(&ControllerSettings::default());
+        let spec = super::spec::ApiMockSpec::default();
+        let plan = |made_at: Option<i64>, replicas: Option<i32>| {
+            let spec = super::spec::ApiMockSpec {
+                replicas,
+                ..spec.clone()
+            };
+            let children = hooks.children(&Plan {
+                name: "pets",
+                spec: &spec,
+                served: Served::Text {
+                    text: "openapi: 3.0.3\n",
+                    format: Format::Yaml,
+                },
+                sha256: "abc",
+                revision: Some("r1"),
+                made_at,
+                image: "mock:1",
+                docs_image: "docs:1",
+            });
+            children.unwrap_or_else(|e| panic!("children: {e}"))
+        };
+        let source_time = |children: &[serde_json::Value]| {
+            children
+                .iter()
+                .find(|c| c["kind"] == "ConfigMap")
+                .map(|c| c["metadata"]["annotations"][SOURCE_TIME_ANNOTATION].clone())
+        };
+        let first = plan(Some(1_700_000_000), None);
+        let later = plan(Some(1_800_000_000), None);
+        assert_ne!(source_time(&first), source_time(&later));
+        let scaled = plan(Some(1_700_000_000), Some(3));
+        assert_ne!(first, scaled, "a spec field outside the hand-picked ones");
     }
 
     #[test]
