@@ -12,7 +12,7 @@ use crate::controllers::{ControllerSettings, Registry};
 use crate::receivers::ReceiverSettings;
 use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
 use crate::source::fetcher::{Fetcher, FetcherOptions};
-use crate::source::policy::{Limits as SourceLimits, Policy};
+use crate::source::policy::{Policy, SourceLimits};
 use crate::source::worker::spawn::Isolation;
 
 /// The server settings and controller registry `serve` runs with, checked.

@@ -58,9 +58,9 @@ enum Mode {
 /// What the remote is sending now; each phase has its own byte cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Listing refs (`Limits::refs_bytes`).
+    /// Listing refs (`SourceLimits::refs_bytes`).
     Refs = 0,
-    /// Negotiating and sending the pack (`Limits::download_bytes`).
+    /// Negotiating and sending the pack (`SourceLimits::download_bytes`).
     Pack = 1,
 }
 
@@ -503,13 +503,37 @@ fn serve(mut client: TcpStream, shared: &Shared) -> io::Result<()> {
         return relay(client, upstream, shared);
     }
     let (head, rest) = read_head(&mut client)?;
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().unwrap_or_default().to_owned();
-    let headers: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
-    let mut parts = request_line.split(' ');
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    stand_in(client, shared, method, target, &headers, rest)
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    let (Ok(httparse::Status::Complete(_)), Some(method), Some(target)) =
+        (request.parse(&head), request.method, request.path)
+    else {
+        return client.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+    };
+    let headers = owned(request.headers);
+    let (method, target) = (method.to_owned(), target.to_owned());
+    stand_in(client, shared, &method, &target, &headers, rest)
+}
+
+/// Headers as read: name, and value bytes (which need not be text).
+type Headers = Vec<(String, Vec<u8>)>;
+
+/// Headers a request or response head may carry at most (more is refused as malformed).
+const MAX_HEADERS: usize = 64;
+
+fn owned(headers: &[httparse::Header<'_>]) -> Headers {
+    headers
+        .iter()
+        .map(|header| (header.name.to_owned(), header.value.to_vec()))
+        .collect()
+}
+
+/// The value of the first header called `wanted` (any case), trimmed and lower-cased.
+fn header_value(headers: &Headers, wanted: &str) -> Option<String> {
+    headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(wanted))
+        .map(|(_, value)| String::from_utf8_lossy(value).trim().to_ascii_lowercase())
 }
 
 /// http and https: the whole request is read from libgit2, then sent to the origin's
@@ -520,7 +544,7 @@ fn stand_in(
     shared: &Shared,
     method: &str,
     target: &str,
-    headers: &[&str],
+    headers: &Headers,
     rest: Vec<u8>,
 ) -> io::Result<()> {
     if !target.starts_with('/') {
@@ -531,28 +555,27 @@ fn stand_in(
         Ok(upstream) => upstream,
         Err(refusal) => return shared.refuse(&mut client, refusal),
     };
-    let mut forwarded = format!("{method} {target} HTTP/1.1\r\n");
-    for line in headers {
-        let name = line
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
+    let mut forwarded = format!("{method} {target} HTTP/1.1\r\n").into_bytes();
+    for (name, value) in headers {
         if !matches!(
-            name.as_str(),
+            name.to_ascii_lowercase().as_str(),
             "host" | "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
         ) {
-            forwarded.push_str(line);
-            forwarded.push_str("\r\n");
+            forwarded.extend_from_slice(name.as_bytes());
+            forwarded.extend_from_slice(b": ");
+            forwarded.extend_from_slice(value);
+            forwarded.extend_from_slice(b"\r\n");
         }
     }
-    forwarded.push_str(&format!(
-        "Host: {}\r\nConnection: close\r\n\r\n",
-        shared.origin.host_header()
-    ));
+    forwarded.extend_from_slice(
+        format!(
+            "Host: {}\r\nConnection: close\r\n\r\n",
+            shared.origin.host_header()
+        )
+        .as_bytes(),
+    );
     let sent = upstream
-        .write_all(forwarded.as_bytes())
+        .write_all(&forwarded)
         .and_then(|()| upstream.write_all(&body))
         .and_then(|()| upstream.flush());
     if let Err(error) = sent {
@@ -566,15 +589,8 @@ fn stand_in(
 
 /// The request body libgit2 sends after the head: `Content-Length` bytes, or chunks up
 /// to the last one (kept as they are: the head still says chunked). Bounded.
-fn read_body(client: &mut TcpStream, headers: &[&str], mut body: Vec<u8>) -> io::Result<Vec<u8>> {
-    let header = |wanted: &str| {
-        headers.iter().find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case(wanted)
-                .then(|| value.trim().to_ascii_lowercase())
-        })
-    };
+fn read_body(client: &mut TcpStream, headers: &Headers, mut body: Vec<u8>) -> io::Result<Vec<u8>> {
+    let header = |wanted: &str| header_value(headers, wanted);
     let too_long = || io::Error::other("request body too long");
     if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
         let mut chunk = [0u8; 16 * 1024];
@@ -647,18 +663,24 @@ fn answer_back(client: &mut TcpStream, upstream: &mut Upstream, shared: &Shared)
     } else {
         "http"
     };
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status: u16 = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    let mut out = format!("{status_line}\r\n");
-    for line in lines.filter(|l| !l.is_empty()) {
-        let (name, value) = line.split_once(':').unwrap_or((line, ""));
-        if (300..400).contains(&status) && name.trim().eq_ignore_ascii_case("location") {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut slots);
+    let (Ok(httparse::Status::Complete(_)), Some(status)) = (response.parse(&head), response.code)
+    else {
+        return shared.refuse(
+            client,
+            FetchError::Other(format!(
+                "{} answered with a malformed HTTP head",
+                shared.origin
+            )),
+        );
+    };
+    let reason = response.reason.unwrap_or_default().to_owned();
+    let headers = owned(response.headers);
+    let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
+    for (name, value) in &headers {
+        if (300..400).contains(&status) && name.eq_ignore_ascii_case("location") {
+            let value = String::from_utf8_lossy(value);
             let base = format!("{scheme}://{}/", shared.origin.host_header());
             let target = url::Url::parse(&base).and_then(|b| b.join(value.trim()));
             let Ok(target) = target else {
@@ -686,27 +708,30 @@ fn answer_back(client: &mut TcpStream, upstream: &mut Upstream, shared: &Shared)
                 path.push('?');
                 path.push_str(query);
             }
-            out.push_str(&format!("Location: http://{}{path}\r\n", shared.address));
+            out.extend_from_slice(
+                format!("Location: http://{}{path}\r\n", shared.address).as_bytes(),
+            );
         } else {
-            out.push_str(line);
-            out.push_str("\r\n");
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
         }
     }
-    out.push_str("\r\n");
-    client.write_all(out.as_bytes())?;
+    out.extend_from_slice(b"\r\n");
+    client.write_all(&out)?;
     client.write_all(&rest)?;
     shared.copy_down(upstream, client)
 }
 
-/// Reads up to the blank line that ends a request head; returns the head and any bytes
-/// read past it.
+/// Reads up to the blank line that ends a head; returns the head (blank line included,
+/// as httparse wants it) and any bytes read past it.
 fn read_head(client: &mut impl Read) -> io::Result<(Vec<u8>, Vec<u8>)> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
             let rest = buffer.split_off(end + 4);
-            buffer.truncate(end);
             return Ok((buffer, rest));
         }
         if buffer.len() > MAX_HEAD_BYTES {

@@ -738,7 +738,7 @@ fn read_tree(
     repo: &Repository,
     tree: &git2::Tree<'_>,
     prefix: &str,
-    limits: &super::policy::Limits,
+    limits: &super::policy::SourceLimits,
     deadline: Instant,
 ) -> Result<BTreeMap<String, Content>, FetchError> {
     let (max_files, max_bytes) = (limits.files, limits.config_bytes);

@@ -278,7 +278,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::source::policy::Limits;
+    use crate::source::policy::SourceLimits;
 
     /// A loopback server answering each path with a canned status and body, and keeping
     /// the request heads it saw.
@@ -322,7 +322,7 @@ mod tests {
         (address, seen)
     }
 
-    fn loopback(limits: Limits) -> Policy {
+    fn loopback(limits: SourceLimits) -> Policy {
         Policy {
             extra_schemes: BTreeSet::from(["http".to_owned()]),
             allow_private_addresses: true,
@@ -351,7 +351,7 @@ mod tests {
     async fn a_file_becomes_a_one_file_snapshot_named_after_its_path() {
         let (address, _) = serve(ROUTES).await;
         let snapshot = get(
-            loopback(Limits::default()),
+            loopback(SourceLimits::default()),
             &format!("http://{address}/app.env"),
             None,
         )
@@ -374,9 +374,9 @@ mod tests {
     async fn status_codes_and_sizes_are_checked() {
         let (address, _) = serve(ROUTES).await;
         let policy = || {
-            loopback(Limits {
+            loopback(SourceLimits {
                 config_bytes: 16,
-                ..Limits::default()
+                ..SourceLimits::default()
             })
         };
         let missing = get(policy(), &format!("http://{address}/gone"), None).await;
@@ -409,7 +409,7 @@ mod tests {
             ..Credentials::default()
         };
         let fetched = get(
-            loopback(Limits::default()),
+            loopback(SourceLimits::default()),
             &format!("http://{address}/app.env"),
             Some(&token),
         )
@@ -427,7 +427,7 @@ mod tests {
         );
         // User-info written into a URL never appears in an error.
         let failed = get(
-            loopback(Limits::default()),
+            loopback(SourceLimits::default()),
             &format!("http://user:hunter2@{address}/gone"),
             None,
         )
@@ -452,7 +452,7 @@ mod tests {
             "{private:?}"
         );
         let git = get(
-            loopback(Limits::default()),
+            loopback(SourceLimits::default()),
             &format!("git://{address}/repo"),
             None,
         )

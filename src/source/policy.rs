@@ -9,7 +9,7 @@ use super::FetchError;
 
 /// How much one fetch may cost.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Limits {
+pub struct SourceLimits {
     /// Bytes a single download (pack or file) may transfer.
     pub download_bytes: u64,
     /// Files under a requested directory.
@@ -25,9 +25,9 @@ pub struct Limits {
     pub refs_bytes: u64,
 }
 
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
+impl Default for SourceLimits {
+    fn default() -> SourceLimits {
+        SourceLimits {
             download_bytes: 64 * 1024 * 1024,
             files: 256,
             // Nothing larger could be held in the ConfigMap it is fetched for.
@@ -47,7 +47,7 @@ pub struct Policy {
     /// Loopback, private and link-local destinations (cloud metadata included).
     pub allow_private_addresses: bool,
     /// Size, count and time bounds of a fetch.
-    pub limits: Limits,
+    pub limits: SourceLimits,
     /// CAs every https source trusts besides the public web roots (`--source-ca-file`),
     /// as PEM.
     #[serde(default)]

@@ -9,65 +9,105 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_metahooks")
 }
 
-async fn wait_ready(url: &str) {
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = reqwest::get(url).await
-            && r.status() == 200
-        {
-            return;
+/// A `serve` process on ports the kernel chose (`127.0.0.1:0`), learnt from its start-up
+/// log lines: binding a port, letting it go and passing its number on would race with
+/// anything else binding one in between. Killed when dropped, however the test ends.
+struct Serving {
+    child: std::process::Child,
+    hooks: String,
+    probes: String,
+    receivers: Option<String>,
+    /// The stdout lines read so far.
+    seen: Vec<String>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Serving {
+    /// Spawns `command` (which ends in `serve` and its flags) with the listen flags
+    /// added, and reads its stdout until it says where it listens, which it does once it
+    /// is ready.
+    fn start(mut command: Command, with_receivers: bool) -> Serving {
+        command.args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"]);
+        if with_receivers {
+            command.args(["--receiver-listen", "127.0.0.1:0"]);
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "server never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the binary starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut serving = Serving {
+            child,
+            hooks: String::new(),
+            probes: String::new(),
+            receivers: None,
+            seen: Vec::new(),
+            lines,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while serving.hooks.is_empty() || (with_receivers && serving.receivers.is_none()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = serving.lines.recv_timeout(left) else {
+                panic!(
+                    "the server never said where it listens: {:#?}",
+                    serving.seen
+                );
+            };
+            let value: Value = serde_json::from_str(&line).unwrap_or_default();
+            let text = |field: &str| value[field].as_str().unwrap_or_default().to_owned();
+            match value["message"].as_str() {
+                Some("listening") => {
+                    (serving.hooks, serving.probes) = (text("hooks"), text("probes"))
+                }
+                Some("push receivers listening") => serving.receivers = Some(text("addr")),
+                _ => {}
+            }
+            serving.seen.push(line);
+        }
+        serving
+    }
+
+    /// Every stdout line, once the process has ended (and so closed its stdout).
+    fn all_lines(&mut self) -> Vec<String> {
+        let mut all = std::mem::take(&mut self.seen);
+        all.extend(self.lines.iter());
+        all
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_logs_json_and_drains_on_sigterm() {
-    let (hook_port, probe_port) = (free_port(), free_port());
-    let mut child = Command::new(binary())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{hook_port}"),
-            "--probe-listen",
-            &format!("127.0.0.1:{probe_port}"),
-        ])
-        .args(["--shutdown-delay-seconds", "5"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("binary starts");
-    let stdout = child.stdout.take().unwrap();
-    let lines = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<_>>()
-    });
-    wait_ready(&format!("http://127.0.0.1:{probe_port}/readyz")).await;
+    let mut command = Command::new(binary());
+    command.args(["serve", "--shutdown-delay-seconds", "5"]);
+    let mut served = Serving::start(command, false);
+    let (hook_port, probe_port) = (served.hooks.clone(), served.probes.clone());
 
     let request = support::read_json(
         &support::repo_dir().join("hooks-tests/apimock/fresh-parent/request.json"),
     );
     let client = reqwest::Client::new();
     let answer = client
-        .post(format!("http://127.0.0.1:{hook_port}/apimock/sync"))
+        .post(format!("http://{hook_port}/apimock/sync"))
         .json(&request)
         .send()
         .await
@@ -76,7 +116,7 @@ async fn serve_logs_json_and_drains_on_sigterm() {
 
     // A call for a hook that does not exist: refused, and the log says why.
     let wrong = client
-        .post(format!("http://127.0.0.1:{hook_port}/apimock/synk"))
+        .post(format!("http://{hook_port}/apimock/synk"))
         .json(&request)
         .send()
         .await
@@ -92,9 +132,7 @@ async fn serve_logs_json_and_drains_on_sigterm() {
     let started = Instant::now();
     loop {
         let answer: Value = client
-            .post(format!(
-                "http://127.0.0.1:{hook_port}/monitoredservice/sync"
-            ))
+            .post(format!("http://{hook_port}/monitoredservice/sync"))
             .json(&refused)
             .send()
             .await
@@ -113,13 +151,13 @@ async fn serve_logs_json_and_drains_on_sigterm() {
     }
 
     Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &served.child.id().to_string()])
         .status()
         .unwrap();
     // Readiness flips as soon as the signal is handled: wait for that event, then call a
     // hook inside the (generous) drain window.
     let started = Instant::now();
-    while reqwest::get(format!("http://127.0.0.1:{probe_port}/readyz"))
+    while reqwest::get(format!("http://{probe_port}/readyz"))
         .await
         .unwrap()
         .status()
@@ -132,7 +170,7 @@ async fn serve_logs_json_and_drains_on_sigterm() {
         tokio::task::yield_now().await;
     }
     let during = client
-        .post(format!("http://127.0.0.1:{hook_port}/apimock/sync"))
+        .post(format!("http://{hook_port}/apimock/sync"))
         .json(&request)
         .send()
         .await
@@ -143,12 +181,12 @@ async fn serve_logs_json_and_drains_on_sigterm() {
         "hooks are still answered during the drain delay"
     );
 
-    let exit = tokio::task::spawn_blocking(move || child.wait())
+    let (exit, mut served) = tokio::task::spawn_blocking(move || (served.child.wait(), served))
         .await
-        .unwrap()
         .unwrap();
+    let exit = exit.unwrap();
     assert!(exit.success(), "exit status {exit:?}");
-    let lines = lines.join().unwrap();
+    let lines = served.all_lines();
     let calls: Vec<Value> = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -318,52 +356,21 @@ fn render_with_observed_children_keeps_the_last_good_mock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_raises_its_open_file_limit_and_fits_the_connection_cap_under_it() {
-    let (hook_port, probe_port) = (free_port(), free_port());
     // A soft limit of 64 under a hard limit of 512: raised to 512, and the default cap
     // of 1024 connections lowered to leave descriptors for everything else.
-    let mut child = Command::new("prlimit")
+    let mut command = Command::new("prlimit");
+    command
         .arg("--nofile=64:512")
         .arg(binary())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{hook_port}"),
-            "--probe-listen",
-            &format!("127.0.0.1:{probe_port}"),
-            "--max-in-flight",
-            "16",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("prlimit starts the binary");
-    let stdout = child.stdout.take().unwrap();
-    // Killed however the test ends, so no server outlives it holding the test's stderr.
-    struct KillOnDrop(std::process::Child);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _child = KillOnDrop(child);
-    let (sender, lines) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Ok(value) = serde_json::from_str(&line) {
-                let _ = sender.send(value);
-            }
-        }
-    });
-    wait_ready(&format!("http://127.0.0.1:{probe_port}/readyz")).await;
-    let limit = loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("an open-file limit line");
-        if line["message"] == "open-file limit" {
-            break line;
-        }
-    };
+        .args(["serve", "--max-in-flight", "16"]);
+    let served = Serving::start(command, false);
+    // Logged before the server listens, so among the lines already read.
+    let limit = served
+        .seen
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["message"] == "open-file limit")
+        .unwrap_or_else(|| panic!("no open-file limit line: {:#?}", served.seen));
     let fields = &limit;
     assert_eq!(fields["soft_before"], 64, "{limit}");
     assert_eq!(fields["soft"], 512, "{limit}");
@@ -413,31 +420,19 @@ fn source_and_receiver_flags_are_checked_before_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_starts_push_receivers_on_their_own_port() {
-    let (hook_port, probe_port, receiver_port) = (free_port(), free_port(), free_port());
     let secret = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(secret.path(), "s3cret\n").unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _child = Kill(
-        Command::new(binary())
-            .args(["serve", "--listen", &format!("127.0.0.1:{hook_port}")])
-            .args(["--probe-listen", &format!("127.0.0.1:{probe_port}")])
-            .args(["--receiver-listen", &format!("127.0.0.1:{receiver_port}")])
-            .arg("--receiver-secret-file")
-            .arg(secret.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("binary starts"),
-    );
-    wait_ready(&format!("http://127.0.0.1:{probe_port}/readyz")).await;
+    let mut command = Command::new(binary());
+    command
+        .arg("serve")
+        .arg("--receiver-secret-file")
+        .arg(secret.path());
+    let served = Serving::start(command, true);
+    let hook_port = served.hooks.clone();
+    let receiver_port = served.receivers.clone().unwrap_or_default();
     let client = reqwest::Client::new();
     let body = br#"{"url": "https://git.example.com/a.git"}"#;
-    let url = format!("http://127.0.0.1:{receiver_port}/receivers/generic");
+    let url = format!("http://{receiver_port}/receivers/generic");
     let forged = client
         .post(&url)
         .header("x-signature-256", "sha256=00")
@@ -458,7 +453,7 @@ async fn serve_starts_push_receivers_on_their_own_port() {
     assert_eq!(signed.status(), 202);
     // Receivers are not on the hook port.
     let on_hooks = client
-        .post(format!("http://127.0.0.1:{hook_port}/receivers/generic"))
+        .post(format!("http://{hook_port}/receivers/generic"))
         .body(body.to_vec())
         .send()
         .await

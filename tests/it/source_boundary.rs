@@ -220,7 +220,7 @@ use std::time::{Duration, Instant};
 
 use crate::source_hardening::{git_stdin, settled};
 use metahooks::source::fetcher::{Fetcher, FetcherOptions};
-use metahooks::source::policy::{Limits, Policy};
+use metahooks::source::policy::{Policy, SourceLimits};
 use metahooks::source::worker::spawn::Isolation;
 use metahooks::source::{Location, SourceRequest, Sources};
 use support::servers::{GitDaemon, Repo, serve_git_http_per_user};
@@ -299,7 +299,7 @@ async fn hostile_remote(hostility: Hostility, http: bool) -> (u16, Arc<Witness>)
 }
 
 fn worker_fetcher(
-    limits: Limits,
+    limits: SourceLimits,
     workers: usize,
     per_namespace: usize,
 ) -> (Fetcher, tempfile::TempDir) {
@@ -352,9 +352,9 @@ async fn closed(witness: &Witness, connections: usize, within: Duration) -> Vec<
 async fn an_endless_ref_advertisement_is_cut_off_at_its_cap() {
     for http in [false, true] {
         let (port, witness) = hostile_remote(Hostility::RefFlood, http).await;
-        let limits = Limits {
+        let limits = SourceLimits {
             refs_bytes: 1024 * 1024,
-            ..Limits::default()
+            ..SourceLimits::default()
         };
         let (fetcher, _cache) = worker_fetcher(limits.clone(), 2, 2);
         let scheme = if http { "http" } else { "git" };
@@ -388,9 +388,9 @@ async fn an_endless_ref_advertisement_is_cut_off_at_its_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tarpit_is_closed_at_the_deadline() {
     let (port, witness) = hostile_remote(Hostility::Tarpit, false).await;
-    let limits = Limits {
+    let limits = SourceLimits {
         timeout_seconds: 3,
-        ..Limits::default()
+        ..SourceLimits::default()
     };
     let (fetcher, _cache) = worker_fetcher(limits, 2, 2);
     let request = git(format!("git://127.0.0.1:{port}/repo.git"), "team-a", "");
@@ -413,7 +413,7 @@ async fn one_namespaces_tarpits_do_not_delay_another_namespace() {
     let daemon = GitDaemon::start(&repo);
     // The default deadline (20 s): every tarpit holds its worker far longer than an
     // honest fetch takes.
-    let (fetcher, _cache) = worker_fetcher(Limits::default(), 4, 2);
+    let (fetcher, _cache) = worker_fetcher(SourceLimits::default(), 4, 2);
     let tarpits: Vec<SourceRequest> = (0..30)
         .map(|i| {
             git(
@@ -491,9 +491,9 @@ async fn a_blob_bomb_is_refused_from_its_header_without_inflating_it() {
     // git daemon inflates and deflates the 512 MiB again for every fetch: seconds of
     // CPU, minutes on a busy machine, so the deadline is generous (what is checked is
     // the reason the worker gives, not how fast the server packs).
-    let limits = Limits {
+    let limits = SourceLimits {
         timeout_seconds: 180,
-        ..Limits::default()
+        ..SourceLimits::default()
     };
     let (fetcher, _cache) = worker_fetcher(limits, 2, 2);
     for path in ["app.env", ""] {
@@ -555,7 +555,7 @@ async fn a_commit_one_token_may_read_is_never_served_to_another() {
     ])
     .await;
     let url = format!("http://127.0.0.1:{port}/config.git");
-    let (fetcher, _cache) = worker_fetcher(Limits::default(), 2, 2);
+    let (fetcher, _cache) = worker_fetcher(SourceLimits::default(), 2, 2);
     let with = |user: &str, password: &str, reference: &str| SourceRequest {
         tls: None,
         location: Location::Git {
@@ -639,7 +639,7 @@ async fn a_delta_bomb_ends_the_worker_at_its_memory_limit_not_the_server() {
     // A 17 KB pack whose commit holds, beside a 4-byte file, a 300 MiB blob stored as a
     // delta: indexing it needs the whole blob in memory (~340 MiB unbounded).
     let bomb = DeltaBombServer::start(300);
-    let (fetcher, _cache) = worker_fetcher(Limits::default(), 2, 2);
+    let (fetcher, _cache) = worker_fetcher(SourceLimits::default(), 2, 2);
     let url = format!("git://127.0.0.1:{}/config.git", bomb.port);
     let error = settled(&fetcher, &git(url, "team-a", "app.env"))
         .await

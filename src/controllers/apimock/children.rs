@@ -64,7 +64,7 @@ pub struct Plan<'a> {
     /// The spec.
     pub spec: &'a ApiMockSpec,
     /// The definition actually served (the spec's or the source's, or the last good one).
-    pub served: Served<'a>,
+    pub served: ServedFiles<'a>,
     /// Hash of what is served (pod-template annotation).
     pub sha256: &'a str,
     /// The source's revision of what is served, for definitions read from a source.
@@ -80,7 +80,7 @@ pub struct Plan<'a> {
 /// One document (as written in the spec, or one file read from a source), or a root
 /// document with the files it refers to.
 #[derive(Clone, Copy)]
-pub enum Served<'a> {
+pub enum ServedFiles<'a> {
     /// One document.
     Text {
         /// The document.
@@ -92,12 +92,12 @@ pub enum Served<'a> {
     Bundle(&'a Bundle),
 }
 
-impl Served<'_> {
+impl ServedFiles<'_> {
     /// The root document's path under the mount.
     pub fn root_path(&self) -> &str {
         match self {
-            Served::Text { format, .. } => format.file_name(),
-            Served::Bundle(bundle) => &bundle.root,
+            ServedFiles::Text { format, .. } => format.file_name(),
+            ServedFiles::Bundle(bundle) => &bundle.root,
         }
     }
 }
@@ -151,10 +151,10 @@ pub fn config_map(plan: &Plan<'_>) -> ConfigMap {
         annotations.insert(SOURCE_TIME_ANNOTATION.to_owned(), at.to_string());
     }
     let data = match plan.served {
-        Served::Text { text, format } => {
+        ServedFiles::Text { text, format } => {
             BTreeMap::from([(format.file_name().to_owned(), text.to_owned())])
         }
-        Served::Bundle(bundle) => {
+        ServedFiles::Bundle(bundle) => {
             annotations.insert(ROOT_ANNOTATION.to_owned(), bundle.root.clone());
             let renamed: BTreeMap<String, &str> =
                 bundle.keys().filter(|(key, path)| key != path).collect();
@@ -177,8 +177,8 @@ pub fn config_map(plan: &Plan<'_>) -> ConfigMap {
 }
 
 /// Every file at its path: ConfigMap keys cannot hold the slashes of `schemas/pet.yaml`.
-fn volume_items(served: Served<'_>) -> Option<Vec<KeyToPath>> {
-    let Served::Bundle(bundle) = served else {
+fn volume_items(served: ServedFiles<'_>) -> Option<Vec<KeyToPath>> {
+    let ServedFiles::Bundle(bundle) = served else {
         return None;
     };
     Some(
@@ -487,7 +487,7 @@ mod tests {
         ingress(&Plan {
             name: "pets",
             spec: &spec,
-            served: Served::Text {
+            served: ServedFiles::Text {
                 text: "",
                 format: Format::Yaml,
             },

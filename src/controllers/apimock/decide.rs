@@ -9,7 +9,7 @@ use super::origin::{self, Candidate};
 use super::spec::DefinitionStatus;
 use super::{ApiMockHooks, Call, bundle, held};
 use crate::controllers::Context;
-use crate::controllers::common::conditions::Decided;
+use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::error::HookError;
 
@@ -40,31 +40,31 @@ impl From<HookError> for Stop {
 /// The definition the children are built from, and the verdict on the wanted one.
 pub(super) struct Decision<'r> {
     pub(super) validated: Decided,
-    pub(super) served: Option<Served<'r>>,
+    pub(super) served: Option<ServedDefinition<'r>>,
     /// What runs is newer than this server's copy of the source.
     pub(super) behind: bool,
 }
 
 /// A valid definition and where it came from.
-pub(super) struct Served<'r> {
+pub(super) struct ServedDefinition<'r> {
     pub(super) analysis: Arc<Analysis>,
     pub(super) candidate: Candidate<'r>,
     pub(super) revision: Option<String>,
     pub(super) made_at: Option<i64>,
 }
 
-impl Served<'_> {
-    pub(super) fn files(&self) -> children::Served<'_> {
+impl ServedDefinition<'_> {
+    pub(super) fn files(&self) -> children::ServedFiles<'_> {
         match &self.candidate {
-            Candidate::Text(text) => children::Served::Text {
+            Candidate::Text(text) => children::ServedFiles::Text {
                 text,
                 format: self.analysis.format,
             },
-            Candidate::Bundle(bundle) if bundle.is_single() => children::Served::Text {
+            Candidate::Bundle(bundle) if bundle.is_single() => children::ServedFiles::Text {
                 text: bundle.root_text(),
                 format: self.analysis.format,
             },
-            Candidate::Bundle(bundle) => children::Served::Bundle(bundle),
+            Candidate::Bundle(bundle) => children::ServedFiles::Bundle(bundle),
         }
     }
 }
@@ -87,9 +87,13 @@ impl ApiMockHooks {
         let invalid = match wanted {
             Ok((candidate, analysis)) => match &analysis.outcome {
                 Ok(summary) => {
-                    let validated =
-                        Decided::new("Validated", true, "ValidDefinition", valid_message(summary));
-                    let fresh = Served {
+                    let validated = Decided::new(
+                        ConditionType::Validated,
+                        true,
+                        "ValidDefinition",
+                        valid_message(summary),
+                    );
+                    let fresh = ServedDefinition {
                         analysis: analysis.clone(),
                         candidate: candidate.clone(),
                         revision: reading.revision.clone(),
@@ -122,23 +126,28 @@ impl ApiMockHooks {
         };
         let last_good = self.last_good(call, ctx, effort)?;
         let validated = match (invalid, &last_good) {
-            (Some(invalid), _) => Decided::new("Validated", false, invalid.reason, invalid.message),
+            (Some(invalid), _) => Decided::new(
+                ConditionType::Validated,
+                false,
+                invalid.reason,
+                invalid.message,
+            ),
             (None, Some(running)) => match &running.analysis.outcome {
                 Ok(summary) => Decided::new(
-                    "Validated",
+                    ConditionType::Validated,
                     true,
                     "ValidDefinition",
                     format!("{} (kept from the last good read)", valid_message(summary)),
                 ),
                 Err(_) => Decided::new(
-                    "Validated",
+                    ConditionType::Validated,
                     false,
                     "NoDefinition",
                     "no definition has been read yet",
                 ),
             },
             (None, None) => Decided::new(
-                "Validated",
+                ConditionType::Validated,
                 false,
                 "NoDefinition",
                 "no definition has been read yet",
@@ -157,7 +166,7 @@ impl ApiMockHooks {
         call: &Call<'r>,
         ctx: &Context,
         effort: Effort,
-    ) -> Result<Option<Served<'r>>, Stop> {
+    ) -> Result<Option<ServedDefinition<'r>>, Stop> {
         let Some(config_map) = call
             .request
             .children
@@ -169,7 +178,7 @@ impl ApiMockHooks {
             return Ok(None);
         };
         let analysis = self.analysis_of(&candidate, ctx, effort)?;
-        Ok(analysis.outcome.is_ok().then(|| Served {
+        Ok(analysis.outcome.is_ok().then(|| ServedDefinition {
             analysis,
             candidate,
             revision: held::annotation(config_map, REVISION_ANNOTATION).map(str::to_owned),
@@ -236,7 +245,7 @@ impl ApiMockHooks {
 }
 /// True when the observed ConfigMap holds the same ref of the source as `fresh`, made
 /// later (by its revision and source-time annotations).
-fn held_is_newer(call: &Call<'_>, fresh: &Served<'_>) -> bool {
+fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>) -> bool {
     let Some(fresh_revision) = fresh.revision.as_deref() else {
         return false;
     };

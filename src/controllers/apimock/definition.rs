@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::validate;
 pub use super::verdict::{Generation, Invalid};
-use crate::controllers::common::memo::Memo as BoundedMemo;
+use crate::controllers::common::memo::Memo;
 use crate::hash::sha256_hex;
 
 /// A definition is held in a ConfigMap, so it can be no larger than one's content.
@@ -64,7 +64,7 @@ pub struct Analysis {
     pub outcome: Result<Summary, Invalid>,
 }
 
-/// Parses and validates a definition. Pure; callers normally go through [`Memo`].
+/// Parses and validates a definition. Pure; callers normally go through [`AnalysisMemo`].
 pub fn analyze(text: &str) -> Analysis {
     let sha256 = sha256_hex(text.as_bytes());
     let format = sniff_format(text);
@@ -284,14 +284,14 @@ fn summarize(document: &Value, generation: Generation) -> Summary {
 /// Bounded memo of analyses. Keyed by BLAKE3 (several GB/s, collision-resistant)
 /// rather than SHA-256, because the key is computed on every sync of every parent while
 /// the SHA-256 shown to users is only needed once per distinct document.
-pub struct Memo {
-    analyses: BoundedMemo<MemoKey, Arc<Analysis>>,
+pub struct AnalysisMemo {
+    analyses: Memo<MemoKey, Arc<Analysis>>,
     heavy: Arc<HeavySlots>,
 }
 
-impl Default for Memo {
-    fn default() -> Memo {
-        Memo::with_heavy_slots(0)
+impl Default for AnalysisMemo {
+    fn default() -> AnalysisMemo {
+        AnalysisMemo::with_heavy_slots(0)
     }
 }
 
@@ -346,16 +346,16 @@ impl Drop for HeavySlot {
     }
 }
 
-impl Memo {
+impl AnalysisMemo {
     /// A memo whose large definitions are validated `slots` at a time (0: one per core,
     /// at most 8). The server passes its compute-thread count: more could not run at once.
-    pub fn with_heavy_slots(slots: usize) -> Memo {
+    pub fn with_heavy_slots(slots: usize) -> AnalysisMemo {
         let capacity = match slots {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
             n => n,
         };
-        Memo {
-            analyses: BoundedMemo::entries(MEMO_ENTRIES),
+        AnalysisMemo {
+            analyses: Memo::entries(MEMO_ENTRIES),
             heavy: Arc::new(HeavySlots {
                 used: Mutex::new(0),
                 freed: std::sync::Condvar::new(),
@@ -379,7 +379,7 @@ impl Memo {
         self.analyses.get(&key)
     }
 
-    /// Like [`Memo::analyze`], but a large document that cannot get a heavy slot before
+    /// Like [`AnalysisMemo::analyze`], but a large document that cannot get a heavy slot before
     /// `deadline` is not validated at all (None).
     pub fn analyze_by(
         &self,
@@ -566,7 +566,7 @@ mod tests {
     #[test]
     fn large_definitions_wait_for_a_heavy_slot_until_the_deadline() {
         // A memo of its own: no other test can take or free these slots.
-        let memo = Memo::with_heavy_slots(2);
+        let memo = AnalysisMemo::with_heavy_slots(2);
         let held: Vec<HeavySlot> = (0..2)
             .map(|_| {
                 memo.heavy
@@ -598,7 +598,7 @@ mod tests {
 
     #[test]
     fn memo_returns_the_same_analysis_and_stays_bounded() {
-        let memo = Memo::default();
+        let memo = AnalysisMemo::default();
         let first = memo.analyze(PETS);
         let second = memo.analyze(PETS);
         assert!(Arc::ptr_eq(&first, &second));

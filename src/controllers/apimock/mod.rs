@@ -24,12 +24,12 @@ use serde_json::{Value, json};
 
 use self::children::{DEFINITION_HASH_ANNOTATION, Plan};
 use self::decide::{Decision, Effort, Stop, definition_status};
-use self::definition::Memo;
+use self::definition::AnalysisMemo;
 use self::origin::Origin;
 use self::status::{Facts, SourceFacts};
-use crate::controllers::common::conditions::{Decided, format_time};
+use crate::controllers::common::conditions::{ConditionType, Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
-use crate::controllers::common::memo::{Memo as BoundedMemo, key_of};
+use crate::controllers::common::memo::{Memo, key_of};
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::common::polling;
@@ -54,13 +54,13 @@ pub struct ApiMockHooks {
     docs_image: String,
     /// What the operator lets a CR expose.
     policy: ExposurePolicy,
-    memo: Memo,
+    memo: AnalysisMemo,
     /// Built children by the hash of everything they depend on: most syncs repeat the
     /// last answer, and building four objects through typed structs costs more than
     /// parsing them.
-    built: BoundedMemo<[u8; 32], Arc<Vec<Value>>>,
+    built: Memo<[u8; 32], Arc<Vec<Value>>>,
     /// Definitions read from source snapshots, by source, revision and root.
-    read_memo: BoundedMemo<[u8; 32], origin::Read>,
+    read_memo: Memo<[u8; 32], origin::Read>,
 }
 
 /// Children sets the memo is sized for.
@@ -89,9 +89,9 @@ impl ApiMockHooks {
             mock_image: settings.mock_image.clone(),
             docs_image: settings.docs_image.clone(),
             policy: settings.policy.clone(),
-            memo: Memo::with_heavy_slots(settings.heavy_validations),
-            built: BoundedMemo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
-            read_memo: BoundedMemo::weighted(
+            memo: AnalysisMemo::with_heavy_slots(settings.heavy_validations),
+            built: Memo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
+            read_memo: Memo::weighted(
                 origin::READ_ENTRIES,
                 origin::READ_BYTES,
                 origin::read_weight,
@@ -124,7 +124,7 @@ impl ApiMockHooks {
         if let Err(invalid) = check_dns1035_label(name) {
             let message = format!("metadata.name cannot name the mock's Service: {invalid}");
             return Ok(call.keep_running(
-                Decided::new("Validated", false, "InvalidName", message),
+                Decided::new(ConditionType::Validated, false, "InvalidName", message),
                 None,
                 false,
             )?);
@@ -132,18 +132,19 @@ impl ApiMockHooks {
         let spec = match spec::parse_spec(parent) {
             Ok(spec) => spec,
             Err(problem) => {
-                let validated = Decided::new("Validated", false, "InvalidSpec", problem);
+                let validated =
+                    Decided::new(ConditionType::Validated, false, "InvalidSpec", problem);
                 return Ok(call.keep_running(validated, None, true)?);
             }
         };
         if let Err(Problem { reason, message }) = exposure::check(&spec, &self.policy, namespace) {
-            let validated = Decided::new("Validated", false, reason, message);
+            let validated = Decided::new(ConditionType::Validated, false, reason, message);
             return Ok(call.keep_running(validated, None, true)?);
         }
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
             Err(Problem { reason, message }) => {
-                let validated = Decided::new("Validated", false, reason, message);
+                let validated = Decided::new(ConditionType::Validated, false, reason, message);
                 return Ok(call.keep_running(validated, None, true)?);
             }
         };
@@ -469,7 +470,7 @@ mod tests {
     /// plan differing only there got the first plan's ConfigMap.
     #[test]
     fn every_input_of_the_children_is_part_of_their_memo_key() {
-        use super::children::{Plan, SOURCE_TIME_ANNOTATION, Served};
+        use super::children::{Plan, SOURCE_TIME_ANNOTATION, ServedFiles};
         use super::definition::Format;
         let hooks = super::ApiMockHooks::new(&ControllerSettings::default());
         let spec = super::spec::ApiMockSpec::default();
@@ -481,7 +482,7 @@ mod tests {
             let children = hooks.children(&Plan {
                 name: "pets",
                 spec: &spec,
-                served: Served::Text {
+                served: ServedFiles::Text {
                     text: "openapi: 3.0.3\n",
                     format: Format::Yaml,
                 },

@@ -10,7 +10,7 @@ use super::bundle::{self, Bundle};
 use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
 use crate::controllers::Context;
-use crate::controllers::common::conditions::Decided;
+use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::source_spec::{self, HttpSource};
@@ -278,7 +278,7 @@ fn read_config_map<'r>(
     let ConfigMapKeyRef { name, key } = key_ref;
     let Some(config_map) = related.find("ConfigMap", "v1", Some(namespace), name) else {
         return Reading::fetched(Decided::new(
-            "Fetched",
+            ConditionType::Fetched,
             false,
             "ConfigMapNotFound",
             format!(
@@ -302,11 +302,16 @@ fn read_config_map<'r>(
         } else {
             format!("ConfigMap {name:?} has no key {key:?} in data")
         };
-        return Reading::fetched(Decided::new("Fetched", false, "KeyNotFound", message));
+        return Reading::fetched(Decided::new(
+            ConditionType::Fetched,
+            false,
+            "KeyNotFound",
+            message,
+        ));
     };
     Reading {
         fetched: Some(Decided::new(
-            "Fetched",
+            ConditionType::Fetched,
             true,
             "Fetched",
             format!("read key {key:?} of ConfigMap {name:?}"),

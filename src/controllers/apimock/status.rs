@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::spec::{ApiMockStatus, DefinitionStatus};
-use crate::controllers::common::conditions::{self, Decided};
+use crate::controllers::common::conditions::{self, ConditionType, Decided};
 use crate::controllers::common::rollout::Rollout;
 
 /// Inputs to one status computation.
@@ -50,7 +50,7 @@ pub fn apply_limit(children: &[Value]) -> Option<Decided> {
         let total = copy + own + crate::apiserver::LAST_APPLIED_KEY_LEN;
         (total > crate::apiserver::ANNOTATIONS_MAX_BYTES).then(|| {
             Decided::new(
-                "FitsClientSideApply",
+                ConditionType::FitsClientSideApply,
                 false,
                 "LastAppliedTooLarge",
                 format!(
@@ -121,21 +121,21 @@ fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
     let current = facts.serving.is_some() && rollout.served_hash.as_deref() == facts.serving;
     if facts.serving.is_none() && awaiting {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "NoMock",
             "no mock is running yet: the definition is still being read from its source",
         )
     } else if facts.serving.is_none() && facts.source.is_some() {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "NoMock",
             "no mock is running: no valid definition has been read from its source; see Fetched and Validated",
         )
     } else if facts.serving.is_none() {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "NoMock",
             "no mock is running: the definition has never been valid",
@@ -147,21 +147,21 @@ fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
             "spec.definition"
         };
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "DefinitionInvalid",
             format!("the last valid definition is still served; fix {fix} to roll the new one"),
         )
     } else if rollout.available && rollout.settled && current {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             true,
             "MockReady",
             "the mock serves the current definition",
         )
     } else {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "RolloutInProgress",
             "the mock Deployment is rolling out the current definition",

@@ -31,11 +31,42 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
+/// What a condition is about: every condition type our controllers write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionType {
+    /// The children are in place and serving.
+    Ready,
+    /// The definition is valid (APIMock).
+    Validated,
+    /// The source was read (APIMock and MonitoredService from a source).
+    Fetched,
+    /// The fetched config could be turned into a ConfigMap (MonitoredService).
+    ConfigValid,
+    /// The Deployment's own `Available` condition holds.
+    Available,
+    /// The children fit Metacontroller's client-side apply (APIMock).
+    FitsClientSideApply,
+}
+
+impl ConditionType {
+    /// The `type` as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Ready => "Ready",
+            ConditionType::Validated => "Validated",
+            ConditionType::Fetched => "Fetched",
+            ConditionType::ConfigValid => "ConfigValid",
+            ConditionType::Available => "Available",
+            ConditionType::FitsClientSideApply => "FitsClientSideApply",
+        }
+    }
+}
+
 /// A condition as a controller decides it, before the transition time is settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
     /// What the condition is about.
-    pub type_: &'static str,
+    pub type_: ConditionType,
     /// Whether it holds.
     pub status: bool,
     /// CamelCase reason.
@@ -47,7 +78,7 @@ pub struct Decided {
 impl Decided {
     /// A condition as decided now.
     pub fn new(
-        type_: &'static str,
+        type_: ConditionType,
         status: bool,
         reason: &'static str,
         message: impl Into<String>,
@@ -91,11 +122,13 @@ pub fn settle(
             let last_transition_time = previous
                 .iter()
                 .find(|p| {
-                    p.type_ == d.type_ && p.status == status && !p.last_transition_time.is_empty()
+                    p.type_ == d.type_.as_str()
+                        && p.status == status
+                        && !p.last_transition_time.is_empty()
                 })
                 .map_or_else(|| now.to_owned(), |p| p.last_transition_time.clone());
             Condition {
-                type_: d.type_.to_owned(),
+                type_: d.type_.as_str().to_owned(),
                 status: status.to_owned(),
                 reason: d.reason.to_owned(),
                 message: d.message,
@@ -126,7 +159,7 @@ mod tests {
     #[test]
     fn unchanged_status_keeps_its_transition_time() {
         let settled = settle(
-            vec![Decided::new("Ready", true, "Other", "m")],
+            vec![Decided::new(ConditionType::Ready, true, "Other", "m")],
             &previous(),
             "NOW",
             Some(2),
@@ -140,8 +173,8 @@ mod tests {
     fn flipped_or_new_condition_takes_now() {
         let settled = settle(
             vec![
-                Decided::new("Ready", false, "R", ""),
-                Decided::new("Validated", true, "V", ""),
+                Decided::new(ConditionType::Ready, false, "R", ""),
+                Decided::new(ConditionType::Validated, true, "V", ""),
             ],
             &previous(),
             "NOW",

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::conditions::Decided;
+use super::conditions::{ConditionType, Decided};
 use crate::source::{SourceRequest, SourceState, Sources};
 
 /// Poll period when none is given, in seconds.
@@ -42,10 +42,10 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
                 Some(revision) => format!("{error}; still running {revision}"),
                 None => error.to_string(),
             };
-            Decided::new("Fetched", false, error.reason(), message)
+            Decided::new(ConditionType::Fetched, false, error.reason(), message)
         }
         (Some(snapshot), None) => Decided::new(
-            "Fetched",
+            ConditionType::Fetched,
             true,
             "Fetched",
             format!("fetched {}", snapshot.revision),
@@ -54,13 +54,13 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
         // snapshot budget) while what runs came from the source: nothing failed.
         (None, None) => match running {
             Some(revision) => Decided::new(
-                "Fetched",
+                ConditionType::Fetched,
                 true,
                 "Fetched",
                 format!("running {revision}; this server is reading its own copy of the {what}"),
             ),
             None => Decided::new(
-                "Fetched",
+                ConditionType::Fetched,
                 false,
                 "FetchPending",
                 format!("the first fetch of the {what} is in progress"),
@@ -75,7 +75,7 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
 pub fn refreshing(sources: &dyn Sources, request: &SourceRequest, running: &str) -> Decided {
     let _ = sources.lookup(request, Duration::ZERO);
     Decided::new(
-        "Fetched",
+        ConditionType::Fetched,
         true,
         "Fetched",
         format!("running {running}, fetched more recently than this server's copy; refreshing"),

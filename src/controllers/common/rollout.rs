@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::conditions::Decided;
+use super::conditions::{ConditionType, Decided};
 
 /// The observed Deployment, reduced to what status needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -72,21 +72,21 @@ impl Rollout {
     pub fn available_condition(&self, what: &str) -> Decided {
         if !self.exists {
             Decided::new(
-                "Available",
+                ConditionType::Available,
                 false,
                 "DeploymentMissing",
                 format!("{what} does not exist yet"),
             )
         } else if self.available {
             Decided::new(
-                "Available",
+                ConditionType::Available,
                 true,
                 "MinimumReplicasAvailable",
                 format!("{what} has minimum availability"),
             )
         } else {
             Decided::new(
-                "Available",
+                ConditionType::Available,
                 false,
                 "MinimumReplicasUnavailable",
                 format!("{what} does not have minimum availability yet"),

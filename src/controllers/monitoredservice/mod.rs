@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use self::children::{CONFIG_HASH_ANNOTATION, config_map_name};
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use self::status::Facts;
-use crate::controllers::common::conditions::{Decided, format_time};
+use crate::controllers::common::conditions::{ConditionType, Decided, format_time};
 use crate::controllers::common::config::{Config, format_name};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo;
@@ -338,7 +338,7 @@ fn decide(
         Some(Ok(config)) => {
             let (config, behind) = newest_of(config, running);
             let config_valid = Decided::new(
-                "ConfigValid",
+                ConditionType::ConfigValid,
                 true,
                 "Valid",
                 format!(
@@ -359,7 +359,7 @@ fn decide(
             Decision {
                 served: running.cloned(),
                 config_valid: Decided::new(
-                    "ConfigValid",
+                    ConditionType::ConfigValid,
                     false,
                     reason,
                     format!("{message}{keeping}"),
@@ -370,19 +370,19 @@ fn decide(
         None => {
             let config_valid = match running {
                 Some(config) => Decided::new(
-                    "ConfigValid",
+                    ConditionType::ConfigValid,
                     true,
                     "Valid",
                     format!("running {} until the source answers", config.revision),
                 ),
                 None if nothing_runs => Decided::new(
-                    "ConfigValid",
+                    ConditionType::ConfigValid,
                     false,
                     "NoConfig",
                     "no configuration has been fetched yet",
                 ),
                 None => Decided::new(
-                    "ConfigValid",
+                    ConditionType::ConfigValid,
                     false,
                     "NoConfig",
                     "no configuration has been fetched yet; the running children are kept as they are until one is",

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::spec::MonitoredServiceStatus;
-use crate::controllers::common::conditions::{self, Decided};
+use crate::controllers::common::conditions::{self, ConditionType, Decided};
 use crate::controllers::common::config::Config;
 use crate::controllers::common::rollout::Rollout;
 use crate::error::HookError;
@@ -26,12 +26,12 @@ impl<'a> Facts<'a> {
     ) -> Facts<'a> {
         Facts {
             fetched: Decided::new(
-                "Fetched",
+                ConditionType::Fetched,
                 false,
                 "NotFetched",
                 "the spec must be fixed before the source is fetched",
             ),
-            config_valid: Decided::new("ConfigValid", false, reason, message),
+            config_valid: Decided::new(ConditionType::ConfigValid, false, reason, message),
             config: running,
             pods,
         }
@@ -40,13 +40,13 @@ impl<'a> Facts<'a> {
     pub fn no_source(pods: Vec<String>) -> Facts<'a> {
         Facts {
             fetched: Decided::new(
-                "Fetched",
+                ConditionType::Fetched,
                 true,
                 "NoSource",
                 "the spec names no config source",
             ),
             config_valid: Decided::new(
-                "ConfigValid",
+                ConditionType::ConfigValid,
                 true,
                 "NoSource",
                 "there is no config to validate",
@@ -107,28 +107,28 @@ pub fn answer(
 fn ready(facts: &Facts<'_>, rollout: &Rollout, current: bool) -> Decided {
     if !facts.fetched.status && facts.fetched.reason != "NotFetched" {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "FetchFailing",
             "the config could not be fetched; see Fetched",
         )
     } else if !facts.config_valid.status {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "ConfigInvalid",
             "the spec or the fetched config is not valid; see ConfigValid",
         )
     } else if rollout.available && rollout.settled && current {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             true,
             "Ready",
             "all replicas run the current config",
         )
     } else {
         Decided::new(
-            "Ready",
+            ConditionType::Ready,
             false,
             "RolloutInProgress",
             "the Deployment is rolling out the current config",
