@@ -10,32 +10,9 @@ use super::spec::DefinitionStatus;
 use super::{ApiMockHooks, Call, bundle, held};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::{ConditionType, Decided};
+use crate::controllers::common::effort::{Effort, Stop};
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::error::HookError;
-
-/// How much work a call may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Effort {
-    /// Only what is remembered: the call is tried on an async worker.
-    CachedOnly,
-    /// Whatever the answer takes (on a compute thread, or outside a server).
-    Full,
-}
-
-/// Why no decision was made.
-#[derive(Debug)]
-pub(super) enum Stop {
-    /// The call may only use what is remembered, and a definition is not analysed yet.
-    NeedsValidation,
-    /// No complete answer can be built.
-    Failed(HookError),
-}
-
-impl From<HookError> for Stop {
-    fn from(error: HookError) -> Stop {
-        Stop::Failed(error)
-    }
-}
 
 /// The definition the children are built from, and the verdict on the wanted one.
 pub(super) struct Decision<'r> {
@@ -209,7 +186,7 @@ impl ApiMockHooks {
                     return Ok(hit);
                 }
                 if effort == Effort::CachedOnly {
-                    return Err(Stop::NeedsValidation);
+                    return Err(Stop::NeedsSlowWork);
                 }
                 let root = self.analysis(bundle.root_text(), ctx, effort)?;
                 let outcome = match (&root.outcome, bundle::recheck(bundle)) {
@@ -236,7 +213,7 @@ impl ApiMockHooks {
     /// slow step of an APIMock hook, so that is where a cached-only call stops.
     fn analysis(&self, text: &str, ctx: &Context, effort: Effort) -> Result<Arc<Analysis>, Stop> {
         if effort == Effort::CachedOnly {
-            return self.memo.lookup(text).ok_or(Stop::NeedsValidation);
+            return self.memo.lookup(text).ok_or(Stop::NeedsSlowWork);
         }
         self.memo
             .analyze_by(text, ctx.deadline)

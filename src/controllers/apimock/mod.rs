@@ -23,11 +23,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use self::children::{DEFINITION_HASH_ANNOTATION, Plan};
-use self::decide::{Decision, Effort, Stop, definition_status};
+use self::decide::{Decision, definition_status};
 use self::definition::AnalysisMemo;
 use self::origin::Origin;
 use self::status::{Facts, SourceFacts};
 use crate::controllers::common::conditions::{ConditionType, Decided, format_time};
+use crate::controllers::common::effort::{self, Effort, Stop};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::{Memo, key_of};
 use crate::controllers::common::names::check_dns1035_label;
@@ -220,15 +221,9 @@ impl CompositeHooks for ApiMockHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        let answered = refresh::recording(&request.parent, |asked| {
+        effort::full(refresh::recording(&request.parent, |asked| {
             self.answer(request, ctx, Effort::Full, asked)
-        });
-        answered.map_err(|stop| match stop {
-            Stop::Failed(error) => error,
-            Stop::NeedsValidation => HookError::Internal(
-                "a full sync stopped to validate later; this is a bug in metahooks".to_owned(),
-            ),
-        })
+        }))
     }
 
     /// The sync answer from remembered analyses only: None when a definition has not
@@ -238,14 +233,9 @@ impl CompositeHooks for ApiMockHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Option<Result<CompositeResponse, HookError>> {
-        let answered = refresh::recording(&request.parent, |asked| {
+        effort::cached(refresh::recording(&request.parent, |asked| {
             self.answer(request, ctx, Effort::CachedOnly, asked)
-        });
-        match answered {
-            Ok(response) => Some(Ok(response)),
-            Err(Stop::NeedsValidation) => None,
-            Err(Stop::Failed(error)) => Some(Err(error)),
-        }
+        }))
     }
 
     fn finalize(

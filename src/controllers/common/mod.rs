@@ -2,6 +2,7 @@
 
 pub mod conditions;
 pub mod config;
+pub mod effort;
 pub mod envfile;
 pub mod file_keys;
 pub mod keep;

@@ -20,6 +20,7 @@ use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use self::status::Facts;
 use crate::controllers::common::conditions::{ConditionType, Decided, format_time};
 use crate::controllers::common::config::{Config, format_name};
+use crate::controllers::common::effort::{self, Effort, Stop};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
@@ -75,11 +76,22 @@ fn converted_weight(key: &String, converted: &Converted) -> u64 {
 type Converted = std::sync::Arc<Result<Config, Problem>>;
 
 impl MonitoredServiceHooks {
-    fn convert(&self, key: &str, snapshot: &Snapshot, format: Option<ConfigFormat>) -> Converted {
+    /// The snapshot as ConfigMap content, converted once per revision and format;
+    /// converting one not seen yet is the slow step a cached-only call stops at.
+    fn convert(
+        &self,
+        key: &str,
+        snapshot: &Snapshot,
+        format: Option<ConfigFormat>,
+        effort: Effort,
+    ) -> Result<Converted, Stop> {
         let memo_key = format!("{key}|{}|{}", snapshot.revision, format_name(format));
-        self.converted.get_or_make(&memo_key, || {
+        if effort == Effort::CachedOnly {
+            return self.converted.get(&memo_key).ok_or(Stop::NeedsSlowWork);
+        }
+        Ok(self.converted.get_or_make(&memo_key, || {
             std::sync::Arc::new(Config::from_snapshot(snapshot, format))
-        })
+        }))
     }
 
     /// Observe (the running config, the rollout, the pods) → check the spec and names →
@@ -89,38 +101,39 @@ impl MonitoredServiceHooks {
         &self,
         request: &CompositeRequest,
         ctx: &Context,
+        effort: Effort,
         asked: &mut refresh::Outcome,
-    ) -> Result<CompositeResponse, HookError> {
+    ) -> Result<CompositeResponse, Stop> {
         let call = Call::observe(request, ctx);
         let spec = match spec::parse_spec(&request.parent) {
             Ok(spec) => spec,
             Err(problem) => {
-                return call.keep_running(Facts::invalid_spec(
+                return Ok(call.keep_running(Facts::invalid_spec(
                     "InvalidSpec",
                     problem,
                     call.running(),
                     call.pods(),
-                ));
+                ))?);
             }
         };
         if let Err(Problem { reason, message }) = spec.check_env(self.deny_secret_env) {
-            return call.keep_running(Facts::invalid_spec(
+            return Ok(call.keep_running(Facts::invalid_spec(
                 reason,
                 message,
                 call.running(),
                 call.pods(),
-            ));
+            ))?);
         }
         if let Err(invalid) = check_dns1035_label(call.name)
             .and_then(|()| check_dns1123_subdomain(&config_map_name(call.name)))
         {
             let message = format!("metadata.name cannot name the children: {invalid}");
-            return call.keep_running(Facts::invalid_spec(
+            return Ok(call.keep_running(Facts::invalid_spec(
                 "InvalidName",
                 message,
                 None,
                 call.pods(),
-            ));
+            ))?);
         }
         let interval = spec.interval_seconds();
         let wanted = match source_request(&spec, &request.related, call.namespace) {
@@ -128,7 +141,7 @@ impl MonitoredServiceHooks {
             Ok(None) => {
                 // No source at all: a plain Deployment (and Service), nothing to fetch.
                 let children = children::build(call.name, &spec, None)?;
-                return call.answer(Facts::no_source(call.pods()), children, 0);
+                return Ok(call.answer(Facts::no_source(call.pods()), children, 0)?);
             }
             Err(Problem { reason, message }) => {
                 let facts = Facts::invalid_spec(reason, message, call.running(), call.pods());
@@ -137,7 +150,7 @@ impl MonitoredServiceHooks {
                 return match call.running() {
                     Some(running) => {
                         let children = children::build(call.name, &spec, Some(running))?;
-                        call.answer(facts, children, interval)
+                        Ok(call.answer(facts, children, interval)?)
                     }
                     None => Ok(call.keep_running(facts)?.with_resync_after(interval)),
                 };
@@ -159,7 +172,8 @@ impl MonitoredServiceHooks {
         let fresh = state
             .snapshot
             .as_deref()
-            .map(|snapshot| self.convert(&wanted.key(), snapshot, spec.format));
+            .map(|snapshot| self.convert(&wanted.key(), snapshot, spec.format, effort))
+            .transpose()?;
         let decision = decide(
             fresh.as_deref(),
             call.running(),
@@ -192,7 +206,7 @@ impl MonitoredServiceHooks {
             config: Some(&served),
             pods: call.pods(),
         };
-        call.answer(facts, children, resync)
+        Ok(call.answer(facts, children, resync)?)
     }
 }
 
@@ -207,7 +221,21 @@ impl CompositeHooks for MonitoredServiceHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        refresh::recording(&request.parent, |asked| self.answer(request, ctx, asked))
+        effort::full(refresh::recording(&request.parent, |asked| {
+            self.answer(request, ctx, Effort::Full, asked)
+        }))
+    }
+
+    /// The sync answer from converted configs only: None when the snapshot has not been
+    /// turned into ConfigMap content yet.
+    fn try_cached(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Option<Result<CompositeResponse, HookError>> {
+        effort::cached(refresh::recording(&request.parent, |asked| {
+            self.answer(request, ctx, Effort::CachedOnly, asked)
+        }))
     }
 
     fn finalize(

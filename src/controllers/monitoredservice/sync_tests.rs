@@ -243,3 +243,41 @@ fn a_parent_of_another_kind_is_refused_by_name() {
         );
     }
 }
+
+#[test]
+fn a_cached_attempt_stops_at_an_unconverted_snapshot_then_answers_as_a_full_sync_does() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "c0ffee", &[("app.env", "COLOUR=blue\n")], true, None);
+    let request = Request::composite(
+        "services.example.com/v1alpha1",
+        "MonitoredService",
+        "web",
+        "team",
+    )
+    .spec(spec());
+    let body = serde_json::to_vec(request.value()).unwrap_or_default();
+    let ctx = harness.registry.context(jiff::Timestamp::UNIX_EPOCH);
+    let prepared = harness
+        .registry
+        .prepare("monitoredservice", Hook::Sync, &body)
+        .unwrap_or_else(|_| panic!("a well-formed request is prepared"));
+    assert!(
+        prepared.try_cached(&ctx).is_none(),
+        "converting a snapshot not seen yet is left to a compute thread"
+    );
+    let full = prepared.run(&ctx).result.ok();
+    let cached = prepared
+        .try_cached(&ctx)
+        .and_then(|outcome| outcome.result.ok());
+    assert!(full.is_some());
+    assert_eq!(
+        cached, full,
+        "the converted snapshot is answered from memory, identically"
+    );
+    assert_eq!(
+        hash(&serde_json::from_slice(&full.unwrap_or_default()).unwrap_or_default()),
+        hash(&harness.sync(spec(), &[]))
+    );
+}
