@@ -221,9 +221,9 @@ impl CompositeHooks for ApiMockHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        effort::full(refresh::recording(&request.parent, |asked| {
-            self.answer(request, ctx, Effort::Full, asked)
-        }))
+        effort::full_sync(&request.parent, |effort, asked| {
+            self.answer(request, ctx, effort, asked)
+        })
     }
 
     /// The sync answer from remembered analyses only: None when a definition has not
@@ -233,9 +233,9 @@ impl CompositeHooks for ApiMockHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Option<Result<CompositeResponse, HookError>> {
-        effort::cached(refresh::recording(&request.parent, |asked| {
-            self.answer(request, ctx, Effort::CachedOnly, asked)
-        }))
+        effort::cached_sync(&request.parent, |effort, asked| {
+            self.answer(request, ctx, effort, asked)
+        })
     }
 
     fn finalize(

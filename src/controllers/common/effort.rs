@@ -3,8 +3,41 @@
 //! [`Effort::CachedOnly`] on an async worker and stops ([`Stop::NeedsSlowWork`]) where it
 //! would have to do slow work, or with [`Effort::Full`] on a compute thread.
 
+use serde_json::Value;
+
+use super::refresh;
 use crate::error::HookError;
 use crate::protocol::CompositeResponse;
+
+/// What a controller's answer function looks like: the effort allowed, and the
+/// "fetch now" value it handled.
+pub trait Answer: FnOnce(Effort, &mut refresh::Outcome) -> Result<CompositeResponse, Stop> {}
+
+impl<F> Answer for F where
+    F: FnOnce(Effort, &mut refresh::Outcome) -> Result<CompositeResponse, Stop>
+{
+}
+
+/// `answer` at full effort, with the handled "fetch now" value recorded: a sync.
+///
+/// # Errors
+/// As `answer`.
+pub fn full_sync(parent: &Value, answer: impl Answer) -> Result<CompositeResponse, HookError> {
+    full(refresh::recording(parent, |asked| {
+        answer(Effort::Full, asked)
+    }))
+}
+
+/// `answer` from what is remembered only, with the handled "fetch now" value recorded:
+/// a `try_cached`.
+pub fn cached_sync(
+    parent: &Value,
+    answer: impl Answer,
+) -> Option<Result<CompositeResponse, HookError>> {
+    cached(refresh::recording(parent, |asked| {
+        answer(Effort::CachedOnly, asked)
+    }))
+}
 
 /// How much work a call may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +66,7 @@ impl From<HookError> for Stop {
 
 /// A full sync's answer: with [`Effort::Full`] nothing stops for slow work, so a
 /// `NeedsSlowWork` here is a bug, reported as an internal error rather than a panic.
-pub fn full(answered: Result<CompositeResponse, Stop>) -> Result<CompositeResponse, HookError> {
+fn full(answered: Result<CompositeResponse, Stop>) -> Result<CompositeResponse, HookError> {
     answered.map_err(|stop| match stop {
         Stop::Failed(error) => error,
         Stop::NeedsSlowWork => HookError::Internal(
@@ -43,7 +76,7 @@ pub fn full(answered: Result<CompositeResponse, Stop>) -> Result<CompositeRespon
 }
 
 /// A cached-only attempt's answer: None when it stopped for slow work.
-pub fn cached(
+fn cached(
     answered: Result<CompositeResponse, Stop>,
 ) -> Option<Result<CompositeResponse, HookError>> {
     match answered {
