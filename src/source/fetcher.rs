@@ -673,68 +673,14 @@ impl Fetcher {
             || since_start(interval);
         let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
         if !remote.in_flight && (stale || unknown) {
-            remote.in_flight = true;
-            if stale {
-                remote.refresh.job_started();
-                remote.pushed = false;
-            }
-            // A fresh remote with a new path only needs reading, not another fetch.
-            let use_network = stale || remote.resolved.is_none();
-            if use_network {
-                remote.started = Some(Instant::now());
-            }
-            remote.in_flight_network = use_network;
-            let requests: Vec<SourceRequest> = remote
-                .requests
-                .values()
-                .map(|a| a.request.clone())
-                .collect();
-            let shortest = remote
-                .requests
-                .values()
-                .map(|asked| asked.interval)
-                .min()
-                .unwrap_or(interval);
-            let resolved = remote.resolved.clone();
-            let current = requests
-                .iter()
-                .filter_map(|r| {
-                    let entry = state.snapshots.get(&r.key())?;
-                    Some((r.key(), entry.current_revision()?.to_owned()))
-                })
-                .collect();
-            let job = Job {
-                inner: self.inner.clone(),
-                guard: InFlight {
-                    inner: self.inner.clone(),
-                    remote_key: remote_key.clone(),
-                    armed: std::sync::atomic::AtomicBool::new(true),
-                },
-                interval: shortest,
-                remote_key,
-                requests,
-                use_network,
-                resolved,
-                current,
-            };
-            // Everything a job logs (failures, the fetch summary) carries its remote.
-            let (url, reference) = match &request.location {
-                Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
-                Location::Http { url } => (url.as_str(), None),
-            };
-            let span = tracing::info_span!(
-                "fetch",
-                remote = %super::redact_url(url),
-                r#ref = reference.unwrap_or(""),
-                credentials = request.credentials.is_some() || request.tls.is_some(),
-            );
-            self.inner.runtime.spawn(job.run().instrument(span));
+            self.start_job(&mut state, &remote_key, request, interval, stale);
         }
         // Pending: a running job may change this request's answer. A job that only reads
         // another parent's new path does not, for a request that has its snapshot (and
-        // reporting it would make two identical calls answer differently).
+        // reporting it would make two identical calls answer differently). Keys start
+        // with their remote's key, so only this request's remote can hold it.
         let has_snapshot = known.as_ref().is_some_and(|k| k.snapshot.is_some());
-        let pending = state.remotes.values().any(|r| {
+        let pending = state.remotes.get(&remote_key).is_some_and(|r| {
             r.in_flight
                 && (r.in_flight_network || !has_snapshot)
                 && r.requests.contains_key(&request.key())
@@ -747,6 +693,78 @@ impl Fetcher {
             pending,
             resync_within: (push_resync > 0).then_some(push_resync),
         }
+    }
+
+    /// Marks the remote in flight and spawns a job for every request it has: over the
+    /// network when `stale` (or nothing was fetched yet), else only reading new paths of
+    /// the commit already here.
+    fn start_job(
+        &self,
+        state: &mut State,
+        remote_key: &str,
+        request: &SourceRequest,
+        interval: Duration,
+        stale: bool,
+    ) {
+        let Some(remote) = state.remotes.get_mut(remote_key) else {
+            return;
+        };
+        remote.in_flight = true;
+        if stale {
+            remote.refresh.job_started();
+            remote.pushed = false;
+        }
+        // A fresh remote with a new path only needs reading, not another fetch.
+        let use_network = stale || remote.resolved.is_none();
+        if use_network {
+            remote.started = Some(Instant::now());
+        }
+        remote.in_flight_network = use_network;
+        let requests: Vec<SourceRequest> = remote
+            .requests
+            .values()
+            .map(|a| a.request.clone())
+            .collect();
+        let shortest = remote
+            .requests
+            .values()
+            .map(|asked| asked.interval)
+            .min()
+            .unwrap_or(interval);
+        let resolved = remote.resolved.clone();
+        let current = requests
+            .iter()
+            .filter_map(|r| {
+                let entry = state.snapshots.get(&r.key())?;
+                Some((r.key(), entry.current_revision()?.to_owned()))
+            })
+            .collect();
+        let job = Job {
+            inner: self.inner.clone(),
+            guard: InFlight {
+                inner: self.inner.clone(),
+                remote_key: remote_key.to_owned(),
+                armed: std::sync::atomic::AtomicBool::new(true),
+            },
+            interval: shortest,
+            remote_key: remote_key.to_owned(),
+            requests,
+            use_network,
+            resolved,
+            current,
+        };
+        // Everything a job logs (failures, the fetch summary) carries its remote.
+        let (url, reference) = match &request.location {
+            Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
+            Location::Http { url } => (url.as_str(), None),
+        };
+        let span = tracing::info_span!(
+            "fetch",
+            remote = %super::redact_url(url),
+            r#ref = reference.unwrap_or(""),
+            credentials = request.credentials.is_some() || request.tls.is_some(),
+        );
+        self.inner.runtime.spawn(job.run().instrument(span));
     }
 }
 
