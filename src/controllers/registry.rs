@@ -210,7 +210,7 @@ impl Registry {
                 )),
             ));
         }
-        let from_request = matches!(entry, Entry::Composite(c) if c.answers_only_from_request());
+        let from_request = self.may_answer_from_request_alone(controller);
         Ok(Prepared {
             entry: entry.clone(),
             hook,
@@ -389,26 +389,35 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use super::*;
     use crate::protocol::CompositeResponse;
 
-    /// Counts its syncs; its answer is the parent's name.
-    struct Counting {
+    /// Answers with the parent's name, looking a source up when that name is "reads";
+    /// says it answers from the request alone when `pure`.
+    struct Test {
         pure: bool,
-        syncs: Arc<AtomicUsize>,
     }
 
-    impl CompositeHooks for Counting {
+    impl CompositeHooks for Test {
         fn sync(
             &self,
             request: &CompositeRequest,
-            _: &Context,
+            ctx: &Context,
         ) -> Result<CompositeResponse, HookError> {
-            self.syncs.fetch_add(1, Ordering::SeqCst);
+            let name = &request.parent["metadata"]["name"];
+            if name == "reads" {
+                let source = SourceRequest {
+                    location: crate::source::Location::Http {
+                        url: "https://example.com/config.yaml".to_owned(),
+                    },
+                    namespace: "team".to_owned(),
+                    credentials: None,
+                    tls: None,
+                };
+                ctx.sources.lookup(&source, Duration::from_secs(60));
+            }
             Ok(CompositeResponse::new(
-                serde_json::json!({"name": request.parent["metadata"]["name"]}),
+                serde_json::json!({ "name": name }),
                 Vec::new(),
             ))
         }
@@ -432,54 +441,17 @@ mod tests {
             .into_bytes()
     }
 
-    /// Looks a source up when the parent's name is "reads".
-    struct Reading;
-
-    impl CompositeHooks for Reading {
-        fn sync(
-            &self,
-            request: &CompositeRequest,
-            ctx: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            if request.parent["metadata"]["name"] == "reads" {
-                let source = SourceRequest {
-                    location: crate::source::Location::Http {
-                        url: "https://example.com/config.yaml".to_owned(),
-                    },
-                    namespace: "team".to_owned(),
-                    credentials: None,
-                    tls: None,
-                };
-                ctx.sources.lookup(&source, Duration::from_secs(60));
-            }
-            Ok(CompositeResponse::new(serde_json::json!({}), Vec::new()))
-        }
-
-        fn finalize(
-            &self,
-            request: &CompositeRequest,
-            ctx: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            self.sync(request, ctx)
-        }
-
-        fn answers_only_from_request(&self) -> bool {
-            true
-        }
-    }
-
     #[test]
     fn an_answer_is_from_the_request_alone_only_for_a_pure_controller_that_read_no_source() {
         let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
         for pure in [true, false] {
-            let syncs = Arc::new(AtomicUsize::new(0));
-            let registry = Registry::new().composite("c", Counting { pure, syncs });
+            let registry = Registry::new().composite("c", Test { pure });
             assert_eq!(registry.may_answer_from_request_alone("c"), pure);
             let outcome = registry.call("c", Hook::Sync, &body("a"), &ctx);
             assert!(outcome.result.is_ok());
             assert_eq!(outcome.from_request_alone, pure, "pure: {pure}");
         }
-        let registry = Registry::new().composite("r", Reading);
+        let registry = Registry::new().composite("r", Test { pure: true });
         assert!(
             registry
                 .call("r", Hook::Sync, &body("a"), &ctx)

@@ -11,6 +11,7 @@ use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::{ConditionType, Decided};
+use crate::controllers::common::memo::key_of;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::source_spec::{self, HttpSource};
@@ -219,18 +220,12 @@ impl ApiMockHooks {
     /// The snapshot's definition, memoised by source, revision and root: a warm sync
     /// neither copies nor re-parses the files.
     fn bundle_of(&self, request: &SourceRequest, snapshot: &Snapshot, root: Option<&str>) -> Read {
-        let mut hasher = blake3::Hasher::new();
-        for part in [
-            request.key().as_str(),
-            snapshot.revision.as_str(),
-            root.unwrap_or(""),
-        ] {
-            hasher.update(&(part.len() as u64).to_le_bytes());
-            hasher.update(part.as_bytes());
+        let read = || Arc::new(bundle_from(snapshot, root).map(Arc::new));
+        match key_of(&(request.key(), &snapshot.revision, root)) {
+            Ok(key) => self.read_memo.get_or_make(&key, read),
+            // Strings always encode; were one not to, the read is only not remembered.
+            Err(_) => read(),
         }
-        let key = *hasher.finalize().as_bytes();
-        self.read_memo
-            .get_or_make(&key, || Arc::new(bundle_from(snapshot, root).map(Arc::new)))
     }
 }
 
