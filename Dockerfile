@@ -12,10 +12,14 @@ WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
 COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
+# The workspace's small crates (protocol, apiserver, emulate) build with the dependencies.
+COPY crates ./crates
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && cargo build --release --locked \
     && rm -rf src
 COPY src ./src
+# `metahooks emulate` embeds the shipped registrations.
+COPY manifests/controllers ./manifests/controllers
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -60,6 +60,31 @@ if ! grep -qE 'apt-get install.*libssl-dev' Dockerfile; then
   echo "MISSING  the build stage does not install libssl-dev (git2 builds against it)"
   failures=$((failures + 1))
 fi
+# The build stage sees only what it COPYs: every workspace member, and every file the
+# code embeds at compile time (include_str!/include_bytes!), must be under a copied path.
+mapfile -t copied < <(awk '/^FROM /{stage++} stage==1 && /^COPY /{for (i = 2; i < NF; i++) print $i}' Dockerfile)
+is_copied() {
+  local path="$1" source
+  for source in "${copied[@]}"; do
+    source="${source%/}"
+    [[ "$path" == "$source" || "$path" == "$source"/* ]] && return 0
+  done
+  return 1
+}
+needed=()
+while read -r member; do needed+=("$member/Cargo.toml"); done \
+  < <(sed -n '/^\[workspace\]/,/^\[/{s/^members = \[\(.*\)\]/\1/p}' Cargo.toml | tr -d '" ' | tr ',' '\n')
+while IFS=: read -r file embedded; do
+  needed+=("$(realpath -m --relative-to=. "$(dirname "$file")/$embedded")")
+done < <(grep -rhoE --include='*.rs' 'include_(str|bytes)!\("[^"]+"\)' src crates -H \
+  | sed -E 's/include_(str|bytes)!\("([^"]+)"\)/\2/')
+for path in "${needed[@]}"; do
+  if ! is_copied "$path"; then
+    echo "MISSING  the build stage does not COPY $path, which the build reads"
+    failures=$((failures + 1))
+  fi
+done
+
 if [ "$failures" -gt 0 ]; then
   echo "check-image: $failures problem(s)"
   exit 1

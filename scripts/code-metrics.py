@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Size of the code as a reader meets it: function lengths, long files, unit tests.
 
-Usage: scripts/code-metrics.py [SRC_DIR]   (default: src)
+Usage: scripts/code-metrics.py [DIR...]   (default: src and every crates/*/src)
 
 Counts non-test code only: `#[cfg(test)]` modules (inline, or a `mod x;` whose file is
 then skipped) are left out. A function's length is the lines from its `fn` line to its
@@ -125,15 +125,21 @@ def functions(path, text):
     return found
 
 
+def default_roots():
+    crates = sorted(os.listdir("crates")) if os.path.isdir("crates") else []
+    return ["src"] + [os.path.join("crates", name, "src") for name in crates]
+
+
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else "src"
+    roots = sys.argv[1:] or default_roots()
     all_fns, long_files, tests = [], [], {}
     skip = set()
     paths = []
-    for directory, _, files in os.walk(root):
-        for name in files:
-            if name.endswith(".rs"):
-                paths.append(os.path.join(directory, name))
+    for root in roots:
+        for directory, _, files in os.walk(root):
+            for name in files:
+                if name.endswith(".rs"):
+                    paths.append(os.path.join(directory, name))
     paths.sort()
     texts = {p: open(p, encoding="utf-8").read() for p in paths}
     for path, text in texts.items():
@@ -146,7 +152,7 @@ def main():
     for path, text in texts.items():
         count = len(TEST_ATTR.findall(text))
         if count:
-            module = os.path.splitext(os.path.relpath(path, root))[0]
+            module = os.path.splitext(path)[0]
             if path in skip:
                 module = os.path.dirname(module) + " (" + os.path.basename(module) + ")"
             tests[module] = tests.get(module, 0) + count
@@ -163,12 +169,17 @@ def main():
     print("longest:")
     for length, where in sorted(all_fns, reverse=True)[:5]:
         print(f"  {length:4d}  {where}")
+    over = sorted((f for f in all_fns if f[0] > 60), reverse=True)
+    print(f"functions over 60 lines: {len(over)}")
+    for length, where in over[5:]:
+        print(f"  {length:4d}  {where}")
+    print(f"files over 500 non-blank, non-test lines: {sum(1 for n, _ in long_files if n > 500)}")
     print("files over 400 non-blank, non-test lines:")
     for lines, path in sorted(long_files, reverse=True):
         print(f"  {lines:4d}  {path}")
     if not long_files:
         print("  none")
-    print(f"unit tests in {root}/: {sum(tests.values())}")
+    print(f"unit tests in {', '.join(roots)}: {sum(tests.values())}")
     for module, count in sorted(tests.items()):
         print(f"  {count:4d}  {module}")
 

@@ -65,7 +65,7 @@ export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
 
 echo "== cargo test"
 # --no-fail-fast: one failing test binary must not hide the results of the others.
-cargo test --locked --all-targets --no-fail-fast
+cargo test --locked --workspace --all-targets --no-fail-fast
 
 echo "== image check: the runtime stage provides every library the binary links"
 ./scripts/check-image.sh "${CARGO_TARGET_DIR:-target}/debug/metahooks"

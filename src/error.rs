@@ -35,3 +35,9 @@ impl HookError {
         }
     }
 }
+
+impl From<crate::protocol::StatusError> for HookError {
+    fn from(error: crate::protocol::StatusError) -> HookError {
+        HookError::Internal(error.to_string())
+    }
+}

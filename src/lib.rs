@@ -2,29 +2,32 @@
 //!
 //! Metacontroller watches and applies; metahooks answers "given this parent and what
 //! exists, what should exist?". Modules, from the wire inwards:
-//! - [`protocol`]: Metacontroller's request/response types;
+//! - [`protocol`]: Metacontroller's request/response types (crate `metahooks-protocol`);
+//! - [`apiserver`]: the API server's rules for objects (crate `metahooks-apiserver`);
 //! - [`server`]: the HTTP edge (routing, limits, auth, TLS, ETag, probes);
 //! - [`controllers`]: pure sync/finalize/customize logic per controller;
 //! - [`source`]: the background config-source engine (git, HTTP) controllers read from;
-//! - [`emulate`]: the Metacontroller emulator behind `metahooks emulate` and the tests;
+//! - [`emulate`]: the Metacontroller emulator behind `metahooks emulate` and the tests
+//!   (crate `metahooks-emulate`, which needs none of the rest);
 //! - [`cli`] (flags → settings, `render`, `emulate`), [`crds`], [`telemetry`]: the
 //!   command line around them. Only `cli` and `main` use `anyhow`: everything below
 //!   returns typed errors.
 
 #![warn(missing_docs)]
 
-pub mod apiserver;
 pub mod cli;
 pub mod controllers;
 pub mod crds;
-pub mod emulate;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz_surfaces;
 pub mod hash;
-pub mod protocol;
 pub mod receivers;
 pub mod server;
 pub mod source;
 pub mod telemetry;
 pub mod yaml;
+
+pub use metahooks_apiserver as apiserver;
+pub use metahooks_emulate as emulate;
+pub use metahooks_protocol as protocol;

@@ -1,34 +1,8 @@
-//! YAML in and out, through one crate (`serde_norway`, a maintained libyaml-based fork of
-//! serde_yaml; not `serde_yml`, which is unsound), so the choice can change in one place.
+//! YAML from attackers: requests' and remotes' text is read through a bounded reader
+//! that counts what aliases expand to. Trusted YAML (manifests, command-line inputs) goes
+//! through the protocol crate's codec, re-exported here so there is one path to each.
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
-/// What reading or writing YAML can fail with.
-pub type Error = serde_norway::Error;
-
-/// Parses trusted YAML (our own manifests and inputs the user gave the command line).
-///
-/// # Errors
-/// The text is not YAML, or not the shape of `T`.
-pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
-    serde_norway::from_str(text)
-}
-
-/// Every document of a multi-document stream.
-pub fn documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
-    serde_norway::Deserializer::from_str(text)
-        .map(T::deserialize)
-        .collect()
-}
-
-/// Writes `value` as YAML.
-///
-/// # Errors
-/// The value cannot be represented in YAML.
-pub fn to_string<T: Serialize>(value: &T) -> Result<String, Error> {
-    serde_norway::to_string(value)
-}
+pub use crate::protocol::yaml::{Error, documents, from_str, to_string};
 
 /// How much a YAML text may expand to once its aliases are replayed. Aliases let a few
 /// kilobytes name gigabytes (an anchor of anchors of anchors); the parser's own limit

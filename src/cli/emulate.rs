@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
+use super::in_process::OwnReplica;
 use crate::cli::config::{controller_settings, source_fetcher};
 use crate::cli::{ApplyStrategy, EmulateArgs, EmulateOutput};
 use crate::controllers::Registry;
 use crate::emulate::output::{TextOptions, json_report, text_report};
-use crate::emulate::story::{Plan, built_in_registrations, play, read_steps, sort_documents};
-use crate::emulate::{Emulator, LocalReplica, Transport};
+use crate::emulate::registration::{Kinds, Registration};
+use crate::emulate::story::{Plan, play, read_steps, sort_documents};
+use crate::emulate::{Emulator, InProcess, Transport};
 
 /// Files read at most, and bytes per file: an emulation is for a handful of objects.
 const MAX_FILES: usize = 10_000;
@@ -88,6 +90,29 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
         report.push('\n');
     }
     Ok((report, clean))
+}
+
+/// The registrations metahooks ships (manifests/controllers), used when the input has none.
+pub const BUILT_IN_REGISTRATIONS: [&str; 3] = [
+    include_str!("../../manifests/controllers/apimock.yaml"),
+    include_str!("../../manifests/controllers/monitoredservice.yaml"),
+    include_str!("../../manifests/controllers/configsync.yaml"),
+];
+
+/// The shipped registrations, read with `kinds`.
+///
+/// # Errors
+/// Only if a shipped manifest is broken (a build defect).
+pub fn built_in_registrations(kinds: &Kinds) -> Result<Vec<Registration>, String> {
+    let mut found = Vec::new();
+    for text in BUILT_IN_REGISTRATIONS {
+        let documents: Vec<Value> =
+            crate::yaml::documents(text).map_err(|e| format!("built-in registration: {e}"))?;
+        for document in documents.into_iter().filter(|d| !d.is_null()) {
+            found.push(Registration::parse(document, kinds)?);
+        }
+    }
+    Ok(found)
 }
 
 /// The parent types the registrations name, for the "nothing was reconciled" message.
@@ -175,7 +200,7 @@ fn transport(args: &EmulateArgs) -> anyhow::Result<Transport> {
             }
         };
     }
-    let mut replicas = Vec::new();
+    let mut replicas: Vec<Box<dyn InProcess>> = Vec::new();
     for index in 0..args.replicas {
         let mut controllers = args.controllers.clone();
         // Each replica keeps its own source cache, as separate pods would.
@@ -187,12 +212,12 @@ fn transport(args: &EmulateArgs) -> anyhow::Result<Transport> {
         let fetcher = source_fetcher(&controllers)?;
         let registry = Registry::standard(controller_settings(&controllers))
             .with_sources(std::sync::Arc::new(fetcher.clone()));
-        replicas.push(LocalReplica {
+        replicas.push(Box::new(OwnReplica {
             registry,
             fetcher: Some(fetcher),
-        });
+        }));
     }
-    Ok(Transport::Local(replicas))
+    Ok(Transport::InProcess(replicas))
 }
 
 /// Every document of every file, with the file it came from.
@@ -249,4 +274,16 @@ fn check_count(files: &[PathBuf]) -> anyhow::Result<()> {
         bail!("more than {MAX_FILES} input files");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_registrations_parse() {
+        let registrations = built_in_registrations(&Kinds::default()).unwrap_or_default();
+        let names: Vec<&str> = registrations.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+    }
 }

@@ -64,6 +64,12 @@ impl From<HookError> for Stop {
     }
 }
 
+impl From<crate::protocol::StatusError> for Stop {
+    fn from(error: crate::protocol::StatusError) -> Stop {
+        Stop::Failed(error.into())
+    }
+}
+
 /// A full sync's answer: with [`Effort::Full`] nothing stops for slow work, so a
 /// `NeedsSlowWork` here is a bug, reported as an internal error rather than a panic.
 fn full(answered: Result<CompositeResponse, Stop>) -> Result<CompositeResponse, HookError> {

@@ -8,20 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::protocol::ObjectMap;
 
-use crate::protocol::LAST_APPLIED_ANNOTATION;
-
-/// Metadata the API server or Metacontroller fills in; a hook may not send them back.
-const SERVER_METADATA: [&str; 9] = [
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "managedFields",
-    "ownerReferences",
-    "selfLink",
-];
+use crate::protocol::{LAST_APPLIED_ANNOTATION, NOT_DESIRED_METADATA};
 
 /// Every observed child, as an answer may carry it: our previous answer where
 /// Metacontroller recorded it (client-side apply keeps it in an annotation), otherwise the
@@ -50,7 +37,7 @@ fn as_desired(child: &Value) -> Value {
     let mut object: Map<String, Value> = child.as_object().cloned().unwrap_or_default();
     object.remove("status");
     if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
-        for field in SERVER_METADATA {
+        for field in NOT_DESIRED_METADATA {
             metadata.remove(field);
         }
         if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {

@@ -98,7 +98,7 @@ pub fn answer(
         // Recorded by the sync itself (`common::refresh`), for every answer alike.
         last_handled_requested_at: None,
     };
-    CompositeResponse::typed(&status)
+    Ok(CompositeResponse::typed(&status)?)
 }
 
 /// A config that could not be fetched is the cause when both fail (ConfigValid then only

@@ -10,13 +10,6 @@ use super::cluster::{Emulator, describe};
 use super::findings::Rule;
 use super::registration::{Kinds, Registration};
 
-/// The registrations metahooks ships (manifests/controllers), used when the input has none.
-pub const BUILT_IN_REGISTRATIONS: [&str; 3] = [
-    include_str!("../../manifests/controllers/apimock.yaml"),
-    include_str!("../../manifests/controllers/monitoredservice.yaml"),
-    include_str!("../../manifests/controllers/configsync.yaml"),
-];
-
 /// Input documents sorted into registrations and objects.
 #[derive(Debug, Default)]
 pub struct Input {
@@ -68,22 +61,6 @@ pub fn sort_documents(documents: Vec<(String, Value)>) -> Result<Input, String> 
         }
     }
     Ok(input)
-}
-
-/// The shipped registrations, read with `kinds`.
-///
-/// # Errors
-/// Only if a shipped manifest is broken (a build defect).
-pub fn built_in_registrations(kinds: &Kinds) -> Result<Vec<Registration>, String> {
-    let mut found = Vec::new();
-    for text in BUILT_IN_REGISTRATIONS {
-        let documents: Vec<Value> =
-            crate::yaml::documents(text).map_err(|e| format!("built-in registration: {e}"))?;
-        for document in documents.into_iter().filter(|d| !d.is_null()) {
-            found.push(Registration::parse(document, kinds)?);
-        }
-    }
-    Ok(found)
 }
 
 fn check_object(document: &Value) -> Result<(), String> {
@@ -221,7 +198,7 @@ pub fn read_steps(text: &str) -> Result<Vec<Step>, String> {
     struct Story {
         steps: Vec<Step>,
     }
-    let value: Value = crate::yaml::documents(text)
+    let value: Value = metahooks_protocol::yaml::documents(text)
         .map_err(|e| format!("not YAML: {e}"))?
         .into_iter()
         .next()
@@ -499,12 +476,5 @@ mod tests {
             error.starts_with("bad.yaml: ") && error.contains("metadata.annotations"),
             "{error}"
         );
-    }
-
-    #[test]
-    fn built_in_registrations_parse() {
-        let registrations = built_in_registrations(&Kinds::default()).unwrap_or_default();
-        let names: Vec<&str> = registrations.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names.len(), 3, "{names:?}");
     }
 }

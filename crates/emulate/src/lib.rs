@@ -2,10 +2,13 @@
 //! over it, calling hooks exactly as Metacontroller does (request shape, v1/v2 keys,
 //! `finalizing`, `related` from customize rules, the customize cache, both apply
 //! strategies) and applying their answers with its rules. It powers `metahooks emulate`
-//! and the integration tests.
+//! and metahooks' integration tests, and works for any hook server: over HTTP, or in
+//! process through [`InProcess`] (see `examples/axum_in_process.rs`).
 //!
 //! Everything Metacontroller would reject, or would loop on, becomes a [`Finding`] that
 //! names the rule it breaks.
+
+#![warn(missing_docs)]
 
 mod answers;
 pub mod cluster;
@@ -25,7 +28,7 @@ pub use self::cluster::{
 pub use self::findings::{Finding, Rule};
 pub use self::objects::{labels_match, three_way};
 pub use self::registration::{Kinds, Registration};
-pub use self::transport::{LocalReplica, Transport};
+pub use self::transport::{Answer, InProcess, Transport};
 
 /// (apiVersion, kind, namespace, name)
 pub type Key = (String, String, String, String);

@@ -68,7 +68,7 @@ impl Emulator {
     /// its namespace enforces a level (k8s.io/pod-security-admission: the workload is
     /// admitted, with a warning; its Pods are forbidden).
     pub(super) fn pod_security_refusal(&self, key: &Key, workload: &Value) -> Option<String> {
-        use crate::apiserver::pod_security::{Level, pod_spec_of, violations};
+        use metahooks_apiserver::pod_security::{Level, pod_spec_of, violations};
         let namespace = self.objects.get(&(
             "v1".to_owned(),
             "Namespace".to_owned(),

@@ -169,7 +169,7 @@ pub struct Emulator {
     refused_pods: Vec<(Key, String)>,
 }
 
-pub use crate::protocol::LAST_APPLIED_ANNOTATION;
+pub use metahooks_protocol::LAST_APPLIED_ANNOTATION;
 
 /// How long Metacontroller keeps a customize answer (pkg/controller/common/customize:
 /// a 20-minute cache keyed by parent UID and generation).

@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ObjectMap, null_as_default};
-use crate::error::HookError;
 
 /// The body Metacontroller POSTs to a CompositeController's sync or finalize hook.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -63,16 +62,12 @@ impl CompositeResponse {
     /// An answer whose status is a controller's typed status, with no children yet.
     ///
     /// # Errors
-    /// The status does not serialise to a JSON object (a bug, answered 500).
-    pub fn typed(status: &impl serde::Serialize) -> Result<CompositeResponse, HookError> {
+    /// The status does not serialise to a JSON object (a bug in the controller).
+    pub fn typed(status: &impl serde::Serialize) -> Result<CompositeResponse, StatusError> {
         match serde_json::to_value(status) {
             Ok(status @ Value::Object(_)) => Ok(CompositeResponse::new(status, Vec::new())),
-            Ok(other) => Err(HookError::Internal(format!(
-                "a status must be a JSON object, not {other}"
-            ))),
-            Err(e) => Err(HookError::Internal(format!(
-                "cannot serialise a status: {e}"
-            ))),
+            Ok(other) => Err(StatusError::NotAnObject(other.to_string())),
+            Err(e) => Err(StatusError::Unserialisable(e.to_string())),
         }
     }
 
@@ -87,4 +82,15 @@ impl CompositeResponse {
         self.finalized = Some(finalized);
         self
     }
+}
+
+/// Why a typed status could not become the `status` of an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatusError {
+    /// It serialised to something other than a JSON object.
+    #[error("a status must be a JSON object, not {0}")]
+    NotAnObject(String),
+    /// It did not serialise at all.
+    #[error("cannot serialise a status: {0}")]
+    Unserialisable(String),
 }

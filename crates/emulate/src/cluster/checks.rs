@@ -140,13 +140,7 @@ pub(super) fn check_child(
             "{kind} {name}: metadata.ownerReferences: Invalid value: only one reference can have Controller set to true (the hook set one, Metacontroller adds its own)"
         ));
     }
-    for field in [
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "managedFields",
-    ] {
+    for field in metahooks_protocol::SERVER_POPULATED_METADATA {
         if child.pointer(&format!("/metadata/{field}")).is_some() {
             return Err(format!(
                 "{kind} {name} sets server-populated metadata.{field}"

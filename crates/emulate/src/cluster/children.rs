@@ -148,9 +148,9 @@ impl Emulator {
             meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED_ANNOTATION] =
                 json!(desired.to_string());
         }
-        let mut found = crate::apiserver::refusals(&probe);
+        let mut found = metahooks_apiserver::refusals(&probe);
         if let Some(live) = live {
-            found.extend(crate::apiserver::immutable_changes(live, candidate));
+            found.extend(metahooks_apiserver::immutable_changes(live, candidate));
         }
         (!found.is_empty()).then(|| {
             format!(

@@ -1,19 +1,24 @@
-//! Metacontroller's webhook wire format, and nothing else.
+//! Metacontroller's webhook wire format and the facts around it (hook names, the
+//! annotation its apply writes), shared by the metahooks server and its emulator.
 //!
 //! Types here are serde-only: lenient when reading what Metacontroller sends (unknown
 //! fields, `null` maps, both v1 and v2 object keys) and exact when writing what it reads
 //! back (only the documented top-level fields, because v2 hooks decode strictly).
-//! The logic that fills a response lives in `controllers`; the HTTP edge in `server`.
+//! The logic that fills a response lives in the server's `controllers`; the HTTP edge in
+//! its `server`. [`yaml`] is the codec for trusted manifests both read.
 //! Reference: Metacontroller's hook documentation (`docs/src/api/hook.md`, the
 //! CompositeController and DecoratorController API pages) and its `pkg/controller`.
+
+#![warn(missing_docs)]
 
 mod composite;
 mod customize;
 mod decorator;
 mod objects;
 mod version;
+pub mod yaml;
 
-pub use composite::{CompositeRequest, CompositeResponse};
+pub use composite::{CompositeRequest, CompositeResponse, StatusError};
 pub use customize::{CustomizeRequest, CustomizeResponse, RelatedResourceRule};
 pub use decorator::{DecoratorRequest, DecoratorResponse};
 pub use objects::{ObjectMap, TypeKey, object_name, object_namespace};
@@ -22,6 +27,32 @@ pub use version::HookVersion;
 /// Where Metacontroller's client-side apply records what it applied last, on every
 /// object it writes (pkg/dynamic/apply); absent under server-side apply.
 pub const LAST_APPLIED_ANNOTATION: &str = "metacontroller.k8s.io/last-applied-configuration";
+
+/// Metadata the API server sets on its own on every object it stores. A child in a
+/// hook's answer that carries one asks Metacontroller to apply it: a stale
+/// `resourceVersion` or a `uid` makes the write fail, the others are fought over.
+pub const SERVER_POPULATED_METADATA: [&str; 5] = [
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+];
+
+/// Metadata a live object may carry that a desired object never should: the
+/// server-populated fields, the deletion mark, the legacy `selfLink`, and the
+/// `ownerReferences` Metacontroller adds itself.
+pub const NOT_DESIRED_METADATA: [&str; 9] = [
+    SERVER_POPULATED_METADATA[0],
+    SERVER_POPULATED_METADATA[1],
+    SERVER_POPULATED_METADATA[2],
+    SERVER_POPULATED_METADATA[3],
+    SERVER_POPULATED_METADATA[4],
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+    "ownerReferences",
+];
 
 use serde::{Deserialize, Deserializer};
 

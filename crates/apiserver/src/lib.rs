@@ -5,6 +5,8 @@
 //! (`pkg/util/validation`, `pkg/api/validation/objectmeta.go`) and apps/batch/core
 //! update validation.
 
+#![warn(missing_docs)]
+
 pub mod pod_security;
 
 use serde_json::Value;
@@ -22,7 +24,7 @@ pub const CONFIG_MAP_CONTENT_BYTES: usize = 1024 * 1024 - 16 * 1024;
 /// (kubectl's, and Metacontroller's `metacontroller.k8s.io/…`).
 const LAST_APPLIED_SUFFIX: &str = "/last-applied-configuration";
 /// The length of Metacontroller's last-applied annotation key.
-pub const LAST_APPLIED_KEY_LEN: usize = crate::protocol::LAST_APPLIED_ANNOTATION.len();
+pub const LAST_APPLIED_KEY_LEN: usize = metahooks_protocol::LAST_APPLIED_ANNOTATION.len();
 
 /// Why a name cannot be used for a child object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,25 +1,58 @@
-//! How the emulator reaches the hooks: our own controllers in this process (one
-//! [`Registry`] per simulated replica, each with its own memos and source cache), or a
-//! running server over HTTP (ours or anyone's), one base URL per replica.
+//! How the emulator reaches the hooks: servers in this process (anything implementing
+//! [`InProcess`], one per simulated replica), or running servers over HTTP (any
+//! language), one base URL per replica.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::controllers::Registry;
-use crate::protocol::Hook;
-use crate::source::fetcher::Fetcher;
+use futures_util::future::BoxFuture;
 
-/// One replica served in this process.
-pub struct LocalReplica {
-    /// The replica's controllers.
-    pub registry: Registry,
-    /// The replica's source engine, if its controllers fetch anything.
-    pub fetcher: Option<Fetcher>,
+/// A hook server called in this process instead of over HTTP: a test's axum `Router`,
+/// or a server's own dispatch. It sees exactly the request bodies Metacontroller sends.
+pub trait InProcess: Send + Sync {
+    /// Answers a POST of `body` to `path` (the path part of the registration's URL) at
+    /// simulated time `now`, with the HTTP status and body it would have sent.
+    ///
+    /// # Errors
+    /// Why no answer came (an unknown path, the server failing to answer at all).
+    fn post<'a>(
+        &'a self,
+        path: &'a str,
+        body: Vec<u8>,
+        now: jiff::Timestamp,
+    ) -> BoxFuture<'a, Result<(u16, Vec<u8>), String>>;
+
+    /// Resolves once background work the server started (fetches, say) is done, so the
+    /// next round sees what it brought. The default has nothing to wait for.
+    fn settle(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// An [`InProcess`] server made of a function from (path, body) to (status, body), for
+/// hooks that need no simulated clock; see [`Transport::in_process`].
+struct Function<F>(F);
+
+impl<F, Fut> InProcess for Function<F>
+where
+    F: Fn(String, Vec<u8>) -> Fut + Send + Sync,
+    Fut: Future<Output = (u16, Vec<u8>)> + Send + 'static,
+{
+    fn post<'a>(
+        &'a self,
+        path: &'a str,
+        body: Vec<u8>,
+        _now: jiff::Timestamp,
+    ) -> BoxFuture<'a, Result<(u16, Vec<u8>), String>> {
+        let answer = (self.0)(path.to_owned(), body);
+        Box::pin(async move { Ok(answer.await) })
+    }
 }
 
 /// How hooks are reached.
 pub enum Transport {
     /// Replicas served in this process, called in turn.
-    Local(Vec<LocalReplica>),
+    InProcess(Vec<Box<dyn InProcess>>),
     /// Hook servers over HTTP, called in turn.
     Http {
         /// The client calls go through.
@@ -42,6 +75,16 @@ pub struct Answer {
 }
 
 impl Transport {
+    /// One replica in this process: `hooks` gets each call's path and body and answers
+    /// a status and a body (an axum `Router` through `tower::ServiceExt::oneshot`, say).
+    pub fn in_process<F, Fut>(hooks: F) -> Transport
+    where
+        F: Fn(String, Vec<u8>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = (u16, Vec<u8>)> + Send + 'static,
+    {
+        Transport::InProcess(vec![Box::new(Function(hooks))])
+    }
+
     /// Over HTTP to these base URLs (`http://host:port`, any path prefix kept), called
     /// round-robin.
     pub fn http(bases: Vec<String>) -> Transport {
@@ -78,7 +121,7 @@ impl Transport {
     /// How many replicas are called in turn.
     pub fn replicas(&self) -> usize {
         match self {
-            Transport::Local(replicas) => replicas.len(),
+            Transport::InProcess(replicas) => replicas.len(),
             Transport::Http { bases, .. } => bases.len(),
         }
         .max(1)
@@ -99,22 +142,11 @@ impl Transport {
     ) -> Result<Answer, String> {
         let started = Instant::now();
         match self {
-            Transport::Local(replicas) => {
-                let local = replicas
+            Transport::InProcess(replicas) => {
+                let server = replicas
                     .get(replica % replicas.len().max(1))
                     .ok_or("no in-process replica to call")?;
-                let (controller, hook) = local_hook(path)?;
-                let ctx = local.registry.context(now);
-                let outcome = local.registry.call(controller, hook, &body, &ctx);
-                let (status, body) = match outcome.result {
-                    Ok(bytes) => (200, bytes),
-                    Err(error) => (
-                        error.status_code().as_u16(),
-                        serde_json::json!({"error": error.to_string()})
-                            .to_string()
-                            .into_bytes(),
-                    ),
-                };
+                let (status, body) = server.post(path, body, now).await?;
                 Ok(Answer {
                     status,
                     body,
@@ -164,12 +196,12 @@ impl Transport {
         }
     }
 
-    /// Waits until every in-process source engine has finished the fetches it started,
-    /// so the next round sees what they brought (nothing to wait for over HTTP).
+    /// Waits until every in-process server has finished the background work it started,
+    /// so the next round sees what it brought (nothing to wait for over HTTP).
     pub async fn settle_sources(&self) {
-        if let Transport::Local(replicas) = self {
-            for fetcher in replicas.iter().filter_map(|r| r.fetcher.as_ref()) {
-                fetcher.idle().await;
+        if let Transport::InProcess(replicas) = self {
+            for replica in replicas {
+                replica.settle().await;
             }
         }
     }
@@ -180,35 +212,4 @@ fn trimmed(bases: Vec<String>) -> Vec<String> {
         .into_iter()
         .map(|base| base.trim_end_matches('/').to_owned())
         .collect()
-}
-
-/// `/apimock/sync` → ("apimock", Sync).
-fn local_hook(path: &str) -> Result<(&str, Hook), String> {
-    let trimmed = path.trim_matches('/');
-    let (controller, hook) = trimmed
-        .rsplit_once('/')
-        .map(|(prefix, hook)| (prefix.rsplit('/').next().unwrap_or(prefix), hook))
-        .ok_or_else(|| format!("hook path {path:?} is not /<controller>/<hook>"))?;
-    let hook = Hook::from_segment(hook)
-        .ok_or_else(|| format!("hook path {path:?} does not end in sync, finalize or customize"))?;
-    Ok((controller, hook))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn local_paths_name_a_controller_and_a_hook() {
-        assert_eq!(
-            local_hook("/apimock/sync").ok(),
-            Some(("apimock", Hook::Sync))
-        );
-        assert_eq!(
-            local_hook("/prefix/configsync/finalize").ok(),
-            Some(("configsync", Hook::Finalize))
-        );
-        assert!(local_hook("/apimock").is_err());
-        assert!(local_hook("/apimock/other").is_err());
-    }
 }

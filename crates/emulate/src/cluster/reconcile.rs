@@ -509,7 +509,7 @@ async fn exchange(
 /// Strict decoding refuses a field given twice.
 fn refuse_duplicate_keys(hook: &Hook, text: &str) -> Result<(), Problem> {
     if hook.strict
-        && let Some(path) = crate::emulate::answers::duplicate_key(text)
+        && let Some(path) = crate::answers::duplicate_key(text)
     {
         return Err((
             Rule::StrictDecoding,

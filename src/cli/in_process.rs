@@ -1,0 +1,78 @@
+//! `metahooks emulate` without a running server: each simulated replica is this
+//! process's own controllers (a [`Registry`] with its own memos and source cache),
+//! called through the emulator's [`InProcess`] seam.
+
+use futures_util::future::BoxFuture;
+
+use crate::controllers::Registry;
+use crate::emulate::InProcess;
+use crate::protocol::Hook;
+use crate::source::fetcher::Fetcher;
+
+/// One replica served in this process.
+pub struct OwnReplica {
+    /// The replica's controllers.
+    pub registry: Registry,
+    /// The replica's source engine, if its controllers fetch anything.
+    pub fetcher: Option<Fetcher>,
+}
+
+impl InProcess for OwnReplica {
+    fn post<'a>(
+        &'a self,
+        path: &'a str,
+        body: Vec<u8>,
+        now: jiff::Timestamp,
+    ) -> BoxFuture<'a, Result<(u16, Vec<u8>), String>> {
+        Box::pin(async move {
+            let (controller, hook) = hook_of(path)?;
+            let ctx = self.registry.context(now);
+            let outcome = self.registry.call(controller, hook, &body, &ctx);
+            Ok(match outcome.result {
+                Ok(bytes) => (200, bytes),
+                Err(error) => (
+                    error.status_code().as_u16(),
+                    serde_json::json!({"error": error.to_string()})
+                        .to_string()
+                        .into_bytes(),
+                ),
+            })
+        })
+    }
+
+    fn settle(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(fetcher) = &self.fetcher {
+                fetcher.idle().await;
+            }
+        })
+    }
+}
+
+/// `/apimock/sync` → ("apimock", Sync).
+fn hook_of(path: &str) -> Result<(&str, Hook), String> {
+    let trimmed = path.trim_matches('/');
+    let (controller, hook) = trimmed
+        .rsplit_once('/')
+        .map(|(prefix, hook)| (prefix.rsplit('/').next().unwrap_or(prefix), hook))
+        .ok_or_else(|| format!("hook path {path:?} is not /<controller>/<hook>"))?;
+    let hook = Hook::from_segment(hook)
+        .ok_or_else(|| format!("hook path {path:?} does not end in sync, finalize or customize"))?;
+    Ok((controller, hook))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_paths_name_a_controller_and_a_hook() {
+        assert_eq!(hook_of("/apimock/sync").ok(), Some(("apimock", Hook::Sync)));
+        assert_eq!(
+            hook_of("/prefix/configsync/finalize").ok(),
+            Some(("configsync", Hook::Finalize))
+        );
+        assert!(hook_of("/apimock").is_err());
+        assert!(hook_of("/apimock/other").is_err());
+    }
+}
