@@ -1,0 +1,337 @@
+//! One job: fetch a remote once (git in a worker, or one HTTP GET), then refresh every
+//! request that shares it and account for what it brought.
+
+use super::*;
+
+pub(super) struct Job {
+    pub(super) inner: Arc<Inner>,
+    /// Clears the remote's in-flight mark however the job ends (a panic included), so a
+    /// remote can never be stuck "in flight" with no job behind it.
+    pub(super) guard: InFlight,
+    pub(super) remote_key: String,
+    pub(super) requests: Vec<SourceRequest>,
+    pub(super) use_network: bool,
+    pub(super) resolved: Option<git::Resolved>,
+    /// Revisions of the snapshots the requests already have (key → revision).
+    pub(super) current: HashMap<String, String>,
+    /// The shortest poll period of the remote's requests (for the metrics' alerting).
+    pub(super) interval: Duration,
+}
+
+pub(super) struct InFlight {
+    pub(super) inner: Arc<Inner>,
+    pub(super) remote_key: String,
+    /// Cleared when the job ends normally and resets the mark itself, under the lock
+    /// (after that, a newer job may already own the mark).
+    pub(super) armed: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.armed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(remote) = lock(&self.inner.state).remotes.get_mut(&self.remote_key) {
+            remote.in_flight = false;
+            remote.refresh.job_ended();
+        }
+        self.inner.job_ended.notify_waiters();
+    }
+}
+
+pub(super) type Results = Vec<(String, Fetched)>;
+
+/// hyper's words for a connection that was made and then closed under it.
+pub(super) fn closed_after_connecting(detail: &str) -> bool {
+    let detail = detail.to_ascii_lowercase();
+    [
+        "canceled",
+        "not ready",
+        "connection closed",
+        "reset by peer",
+        "incomplete message",
+    ]
+    .iter()
+    .any(|words| detail.contains(words))
+}
+
+impl Job {
+    pub(super) async fn run(self) {
+        self.wait_for_room().await;
+        let started = Instant::now();
+        let (results, resolved) = match self.requests.first().map(|r| r.location.clone()) {
+            Some(Location::Git { url, reference, .. }) => self.run_git(url, reference).await,
+            Some(Location::Http { url }) => (self.run_http(&url).await, None),
+            None => (Vec::new(), None),
+        };
+        let mut failures = 0;
+        let mut reasons: Vec<&'static str> = Vec::new();
+        for (_, result) in &results {
+            if let Fetched::Failed(error) = result {
+                failures += 1;
+                reasons.push(error.reason());
+                tracing::warn!(reason = error.reason(), error = %error, "source fetch failed");
+            }
+        }
+        reasons.sort_unstable();
+        reasons.dedup();
+        let outcomes: Vec<Option<&FetchError>> = results
+            .iter()
+            .map(|(_, result)| match result {
+                Fetched::Failed(error) => Some(error),
+                Fetched::Fresh(_) | Fetched::Unchanged => None,
+            })
+            .collect();
+        if let Some(request) = self.requests.first() {
+            let kind = match request.location {
+                Location::Git { .. } => "git",
+                Location::Http { .. } => "http",
+            };
+            let remote = crate::source::redact_url(request.location.url());
+            self.inner.metrics.job(
+                kind,
+                &remote,
+                started.elapsed().as_secs_f64(),
+                self.interval.as_secs(),
+                &outcomes,
+            );
+        }
+        let duration_ms = started.elapsed().as_millis() as u64;
+        if failures == 0 {
+            tracing::info!(
+                network = self.use_network,
+                requests = results.len(),
+                duration_ms,
+                "source fetched"
+            );
+        } else {
+            tracing::warn!(
+                network = self.use_network,
+                requests = results.len(),
+                failures,
+                reasons = reasons.join(","),
+                duration_ms,
+                "source fetch failed for some requests"
+            );
+        }
+        let mut state = lock(&self.inner.state);
+        for (key, result) in results {
+            // A request forgotten while the job ran stays forgotten.
+            let asked = state
+                .remotes
+                .get(&self.remote_key)
+                .is_some_and(|r| r.requests.contains_key(&key));
+            if !asked {
+                continue;
+            }
+            let entry = state.snapshots.entry(key).or_default();
+            match result {
+                Fetched::Fresh(snapshot) => {
+                    let (old, new) = (entry.bytes, snapshot_bytes(&snapshot));
+                    entry.bytes = new;
+                    entry.snapshot = Some(Arc::new(snapshot));
+                    entry.error = None;
+                    entry.let_go = None;
+                    entry.delivered = false;
+                    entry.last_used.get_or_insert_with(Instant::now);
+                    state.snapshot_bytes = state.snapshot_bytes.saturating_sub(old) + new;
+                    let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
+                    let let_go = state.fit(budget);
+                    self.inner.metrics.snapshot_evictions.inc_by(let_go);
+                }
+                Fetched::Unchanged => entry.error = None,
+                Fetched::Failed(error) => entry.error = Some(error),
+            }
+        }
+        if let Some(remote) = state.remotes.get_mut(&self.remote_key) {
+            remote.in_flight = false;
+            remote.refresh.job_ended();
+            if resolved.is_some() {
+                remote.resolved = resolved;
+            }
+        }
+        self.guard.armed.store(false, Ordering::SeqCst);
+        drop(state);
+        self.inner.job_ended.notify_waiters();
+    }
+
+    async fn run_git(
+        &self,
+        url: String,
+        reference: Option<String>,
+    ) -> (Results, Option<git::Resolved>) {
+        let inner = &self.inner;
+        let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
+        let tls = self.requests.iter().find_map(|r| r.tls.clone());
+        let reads: Vec<Read> = self
+            .requests
+            .iter()
+            .map(|request| Read {
+                key: request.key(),
+                path: match &request.location {
+                    Location::Git { path, .. } => path.clone(),
+                    Location::Http { .. } => String::new(),
+                },
+                current: self.current.get(&request.key()).cloned(),
+            })
+            .collect();
+        let failed = |error: FetchError| -> (Results, Option<git::Resolved>) {
+            let results = reads
+                .iter()
+                .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
+                .collect();
+            (results, None)
+        };
+        if let Err(refusal) = inner.refuse_cache_url(&url) {
+            return failed(refusal);
+        }
+        let mut fingerprint = credentials
+            .as_ref()
+            .map(|c| c.fingerprint_with(&inner.disk_key))
+            .unwrap_or_default();
+        if let Some(tls) = &tls {
+            // Objects a client certificate brought in are that certificate's alone.
+            fingerprint.push('+');
+            fingerprint.push_str(&tls.fingerprint());
+        }
+        let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
+        let options = lock(&inner.options).clone();
+        // A turn at a worker first (fair between namespaces), then the repository.
+        let slots = lock(&inner.git_slots).clone();
+        let _slot = slots.acquire(self.namespaces()).await;
+        let repo_lock = lock(&inner.repo_locks)
+            .entry(dir.clone())
+            .or_default()
+            .clone();
+        let repo_guard = repo_lock.lock().await;
+        let known = self.resolved.clone().filter(|_| !self.use_network);
+        let downloading = known.is_none();
+        if downloading {
+            inner.network_fetches.fetch_add(1, Ordering::SeqCst);
+            inner.reserve_disk(&dir).await;
+        }
+        let job = GitJob {
+            repo_dir: dir.clone(),
+            url,
+            reference,
+            credentials,
+            tls,
+            policy: (*inner.policy).clone(),
+            known,
+            reads,
+            limits: WorkerLimits {
+                memory_bytes: options.worker_memory_bytes,
+                timeout_ms: inner.policy.limits.timeout_seconds.saturating_mul(1000),
+            },
+        };
+        let outcome = crate::source::worker::spawn::run(&options.isolation, job).await;
+        if downloading {
+            inner.downloads.fetch_sub(1, Ordering::SeqCst);
+        }
+        drop(repo_guard);
+        if let Ok(r) = &outcome.resolved {
+            crate::source::disk::touch(&r.repo_dir);
+            if r.downloaded {
+                let max = inner.cache_max_bytes.load(Ordering::SeqCst);
+                let reserved = inner
+                    .downloads
+                    .load(Ordering::SeqCst)
+                    .saturating_mul(inner.reservation());
+                inner.enforce_cache_cap(&dir, max.saturating_sub(reserved));
+            }
+        }
+        (outcome.results, outcome.resolved.ok())
+    }
+
+    /// Snapshots not yet delivered cannot be let go, so while they alone fill the budget
+    /// a new job would only add to them: it waits until parents have come for theirs (or,
+    /// should they never come, a bounded while, after which the sweep forgets them).
+    async fn wait_for_room(&self) {
+        let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
+        let give_up =
+            Instant::now() + Duration::from_secs(2 * self.inner.policy.limits.timeout_seconds);
+        while Instant::now() < give_up {
+            let undelivered: u64 = lock(&self.inner.state)
+                .snapshots
+                .values()
+                .filter(|entry| entry.snapshot.is_some() && !entry.delivered)
+                .map(|entry| entry.bytes)
+                .sum();
+            if undelivered < budget {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The namespaces of the parents sharing this job: it may run under any of them.
+    fn namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> =
+            self.requests.iter().map(|r| r.namespace.clone()).collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+    }
+
+    async fn run_http(&self, url: &str) -> Results {
+        let _slot = self.inner.http_slots.acquire(self.namespaces()).await;
+        self.inner.network_fetches.fetch_add(1, Ordering::SeqCst);
+        let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
+        let tls = self.requests.iter().find_map(|r| r.tls.clone());
+        // A source with certificates of its own gets a client of its own; the rest share one.
+        let own_client = tls
+            .as_ref()
+            .map(|tls| http::client(self.inner.policy.clone(), Some(tls)));
+        let result = match own_client {
+            Some(Err(error)) => Err(error),
+            Some(Ok(client)) => {
+                http::fetch(&client, &self.inner.policy, url, credentials.as_ref()).await
+            }
+            None => {
+                http::fetch(
+                    &self.inner.client,
+                    &self.inner.policy,
+                    url,
+                    credentials.as_ref(),
+                )
+                .await
+            }
+        };
+        let result = match result {
+            // A server refusing our client certificate, or wanting one we do not have
+            // (TLS 1.3 says so after the handshake), can close before hyper has written
+            // the request; hyper then reports a closed connection, not the server's
+            // alert. For an https connection that closed, ask the server ourselves.
+            Err(FetchError::Unreachable { url: shown, detail })
+                if url.starts_with("https://") && closed_after_connecting(&detail) =>
+            {
+                let (policy, raw, material) =
+                    (self.inner.policy.clone(), url.to_owned(), tls.clone());
+                let probed = tokio::task::spawn_blocking(move || {
+                    crate::source::tls::probe(&policy, &raw, material.as_ref())
+                })
+                .await
+                .ok()
+                .flatten();
+                Err(match probed {
+                    Some(detail) => FetchError::CertificateInvalid { url: shown, detail },
+                    None => FetchError::Unreachable { url: shown, detail },
+                })
+            }
+            other => other,
+        };
+        self.requests
+            .iter()
+            .map(|r| {
+                let outcome = match &result {
+                    Ok(snapshot) if self.current.get(&r.key()) == Some(&snapshot.revision) => {
+                        Fetched::Unchanged
+                    }
+                    Ok(snapshot) => Fetched::Fresh(snapshot.clone()),
+                    Err(error) => Fetched::Failed(error.clone()),
+                };
+                (r.key(), outcome)
+            })
+            .collect()
+    }
+}

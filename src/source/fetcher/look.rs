@@ -1,0 +1,224 @@
+//! A lookup's side of the fetcher: which requests are due, and starting the one job
+//! that fetches their remote (on a lookup, a refresh token or a push).
+
+use super::*;
+
+impl Fetcher {
+    /// [`Sources::pushed`]: marks every remote of `repository` pushed and starts the
+    /// fetch of each that is idle and past the push spacing (the others start at their
+    /// next lookup, which the receivers' resync bound brings within seconds).
+    pub(super) fn push(&self, repository: &str) -> usize {
+        // (a request of the remote, its interval, how long until the spacing has passed;
+        // None when a timer for the remote is already waiting)
+        let wanted: Vec<(SourceRequest, Duration, Option<Duration>)> = {
+            let mut state = lock(&self.inner.state);
+            state
+                .remotes
+                .values_mut()
+                .filter_map(|remote| {
+                    let asked = remote.requests.values().next()?;
+                    let url = asked.request.location.url();
+                    if crate::source::repository::normalise(url).as_deref() != Some(repository) {
+                        return None;
+                    }
+                    remote.pushed = true;
+                    let wait = remote.started.map_or(Duration::ZERO, |started| {
+                        PUSH_SPACING.saturating_sub(started.elapsed())
+                    });
+                    let timer = if remote.push_timer {
+                        None
+                    } else {
+                        remote.push_timer = !wait.is_zero();
+                        Some(wait)
+                    };
+                    Some((asked.request.clone(), asked.interval, timer))
+                })
+                .collect()
+        };
+        for (request, interval, wait) in &wanted {
+            match wait {
+                Some(wait) if wait.is_zero() => {
+                    let _ = self.look(request, *interval, None, None);
+                }
+                // Within the spacing of the last fetch: one timer starts it when the
+                // spacing has passed (or the job running then ends and a lookup does).
+                Some(wait) => {
+                    let (fetcher, request, interval, wait) =
+                        (self.clone(), request.clone(), *interval, *wait);
+                    self.inner.runtime.spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        if let Some(remote) = lock(&fetcher.inner.state)
+                            .remotes
+                            .get_mut(&request.remote_key())
+                        {
+                            remote.push_timer = false;
+                        }
+                        let _ = fetcher.look(&request, interval, None, None);
+                    });
+                }
+                None => {}
+            }
+        }
+        wanted.len()
+    }
+
+    /// `lookup_holding`, and with `refresh` a "fetch now" token: the remote is fetched
+    /// at once unless a job is running, in which case the next job covers the token.
+    pub(super) fn look(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+        refresh: Option<&str>,
+    ) -> SourceState {
+        // Credentials the Secret's owner did not allow for this URL are never used: no
+        // job is scheduled, so no request is made at all.
+        let url = request.location.url();
+        let refused = request
+            .credentials
+            .as_ref()
+            .and_then(|c| c.check_url(url).err())
+            .or_else(|| request.tls.as_ref().and_then(|t| t.check_url(url).err()));
+        if let Some(refusal) = refused {
+            return SourceState {
+                error: Some(refusal),
+                ..SourceState::default()
+            };
+        }
+        let key = request.key();
+        let remote_key = request.remote_key();
+        let now = Instant::now();
+        let mut state = lock(&self.inner.state);
+        if state
+            .last_sweep
+            .is_none_or(|last| now.saturating_duration_since(last) >= SWEEP_EVERY)
+        {
+            state.sweep(now, None);
+        }
+        let known = state.snapshots.get_mut(&key).map(|entry| {
+            entry.last_used = Some(now);
+            entry.held = entry.let_go.is_some() && entry.let_go.as_deref() == running;
+            entry.delivered |= entry.snapshot.is_some();
+            entry.clone()
+        });
+        let remote = state.remotes.entry(remote_key.clone()).or_default();
+        remote.requests.insert(
+            key,
+            Asked {
+                request: request.clone(),
+                last: now,
+                interval,
+            },
+        );
+        if let Some(token) = refresh
+            && remote.refresh.wanted.len() < MAX_WANTED_TOKENS
+        {
+            remote.refresh.wanted.insert(token.to_owned());
+        }
+        let since_start = |least: Duration| {
+            remote
+                .started
+                .is_none_or(|started| started.elapsed() >= least)
+        };
+        // "Fetch now" and pushes are spaced like each other: however often a CR's
+        // annotation is edited or a forge calls, a remote is fetched at most once per
+        // spacing for them.
+        let stale = ((!remote.refresh.wanted.is_empty() || remote.pushed)
+            && since_start(PUSH_SPACING))
+            || since_start(interval);
+        let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
+        if !remote.in_flight && (stale || unknown) {
+            self.start_job(&mut state, &remote_key, request, interval, stale);
+        }
+        // Pending: a running job may change this request's answer. A job that only reads
+        // another parent's new path does not, for a request that has its snapshot (and
+        // reporting it would make two identical calls answer differently). Keys start
+        // with their remote's key, so only this request's remote can hold it.
+        let has_snapshot = known.as_ref().is_some_and(|k| k.snapshot.is_some());
+        let pending = state.remotes.get(&remote_key).is_some_and(|r| {
+            r.in_flight
+                && (r.in_flight_network || !has_snapshot)
+                && r.requests.contains_key(&request.key())
+        });
+        let known = known.unwrap_or_default();
+        let push_resync = self.inner.push_resync.load(Ordering::SeqCst);
+        SourceState {
+            snapshot: known.snapshot,
+            error: known.error,
+            pending,
+            resync_within: (push_resync > 0).then_some(push_resync),
+        }
+    }
+
+    /// Marks the remote in flight and spawns a job for every request it has: over the
+    /// network when `stale` (or nothing was fetched yet), else only reading new paths of
+    /// the commit already here.
+    pub(super) fn start_job(
+        &self,
+        state: &mut State,
+        remote_key: &str,
+        request: &SourceRequest,
+        interval: Duration,
+        stale: bool,
+    ) {
+        let Some(remote) = state.remotes.get_mut(remote_key) else {
+            return;
+        };
+        remote.in_flight = true;
+        if stale {
+            remote.refresh.job_started();
+            remote.pushed = false;
+        }
+        // A fresh remote with a new path only needs reading, not another fetch.
+        let use_network = stale || remote.resolved.is_none();
+        if use_network {
+            remote.started = Some(Instant::now());
+        }
+        remote.in_flight_network = use_network;
+        let requests: Vec<SourceRequest> = remote
+            .requests
+            .values()
+            .map(|a| a.request.clone())
+            .collect();
+        let shortest = remote
+            .requests
+            .values()
+            .map(|asked| asked.interval)
+            .min()
+            .unwrap_or(interval);
+        let resolved = remote.resolved.clone();
+        let current = requests
+            .iter()
+            .filter_map(|r| {
+                let entry = state.snapshots.get(&r.key())?;
+                Some((r.key(), entry.current_revision()?.to_owned()))
+            })
+            .collect();
+        let job = Job {
+            inner: self.inner.clone(),
+            guard: InFlight {
+                inner: self.inner.clone(),
+                remote_key: remote_key.to_owned(),
+                armed: std::sync::atomic::AtomicBool::new(true),
+            },
+            interval: shortest,
+            remote_key: remote_key.to_owned(),
+            requests,
+            use_network,
+            resolved,
+            current,
+        };
+        // Everything a job logs (failures, the fetch summary) carries its remote.
+        let (url, reference) = match &request.location {
+            Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
+            Location::Http { url } => (url.as_str(), None),
+        };
+        let span = tracing::info_span!(
+            "fetch",
+            remote = %crate::source::redact_url(url),
+            r#ref = reference.unwrap_or(""),
+            credentials = request.credentials.is_some() || request.tls.is_some(),
+        );
+        self.inner.runtime.spawn(job.run().instrument(span));
+    }
+}
