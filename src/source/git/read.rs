@@ -1,0 +1,166 @@
+//! Reading files out of a fetched commit's tree: within the policy's size and count limits,
+//! by the job's deadline, refusing symbolic links and submodules.
+
+use super::*;
+
+/// Reads the files at `path` in `commit`, within the policy's limits and by `deadline`.
+pub fn extract(
+    resolved: &Resolved,
+    path: &str,
+    policy: &Policy,
+    deadline: Instant,
+) -> Result<Snapshot, FetchError> {
+    let path = check_repo_path(path)?;
+    let repo = Repository::open_bare(&resolved.repo_dir)
+        .map_err(|e| FetchError::Other(format!("cannot open the cache: {e}")))?;
+    let oid = Oid::from_str(&resolved.commit).map_err(|e| FetchError::Other(e.to_string()))?;
+    let commit = repo
+        .find_commit(oid)
+        .map_err(|e| FetchError::Other(format!("commit {oid} vanished from the cache: {e}")))?;
+    let revision = resolved.revision();
+    let made_at = Some(commit.committer().when().seconds());
+    let root = commit
+        .tree()
+        .map_err(|e| FetchError::Other(e.to_string()))?;
+    let limits = &policy.limits;
+    if path.is_empty() {
+        let files = read_tree(&repo, &root, "", limits, deadline)?;
+        return Ok(Snapshot {
+            revision,
+            files,
+            single_file: false,
+            made_at,
+        });
+    }
+    let entry = root
+        .get_path(Path::new(&path))
+        .map_err(|_| FetchError::PathNotFound {
+            path: path.clone(),
+            revision: revision.clone(),
+        })?;
+    if entry.filemode() == 0o120000 {
+        return Err(FetchError::SymlinkRefused { path });
+    }
+    match entry.kind() {
+        Some(ObjectType::Blob) => {
+            if blob_size(&repo, entry.id())? > limits.config_bytes {
+                return Err(FetchError::TooLarge {
+                    what: format!("file {path}"),
+                    limit: limits.config_bytes,
+                });
+            }
+            let blob = repo
+                .find_blob(entry.id())
+                .map_err(|e| FetchError::Other(e.to_string()))?;
+            let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+            Ok(Snapshot {
+                revision,
+                files: BTreeMap::from([(name, Content::from_bytes(blob.content().to_vec()))]),
+                single_file: true,
+                made_at,
+            })
+        }
+        Some(ObjectType::Tree) => {
+            let tree = repo
+                .find_tree(entry.id())
+                .map_err(|e| FetchError::Other(e.to_string()))?;
+            let files = read_tree(&repo, &tree, &path, limits, deadline)?;
+            Ok(Snapshot {
+                revision,
+                files,
+                single_file: false,
+                made_at,
+            })
+        }
+        _ => Err(FetchError::PathNotFound { path, revision }),
+    }
+}
+
+pub(super) fn read_tree(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    prefix: &str,
+    limits: &crate::source::policy::SourceLimits,
+    deadline: Instant,
+) -> Result<BTreeMap<String, Content>, FetchError> {
+    let (max_files, max_bytes) = (limits.files, limits.config_bytes);
+    let mut found = Vec::new();
+    let mut failure = None;
+    // Every entry walked counts, directories included: trees that name each other many
+    // times over (a "tree bomb") are tiny on the wire and endless to walk.
+    let mut entries: usize = 0;
+    let walked = tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        entries += 1;
+        if entries > limits.tree_entries {
+            failure = Some(FetchError::TooManyEntries {
+                limit: limits.tree_entries,
+            });
+            return TreeWalkResult::Abort;
+        }
+        if entries.is_multiple_of(64) && Instant::now() > deadline {
+            failure = Some(FetchError::Timeout {
+                url: "reading the repository tree".to_owned(),
+                seconds: limits.timeout_seconds,
+            });
+            return TreeWalkResult::Abort;
+        }
+        if entry.kind() != Some(ObjectType::Blob) {
+            return TreeWalkResult::Ok;
+        }
+        let relative = format!("{dir}{}", entry.name().unwrap_or_default());
+        if entry.filemode() == 0o120000 {
+            let full = if prefix.is_empty() {
+                relative
+            } else {
+                format!("{prefix}/{relative}")
+            };
+            failure = Some(FetchError::SymlinkRefused { path: full });
+            return TreeWalkResult::Abort;
+        }
+        if found.len() >= max_files {
+            failure = Some(FetchError::TooManyFiles { limit: max_files });
+            return TreeWalkResult::Abort;
+        }
+        found.push((relative, entry.id()));
+        TreeWalkResult::Ok
+    });
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    walked.map_err(|e| FetchError::Other(e.to_string()))?;
+    let mut files = BTreeMap::new();
+    let mut total: u64 = 0;
+    for (_, id) in &found {
+        let id = *id;
+        // Sizes come from the object headers, so a blob that inflates to a gigabyte is
+        // refused before a byte of it is inflated.
+        total += blob_size(repo, id)?;
+        if total > max_bytes {
+            return Err(FetchError::TooLarge {
+                what: format!(
+                    "the files under {:?}",
+                    if prefix.is_empty() { "/" } else { prefix }
+                ),
+                limit: max_bytes,
+            });
+        }
+    }
+    for (name, id) in found {
+        let blob = repo
+            .find_blob(id)
+            .map_err(|e| FetchError::Other(e.to_string()))?;
+        files.insert(name, Content::from_bytes(blob.content().to_vec()));
+    }
+    Ok(files)
+}
+
+/// A blob's size as its object header says, without inflating it.
+pub(super) fn blob_size(repo: &Repository, id: Oid) -> Result<u64, FetchError> {
+    let odb = repo
+        .odb()
+        .map_err(|e| FetchError::Other(format!("cannot read the cache: {e}")))?;
+    let (size, _) = odb
+        .read_header(id)
+        .map_err(|e| FetchError::Other(format!("cannot read object {id}: {e}")))?;
+    Ok(size as u64)
+}
