@@ -1,0 +1,213 @@
+//! The cluster's store, as the API server keeps it: simulated time, apply (create or
+//! update with its server-set metadata), get, delete (finalizers, then the garbage
+//! collector's cascade) and resource versions.
+
+use super::*;
+
+impl Emulator {
+    /// The simulated time now, as a timestamp.
+    pub fn now(&self) -> jiff::Timestamp {
+        let epoch: jiff::Timestamp = EPOCH.parse().unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let since = jiff::SignedDuration::try_from(self.clock).unwrap_or_default();
+        epoch.checked_add(since).unwrap_or(epoch)
+    }
+
+    pub(super) fn now_text(&self) -> String {
+        self.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
+    /// Client-side apply keeps the applied object in an annotation on the live one;
+    /// server-side apply keeps nothing the hook can see.
+    pub(super) fn annotate_applied(&mut self, key: &Key, applied: &Value) {
+        if self.server_side_apply {
+            return;
+        }
+        let text = applied.to_string();
+        if let Some(object) = self.objects.get_mut(key)
+            && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.entry("annotations").or_insert_with(|| json!({}))[LAST_APPLIED_ANNOTATION] =
+                json!(text);
+        }
+    }
+
+    /// Moves simulated time forward (customize answers expire with it).
+    pub fn advance(&mut self, by: Duration) {
+        self.clock += by;
+    }
+
+    pub(super) fn bump_version(&mut self) -> String {
+        self.next_version += 1;
+        self.next_version.to_string()
+    }
+
+    /// Creates or edits an object as a user would (`kubectl apply`): spec changes bump
+    /// `metadata.generation`; status and server fields are kept. An object without
+    /// `metadata` gets an empty one (and so an empty name).
+    pub fn apply(&mut self, mut object: Value) -> Key {
+        if !object.get("metadata").is_some_and(Value::is_object)
+            && let Some(map) = object.as_object_mut()
+        {
+            map.insert("metadata".to_owned(), json!({}));
+        }
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let cluster_scoped = self.kinds.is_cluster_scoped(kind);
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            if cluster_scoped {
+                // The API server ignores a namespace on a cluster-scoped object.
+                meta.remove("namespace");
+            } else if meta
+                .get("namespace")
+                .is_none_or(|ns| ns.as_str() == Some(""))
+            {
+                meta.insert("namespace".to_owned(), json!("default"));
+            }
+        }
+        let now = self.now_text();
+        let key = key_of(&object);
+        let version = self.bump_version();
+        match self.objects.get(&key).cloned() {
+            Some(existing) => {
+                let generation = existing
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
+                let spec_changed = existing.get("spec") != object.get("spec")
+                    || existing.get("data") != object.get("data");
+                let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+                    return key;
+                };
+                for field in [
+                    "uid",
+                    "creationTimestamp",
+                    "finalizers",
+                    "ownerReferences",
+                    "deletionTimestamp",
+                ] {
+                    if let Some(v) = existing.pointer(&format!("/metadata/{field}")) {
+                        meta.insert(field.to_owned(), v.clone());
+                    }
+                }
+                meta.insert(
+                    "generation".to_owned(),
+                    json!(if spec_changed {
+                        generation + 1
+                    } else {
+                        generation
+                    }),
+                );
+                meta.insert("resourceVersion".to_owned(), json!(version));
+                if let Some(status) = existing.get("status")
+                    && let Some(map) = object.as_object_mut()
+                {
+                    map.insert("status".to_owned(), status.clone());
+                }
+            }
+            None => {
+                let uid = format!("uid-{:04}", self.next_uid);
+                self.next_uid += 1;
+                let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+                    return key;
+                };
+                meta.insert("uid".to_owned(), json!(uid));
+                meta.insert("generation".to_owned(), json!(1));
+                meta.insert("resourceVersion".to_owned(), json!(version));
+                meta.insert("creationTimestamp".to_owned(), json!(now));
+            }
+        }
+        self.put(key.clone(), object);
+        key
+    }
+
+    /// The object of that type, namespace and name, if it exists.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&Value> {
+        self.objects.get(&(
+            api_version.to_owned(),
+            kind.to_owned(),
+            namespace.to_owned(),
+            name.to_owned(),
+        ))
+    }
+
+    /// `kubectl delete`: objects with finalizers get a deletionTimestamp, others go (with
+    /// their owned objects, as the garbage collector would).
+    pub fn delete(&mut self, key: &Key) {
+        let now = self.now_text();
+        self.settled.remove(key);
+        let Some(object) = self.objects.get_mut(key) else {
+            return;
+        };
+        let has_finalizers = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            object["metadata"]["deletionTimestamp"] = json!(now);
+        } else {
+            self.remove_with_dependents(key);
+        }
+    }
+
+    /// Stores an object (replacing any with its key), keeping the owner index.
+    pub(super) fn put(&mut self, key: Key, object: Value) {
+        self.take(&key);
+        match owner_uid(&object) {
+            Some(owner) => {
+                self.by_owner.entry(owner).or_default().insert(key.clone());
+            }
+            None => {
+                self.orphans.insert(key.clone());
+            }
+        }
+        self.objects.insert(key, object);
+    }
+
+    /// Removes an object, keeping the owner index.
+    pub(super) fn take(&mut self, key: &Key) -> Option<Value> {
+        self.settled.remove(key);
+        let object = self.objects.remove(key)?;
+        match owner_uid(&object) {
+            Some(owner) => {
+                if let Some(owned) = self.by_owner.get_mut(&owner) {
+                    owned.remove(key);
+                    if owned.is_empty() {
+                        self.by_owner.remove(&owner);
+                    }
+                }
+            }
+            None => {
+                self.orphans.remove(key);
+            }
+        }
+        Some(object)
+    }
+
+    pub(super) fn remove_with_dependents(&mut self, key: &Key) {
+        let Some(object) = self.take(key) else {
+            return;
+        };
+        self.last_applied.remove(key);
+        let uid = object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let dependents: Vec<Key> = self
+            .by_owner
+            .get(&uid)
+            .map(|owned| owned.iter().cloned().collect())
+            .unwrap_or_default();
+        for dependent in dependents {
+            self.remove_with_dependents(&dependent);
+        }
+    }
+}
