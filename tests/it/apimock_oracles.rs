@@ -325,7 +325,13 @@ fn definition_validation_agrees_with_openapi_spec_validator() {
             if let Err(invalid) = &ours.outcome {
                 assert!(
                     !invalid.message.is_empty()
-                        && invalid.reason.chars().next().unwrap().is_uppercase(),
+                        && invalid
+                            .reason
+                            .as_str()
+                            .chars()
+                            .next()
+                            .unwrap()
+                            .is_uppercase(),
                     "{file}"
                 );
             }

@@ -59,8 +59,8 @@ fn every_flag_is_documented() {
     }
 }
 
-/// The reasons a controller's code passes to `Problem::new`, `Decided::new` or
-/// `with_reason`, read from its source files.
+/// The condition reasons (`Reason::X`) a controller's code names, read from its source
+/// files; `Reason::Fetch` carries the source engine's, which are read apart.
 fn reasons_in(dirs: &[&str]) -> std::collections::BTreeSet<String> {
     let mut found = std::collections::BTreeSet::new();
     for dir in dirs {
@@ -78,19 +78,15 @@ fn reasons_in(dirs: &[&str]) -> std::collections::BTreeSet<String> {
         };
         for file in files {
             let whole = std::fs::read_to_string(&file).unwrap();
-            // A file's own unit tests make up reasons of their own.
+            // A file's own unit tests use reasons of their own.
             let text = whole.split("#[cfg(test)]").next().unwrap_or_default();
-            // Problem::new("Reason", …)
-            for piece in text.split("Problem::new(").skip(1) {
-                if let Some(reason) = quoted_word(piece) {
-                    found.insert(reason);
-                }
-            }
-            // Decided::new("Type", true|false|expr, "Reason", …): the third argument.
-            for piece in text.split("Decided::new(").skip(1) {
-                let arguments: Vec<&str> = piece.splitn(4, ',').collect();
-                if let Some(reason) = arguments.get(2).and_then(|a| quoted_word(a)) {
-                    found.insert(reason);
+            for piece in text.split("Reason::").skip(1) {
+                let name: String = piece
+                    .chars()
+                    .take_while(char::is_ascii_alphanumeric)
+                    .collect();
+                if name.starts_with(|c: char| c.is_ascii_uppercase()) && name != "Fetch" {
+                    found.insert(name);
                 }
             }
         }
@@ -98,13 +94,32 @@ fn reasons_in(dirs: &[&str]) -> std::collections::BTreeSet<String> {
     found
 }
 
-/// The first argument when it is a string literal of one CamelCase word.
-fn quoted_word(text: &str) -> Option<String> {
-    let text = text.trim_start();
-    let rest = text.strip_prefix('"')?;
-    let word = &rest[..rest.find('"')?];
-    (word.chars().next()?.is_ascii_uppercase() && word.chars().all(|c| c.is_ascii_alphanumeric()))
-        .then(|| word.to_owned())
+/// Every variant the `reasons!` list in `common/reason.rs` declares.
+fn declared_reasons() -> std::collections::BTreeSet<String> {
+    let text = doc("src/controllers/common/reason.rs");
+    let list = text.split("reasons! {\n").nth(1).unwrap_or_default();
+    let list = list.split("\n}").next().unwrap_or_default();
+    list.lines()
+        .map(str::trim)
+        .filter(|line| !line.starts_with("//"))
+        .filter_map(|line| line.strip_suffix(','))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_declared_reason_is_used_by_a_controller() {
+    let declared = declared_reasons();
+    let used = reasons_in(&[
+        "src/controllers/apimock",
+        "src/controllers/apimock/validate",
+        "src/controllers/monitoredservice",
+        "src/controllers/configsync",
+        "src/controllers/common",
+    ]);
+    assert!(declared.len() > 30, "{declared:?}");
+    let unused: Vec<&String> = declared.difference(&used).collect();
+    assert!(unused.is_empty(), "declared but never given: {unused:?}");
 }
 
 #[test]

@@ -12,6 +12,7 @@ use super::validate::percent_decode;
 use sha2::{Digest, Sha256};
 
 use crate::controllers::common::file_keys;
+use crate::controllers::common::reason::Reason;
 use crate::hash::sha256_hex;
 use crate::source::Content;
 
@@ -119,7 +120,7 @@ pub fn choose_root<'a>(
             None => format!("a root document ({})", ROOT_CANDIDATES.join(", ")),
         };
         Invalid::new(
-            "NoRootDocument",
+            Reason::NoRootDocument,
             format!(
                 "the directory has no {wanted}; set definitionFrom.git.root to the document's path inside it"
             ),
@@ -155,7 +156,7 @@ pub fn gather(files: &BTreeMap<String, Content>, root: &str) -> Result<(Bundle, 
             } else {
                 relative_target(&path, file).map_err(|why| {
                     Invalid::new(
-                        "ReferenceRefused",
+                        Reason::ReferenceRefused,
                         format!("{path}: $ref {reference:?} {why}"),
                     )
                 })?
@@ -166,7 +167,7 @@ pub fn gather(files: &BTreeMap<String, Content>, root: &str) -> Result<(Bundle, 
                 let pointer = percent_decode(fragment);
                 if gathered.document(&target).pointer(&pointer).is_none() {
                     return Err(Invalid::new(
-                        "InvalidReference",
+                        Reason::InvalidReference,
                         format!("{path}: $ref {reference:?} points at nothing in {target}"),
                     ));
                 }
@@ -182,7 +183,7 @@ pub fn gather(files: &BTreeMap<String, Content>, root: &str) -> Result<(Bundle, 
         files: gathered.texts,
     };
     file_keys::keys_of(bundle.files.keys().map(String::as_str))
-        .map_err(|message| Invalid::new("UnsupportedFileName", message))?;
+        .map_err(|message| Invalid::new(Reason::UnsupportedFileName, message))?;
     Ok((bundle, operations))
 }
 
@@ -201,7 +202,7 @@ pub fn recheck(bundle: &Bundle) -> Result<u32, Invalid> {
     if gathered.files.len() != bundle.files.len() {
         // Files nothing refers to: harmless, but not what this server would have built.
         return Err(Invalid::new(
-            "InvalidDocument",
+            Reason::InvalidDocument,
             "the held definition carries files its root does not refer to",
         ));
     }
@@ -229,13 +230,13 @@ impl Gathering<'_> {
             Some(Content::Text(text)) => text,
             Some(Content::Binary(_)) => {
                 return Err(Invalid::new(
-                    "InvalidDocument",
+                    Reason::InvalidDocument,
                     format!("{} is not UTF-8 text", named()),
                 ));
             }
             None => {
                 return Err(Invalid::new(
-                    "InvalidReference",
+                    Reason::InvalidReference,
                     format!("{} is not in the directory", named()),
                 ));
             }
@@ -243,7 +244,7 @@ impl Gathering<'_> {
         self.bytes += path.len() + text.len();
         if self.bytes > MAX_DEFINITION_BYTES {
             return Err(Invalid::new(
-                "DefinitionTooLarge",
+                Reason::DefinitionTooLarge,
                 format!(
                     "the root document and the files it refers to hold more than {MAX_DEFINITION_BYTES} bytes, more than one ConfigMap can carry"
                 ),
@@ -448,7 +449,12 @@ mod tests {
             );
             let invalid = gather(&available, "openapi.yaml").err();
             let invalid = invalid.unwrap_or_else(|| panic!("{schema} should be refused"));
-            assert_eq!(invalid.reason, reason, "{schema}: {}", invalid.message);
+            assert_eq!(
+                invalid.reason.as_str(),
+                reason,
+                "{schema}: {}",
+                invalid.message
+            );
             assert!(
                 invalid.message.contains(says),
                 "{schema}: {}",
@@ -515,7 +521,7 @@ mod tests {
         );
         available.insert("%2e%2e/x.yaml".to_owned(), Content::Text("{}".to_owned()));
         let refused = gather(&available, "openapi.yaml").err();
-        assert!(refused.is_some_and(|e| e.reason == "UnsupportedFileName"));
+        assert!(refused.is_some_and(|e| e.reason.as_str() == "UnsupportedFileName"));
     }
 
     #[test]
@@ -527,10 +533,9 @@ mod tests {
             Some("api.yaml")
         );
         let missing = choose_root(&available, Some("gone.yaml")).err();
-        assert!(
-            missing
-                .is_some_and(|e| e.reason == "NoRootDocument" && e.message.contains("gone.yaml"))
-        );
+        assert!(missing.is_some_and(
+            |e| e.reason.as_str() == "NoRootDocument" && e.message.contains("gone.yaml")
+        ));
         let none = choose_root(&files(&[("README.md", "")]), None).err();
         assert!(none.is_some_and(|e| e.message.contains("openapi.yaml")));
     }

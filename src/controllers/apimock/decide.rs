@@ -11,6 +11,7 @@ use super::{ApiMockHooks, Call, bundle, held};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::effort::{Effort, Stop};
+use crate::controllers::common::reason::Reason;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::error::HookError;
 
@@ -67,7 +68,7 @@ impl ApiMockHooks {
                     let validated = Decided::new(
                         ConditionType::Validated,
                         true,
-                        "ValidDefinition",
+                        Reason::ValidDefinition,
                         valid_message(summary),
                     );
                     let fresh = ServedDefinition {
@@ -113,20 +114,20 @@ impl ApiMockHooks {
                 Ok(summary) => Decided::new(
                     ConditionType::Validated,
                     true,
-                    "ValidDefinition",
+                    Reason::ValidDefinition,
                     format!("{} (kept from the last good read)", valid_message(summary)),
                 ),
                 Err(_) => Decided::new(
                     ConditionType::Validated,
                     false,
-                    "NoDefinition",
+                    Reason::NoDefinition,
                     "no definition has been read yet",
                 ),
             },
             (None, None) => Decided::new(
                 ConditionType::Validated,
                 false,
-                "NoDefinition",
+                Reason::NoDefinition,
                 "no definition has been read yet",
             ),
         };

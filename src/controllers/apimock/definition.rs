@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::validate;
 pub use super::verdict::{Generation, Invalid};
 use crate::controllers::common::memo::Memo;
+use crate::controllers::common::reason::Reason;
 use crate::hash::sha256_hex;
 
 /// A definition is held in a ConfigMap, so it can be no larger than one's content.
@@ -79,7 +80,7 @@ pub fn analyze(text: &str) -> Analysis {
 fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
     if text.len() > MAX_DEFINITION_BYTES {
         return Err(Invalid::new(
-            "DefinitionTooLarge",
+            Reason::DefinitionTooLarge,
             format!(
                 "the definition is {} bytes; a ConfigMap can hold at most {MAX_DEFINITION_BYTES} bytes of it",
                 text.len()
@@ -87,7 +88,10 @@ fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
         ));
     }
     if text.trim().is_empty() {
-        return Err(Invalid::new("InvalidDocument", "the definition is empty"));
+        return Err(Invalid::new(
+            Reason::InvalidDocument,
+            "the definition is empty",
+        ));
     }
     check_nesting(text)?;
     let document = parse(text, format)?;
@@ -123,7 +127,7 @@ fn check_nesting(text: &str) -> Result<(), Invalid> {
                         let at = index * 64 + offset;
                         let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
                         return Err(Invalid::new(
-                            "InvalidSyntax",
+                            Reason::InvalidSyntax,
                             format!(
                                 "the definition nests brackets deeper than {MAX_NESTING} levels (line {line})"
                             ),
@@ -156,7 +160,7 @@ fn parse(text: &str, format: Format) -> Result<Value, Invalid> {
     match format {
         Format::Json => serde_json::from_str(text).map_err(|e| {
             Invalid::new(
-                "InvalidSyntax",
+                Reason::InvalidSyntax,
                 format!("the definition is not valid JSON: {e}"),
             )
         }),
@@ -164,11 +168,11 @@ fn parse(text: &str, format: Format) -> Result<Value, Invalid> {
             let bound = crate::yaml::Expansion::for_input(text.len());
             crate::yaml::value_bounded(text, bound).map_err(|e| match e {
                 crate::yaml::BoundedError::Syntax(e) => Invalid::new(
-                    "InvalidSyntax",
+                    Reason::InvalidSyntax,
                     format!("the definition is not valid YAML: {e}"),
                 ),
                 too_large @ crate::yaml::BoundedError::TooLarge { .. } => Invalid::new(
-                    "DefinitionTooLarge",
+                    Reason::DefinitionTooLarge,
                     format!("the definition is refused: {too_large}"),
                 ),
             })
@@ -179,7 +183,7 @@ fn parse(text: &str, format: Format) -> Result<Value, Invalid> {
 fn detect(document: &Value) -> Result<Generation, Invalid> {
     let Some(object) = document.as_object() else {
         return Err(Invalid::new(
-            "InvalidDocument",
+            Reason::InvalidDocument,
             format!(
                 "the definition is {}, not an OpenAPI document object",
                 kind_of(document)
@@ -200,7 +204,7 @@ fn detect(document: &Value) -> Result<Generation, Invalid> {
             Ok(Generation::OpenApi31)
         } else {
             Err(Invalid::new(
-                "UnsupportedVersion",
+                Reason::UnsupportedVersion,
                 format!(
                     "openapi: {version} is not supported; use Swagger 2.0, OpenAPI 3.0.x or 3.1.x"
                 ),
@@ -212,13 +216,13 @@ fn detect(document: &Value) -> Result<Generation, Invalid> {
             Ok(Generation::Swagger2)
         } else {
             Err(Invalid::new(
-                "UnsupportedVersion",
+                Reason::UnsupportedVersion,
                 format!("swagger: {version} is not supported; only swagger: \"2.0\" is"),
             ))
         };
     }
     Err(Invalid::new(
-        "InvalidDocument",
+        Reason::InvalidDocument,
         "the definition has neither an `openapi` nor a `swagger` field, so its version is unknown",
     ))
 }
@@ -448,9 +452,12 @@ mod tests {
         assert_eq!(analyze(swagger).format, Format::Json);
         assert!(analyze(swagger).outcome.is_ok());
         let four = analyze("openapi: 4.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n");
-        assert_eq!(four.outcome.unwrap_err().reason, "UnsupportedVersion");
+        assert_eq!(
+            four.outcome.unwrap_err().reason.as_str(),
+            "UnsupportedVersion"
+        );
         let none = analyze("info: {title: t}\n");
-        assert_eq!(none.outcome.unwrap_err().reason, "InvalidDocument");
+        assert_eq!(none.outcome.unwrap_err().reason.as_str(), "InvalidDocument");
         let list = analyze("- a\n- b\n");
         assert!(list.outcome.unwrap_err().message.contains("a list"));
         assert!(!is_version("3.10", "3.1"));
@@ -461,7 +468,7 @@ mod tests {
     fn syntax_errors_say_where() {
         let broken = analyze("openapi: 3.0.0\ninfo:\n  version: [1\n");
         let invalid = broken.outcome.unwrap_err();
-        assert_eq!(invalid.reason, "InvalidSyntax");
+        assert_eq!(invalid.reason.as_str(), "InvalidSyntax");
         assert!(invalid.message.contains("line"), "{}", invalid.message);
     }
 
@@ -469,7 +476,7 @@ mod tests {
     fn too_large_is_refused_before_parsing() {
         let huge = format!("openapi: 3.0.0\n#{}\n", "x".repeat(MAX_DEFINITION_BYTES));
         assert_eq!(
-            analyze(&huge).outcome.unwrap_err().reason,
+            analyze(&huge).outcome.unwrap_err().reason.as_str(),
             "DefinitionTooLarge"
         );
     }
@@ -542,7 +549,7 @@ mod tests {
         }
         let refused = analyze(&bomb).outcome.unwrap_err();
         assert!(
-            ["InvalidSyntax", "DefinitionTooLarge"].contains(&refused.reason),
+            ["InvalidSyntax", "DefinitionTooLarge"].contains(&refused.reason.as_str()),
             "{refused:?}"
         );
         // An anchor of anchors that stays under the parser's alias-jump limit but names
@@ -555,7 +562,7 @@ mod tests {
             nested.push_str(&format!("x-l{level}: &l{level} [{refs}]\n"));
         }
         let refused = analyze(&nested).outcome.unwrap_err();
-        assert_eq!(refused.reason, "DefinitionTooLarge", "{refused:?}");
+        assert_eq!(refused.reason.as_str(), "DefinitionTooLarge", "{refused:?}");
         assert!(refused.message.contains("aliases"), "{}", refused.message);
         let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(analyze(&deep).outcome.is_err());

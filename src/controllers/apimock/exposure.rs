@@ -7,6 +7,7 @@ use super::spec::{ApiMockSpec, IngressSpec, PathType};
 use crate::apiserver::{ANNOTATIONS_MAX_BYTES, check_dns1123_subdomain, check_qualified_name};
 use crate::controllers::common::policy::{ExposurePolicy, refusal};
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reason::Reason;
 
 /// Why the spec's Ingress or Service cannot be emitted, if it cannot.
 ///
@@ -58,11 +59,11 @@ pub fn check(spec: &ApiMockSpec, policy: &ExposurePolicy, namespace: &str) -> Re
 }
 
 fn invalid(message: String) -> Problem {
-    Problem::new("InvalidSpec", message)
+    Problem::new(Reason::InvalidSpec, message)
 }
 
 fn not_allowed(message: String) -> Problem {
-    Problem::new("NotAllowed", message)
+    Problem::new(Reason::NotAllowed, message)
 }
 
 fn check_annotations(

@@ -35,6 +35,7 @@ use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::{CompositeHooks, Context, ControllerSettings};
@@ -125,7 +126,12 @@ impl ApiMockHooks {
         if let Err(invalid) = check_dns1035_label(name) {
             let message = format!("metadata.name cannot name the mock's Service: {invalid}");
             return Ok(call.keep_running(
-                Decided::new(ConditionType::Validated, false, "InvalidName", message),
+                Decided::new(
+                    ConditionType::Validated,
+                    false,
+                    Reason::InvalidName,
+                    message,
+                ),
                 None,
                 false,
             )?);
@@ -133,8 +139,12 @@ impl ApiMockHooks {
         let spec = match spec::parse_spec(parent) {
             Ok(spec) => spec,
             Err(problem) => {
-                let validated =
-                    Decided::new(ConditionType::Validated, false, "InvalidSpec", problem);
+                let validated = Decided::new(
+                    ConditionType::Validated,
+                    false,
+                    Reason::InvalidSpec,
+                    problem,
+                );
                 return Ok(call.keep_running(validated, None, true)?);
             }
         };
@@ -169,7 +179,7 @@ impl ApiMockHooks {
         let source = origin::describe(&origin)
             .zip(fetched)
             .map(|(description, fetched)| SourceFacts {
-                awaiting: fetched.reason == "FetchPending" && decision.served.is_none(),
+                awaiting: fetched.reason == Reason::FetchPending && decision.served.is_none(),
                 fetched,
                 description,
                 revision: decision.served.as_ref().and_then(|s| s.revision.clone()),

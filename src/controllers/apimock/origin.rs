@@ -14,6 +14,7 @@ use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::memo::key_of;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reason::Reason;
 use crate::controllers::common::source_spec::{self, HttpSource};
 use crate::protocol::ObjectMap;
 use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
@@ -78,7 +79,7 @@ pub fn origin<'s>(
     let Some(from) = &spec.definition_from else {
         if spec.definition.is_empty() {
             return Err(Problem::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 "set spec.definition (the document) or spec.definitionFrom (where to read it)"
                     .to_owned(),
             ));
@@ -87,7 +88,7 @@ pub fn origin<'s>(
     };
     if !spec.definition.is_empty() {
         return Err(Problem::new(
-            "AmbiguousDefinition",
+            Reason::AmbiguousDefinition,
             "set only one of spec.definition and spec.definitionFrom".to_owned(),
         ));
     }
@@ -102,7 +103,7 @@ pub fn origin<'s>(
         (None, Some(http), None) => (http.location(), http.secrets(), None),
         (None, None, Some(key_ref)) if key_ref.name == name => {
             return Err(Problem::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 format!(
                     "spec.definitionFrom.configMapKeyRef.name: {name:?} is the mock's own ConfigMap; name the ConfigMap that holds the document"
                 ),
@@ -111,7 +112,7 @@ pub fn origin<'s>(
         (None, None, Some(key_ref)) => return Ok(Origin::ConfigMap(key_ref)),
         _ => {
             return Err(Problem::new(
-                "AmbiguousSource",
+                Reason::AmbiguousSource,
                 "spec.definitionFrom: set exactly one of git, http and configMapKeyRef".to_owned(),
             ));
         }
@@ -234,16 +235,19 @@ fn bundle_from(snapshot: &Snapshot, root: Option<&str>) -> Result<Bundle, Invali
     if snapshot.single_file {
         if root.is_some() {
             return Err(Invalid::new(
-                "InvalidSpec",
+                Reason::InvalidSpec,
                 "definitionFrom.git.root is set but definitionFrom.git.path names a file; drop root, or point path at the directory holding the root document",
             ));
         }
         let Some((name, content)) = snapshot.files.iter().next() else {
-            return Err(Invalid::new("InvalidDocument", "the source holds no file"));
+            return Err(Invalid::new(
+                Reason::InvalidDocument,
+                "the source holds no file",
+            ));
         };
         let Content::Text(text) = content else {
             return Err(Invalid::new(
-                "InvalidDocument",
+                Reason::InvalidDocument,
                 format!("{name} is not UTF-8 text"),
             ));
         };
@@ -275,7 +279,7 @@ fn read_config_map<'r>(
         return Reading::fetched(Decided::new(
             ConditionType::Fetched,
             false,
-            "ConfigMapNotFound",
+            Reason::ConfigMapNotFound,
             format!(
                 "ConfigMap {name:?} does not exist in namespace {namespace:?} (or the apimock controller is registered without its customize hook)"
             ),
@@ -300,7 +304,7 @@ fn read_config_map<'r>(
         return Reading::fetched(Decided::new(
             ConditionType::Fetched,
             false,
-            "KeyNotFound",
+            Reason::KeyNotFound,
             message,
         ));
     };
@@ -308,7 +312,7 @@ fn read_config_map<'r>(
         fetched: Some(Decided::new(
             ConditionType::Fetched,
             true,
-            "Fetched",
+            Reason::Fetched,
             format!("read key {key:?} of ConfigMap {name:?}"),
         )),
         candidate: Some(Ok(Candidate::Text(text))),

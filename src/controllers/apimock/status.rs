@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::spec::{ApiMockStatus, DefinitionStatus};
 use crate::controllers::common::conditions::{self, ConditionType, Decided};
+use crate::controllers::common::reason::Reason;
 use crate::controllers::common::rollout::Rollout;
 
 /// Inputs to one status computation.
@@ -52,7 +53,7 @@ pub fn apply_limit(children: &[Value]) -> Option<Decided> {
             Decided::new(
                 ConditionType::FitsClientSideApply,
                 false,
-                "LastAppliedTooLarge",
+                Reason::LastAppliedTooLarge,
                 format!(
                     "the {} {} would carry {total} bytes of annotations under client-side apply (its last-applied copy included), more than the API server's {}: Metacontroller cannot write it unless it runs with server-side apply; or make the definition smaller",
                     child["kind"].as_str().unwrap_or("child"),
@@ -123,21 +124,21 @@ fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
         Decided::new(
             ConditionType::Ready,
             false,
-            "NoMock",
+            Reason::NoMock,
             "no mock is running yet: the definition is still being read from its source",
         )
     } else if facts.serving.is_none() && facts.source.is_some() {
         Decided::new(
             ConditionType::Ready,
             false,
-            "NoMock",
+            Reason::NoMock,
             "no mock is running: no valid definition has been read from its source; see Fetched and Validated",
         )
     } else if facts.serving.is_none() {
         Decided::new(
             ConditionType::Ready,
             false,
-            "NoMock",
+            Reason::NoMock,
             "no mock is running: the definition has never been valid",
         )
     } else if !facts.validated.status {
@@ -149,21 +150,21 @@ fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
         Decided::new(
             ConditionType::Ready,
             false,
-            "DefinitionInvalid",
+            Reason::DefinitionInvalid,
             format!("the last valid definition is still served; fix {fix} to roll the new one"),
         )
     } else if rollout.available && rollout.settled && current {
         Decided::new(
             ConditionType::Ready,
             true,
-            "MockReady",
+            Reason::MockReady,
             "the mock serves the current definition",
         )
     } else {
         Decided::new(
             ConditionType::Ready,
             false,
-            "RolloutInProgress",
+            Reason::RolloutInProgress,
             "the mock Deployment is rolling out the current definition",
         )
     }

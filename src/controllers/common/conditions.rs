@@ -8,6 +8,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::reason::Reason;
+
 /// A status condition as stored in the parent (`metav1.Condition`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -70,7 +72,7 @@ pub struct Decided {
     /// Whether it holds.
     pub status: bool,
     /// CamelCase reason.
-    pub reason: &'static str,
+    pub reason: Reason,
     /// A sentence for people.
     pub message: String,
 }
@@ -80,7 +82,7 @@ impl Decided {
     pub fn new(
         type_: ConditionType,
         status: bool,
-        reason: &'static str,
+        reason: Reason,
         message: impl Into<String>,
     ) -> Decided {
         Decided {
@@ -130,7 +132,7 @@ pub fn settle(
             Condition {
                 type_: d.type_.as_str().to_owned(),
                 status: status.to_owned(),
-                reason: d.reason.to_owned(),
+                reason: d.reason.as_str().to_owned(),
                 message: d.message,
                 last_transition_time,
                 observed_generation: generation,
@@ -159,13 +161,18 @@ mod tests {
     #[test]
     fn unchanged_status_keeps_its_transition_time() {
         let settled = settle(
-            vec![Decided::new(ConditionType::Ready, true, "Other", "m")],
+            vec![Decided::new(
+                ConditionType::Ready,
+                true,
+                Reason::MockReady,
+                "m",
+            )],
             &previous(),
             "NOW",
             Some(2),
         );
         assert_eq!(settled[0].last_transition_time, "2020-01-01T00:00:00Z");
-        assert_eq!(settled[0].reason, "Other");
+        assert_eq!(settled[0].reason, "MockReady");
         assert_eq!(settled[0].observed_generation, Some(2));
     }
 
@@ -173,8 +180,8 @@ mod tests {
     fn flipped_or_new_condition_takes_now() {
         let settled = settle(
             vec![
-                Decided::new(ConditionType::Ready, false, "R", ""),
-                Decided::new(ConditionType::Validated, true, "V", ""),
+                Decided::new(ConditionType::Ready, false, Reason::NoMock, ""),
+                Decided::new(ConditionType::Validated, true, Reason::ValidDefinition, ""),
             ],
             &previous(),
             "NOW",

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::problem::Problem;
 use super::{envfile, file_keys};
+use crate::controllers::common::reason::Reason;
 use crate::hash::sha256_hex;
 use crate::source::{Content, Snapshot};
 
@@ -169,7 +170,7 @@ impl Config {
         let config = Config::new(content);
         if config.content_bytes() > crate::apiserver::CONFIG_MAP_CONTENT_BYTES {
             return Err(Problem::new(
-                "TooLarge",
+                Reason::TooLarge,
                 format!(
                     "the config is {} bytes; a ConfigMap holds at most about 1 MiB",
                     config.content_bytes()
@@ -234,7 +235,7 @@ fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, Problem> {
         (true, Some(file)) => file,
         _ => {
             return Err(Problem::new(
-                "EnvNeedsOneFile",
+                Reason::EnvNeedsOneFile,
                 "format env needs the source to name a single KEY=VALUE file, not a directory"
                     .to_owned(),
             ));
@@ -242,17 +243,17 @@ fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, Problem> {
     };
     let Content::Text(text) = content else {
         return Err(Problem::new(
-            "InvalidEnvFile",
+            Reason::InvalidEnvFile,
             format!("{name} is not text"),
         ));
     };
-    envfile::parse(text).map_err(|e| Problem::new("InvalidEnvFile", format!("{name} {e}")))
+    envfile::parse(text).map_err(|e| Problem::new(Reason::InvalidEnvFile, format!("{name} {e}")))
 }
 
 /// Every file of a snapshot under a ConfigMap key (`a/b.conf` → `a__b.conf`).
 fn files_data(snapshot: &Snapshot, content: &mut ConfigContent) -> Result<(), Problem> {
     let keys = file_keys::keys_of(snapshot.files.keys().map(String::as_str))
-        .map_err(|message| Problem::new("UnsupportedFileName", message))?;
+        .map_err(|message| Problem::new(Reason::UnsupportedFileName, message))?;
     for (key, path) in keys {
         let Some(file) = snapshot.files.get(path) else {
             continue;
@@ -326,11 +327,14 @@ mod tests {
             Some(ConfigFormat::Env),
         );
         assert_eq!(
-            directory_as_env.err().map(|e| e.reason),
+            directory_as_env.err().map(|e| e.reason.as_str()),
             Some("EnvNeedsOneFile")
         );
         let bad_key =
             Config::from_snapshot(&snapshot("r", &[("a b.conf", "x")], false, None), None);
-        assert_eq!(bad_key.err().map(|e| e.reason), Some("UnsupportedFileName"));
+        assert_eq!(
+            bad_key.err().map(|e| e.reason.as_str()),
+            Some("UnsupportedFileName")
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod names;
 pub mod policy;
 pub mod polling;
 pub mod problem;
+pub mod reason;
 pub mod refresh;
 pub mod restricted;
 pub mod revisions;

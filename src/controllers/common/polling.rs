@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::conditions::{ConditionType, Decided};
+use crate::controllers::common::reason::Reason;
 use crate::source::{SourceRequest, SourceState, Sources};
 
 /// Poll period when none is given, in seconds.
@@ -42,12 +43,17 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
                 Some(revision) => format!("{error}; still running {revision}"),
                 None => error.to_string(),
             };
-            Decided::new(ConditionType::Fetched, false, error.reason(), message)
+            Decided::new(
+                ConditionType::Fetched,
+                false,
+                Reason::Fetch(error.reason()),
+                message,
+            )
         }
         (Some(snapshot), None) => Decided::new(
             ConditionType::Fetched,
             true,
-            "Fetched",
+            Reason::Fetched,
             format!("fetched {}", snapshot.revision),
         ),
         // This server has no copy yet (it restarted, or let its copy go under the
@@ -56,13 +62,13 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
             Some(revision) => Decided::new(
                 ConditionType::Fetched,
                 true,
-                "Fetched",
+                Reason::Fetched,
                 format!("running {revision}; this server is reading its own copy of the {what}"),
             ),
             None => Decided::new(
                 ConditionType::Fetched,
                 false,
-                "FetchPending",
+                Reason::FetchPending,
                 format!("the first fetch of the {what} is in progress"),
             ),
         },
@@ -77,7 +83,7 @@ pub fn refreshing(sources: &dyn Sources, request: &SourceRequest, running: &str)
     Decided::new(
         ConditionType::Fetched,
         true,
-        "Fetched",
+        Reason::Fetched,
         format!("running {running}, fetched more recently than this server's copy; refreshing"),
     )
 }

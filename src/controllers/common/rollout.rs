@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::conditions::{ConditionType, Decided};
+use crate::controllers::common::reason::Reason;
 
 /// The observed Deployment, reduced to what status needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -74,21 +75,21 @@ impl Rollout {
             Decided::new(
                 ConditionType::Available,
                 false,
-                "DeploymentMissing",
+                Reason::DeploymentMissing,
                 format!("{what} does not exist yet"),
             )
         } else if self.available {
             Decided::new(
                 ConditionType::Available,
                 true,
-                "MinimumReplicasAvailable",
+                Reason::MinimumReplicasAvailable,
                 format!("{what} has minimum availability"),
             )
         } else {
             Decided::new(
                 ConditionType::Available,
                 false,
-                "MinimumReplicasUnavailable",
+                Reason::MinimumReplicasUnavailable,
                 format!("{what} does not have minimum availability yet"),
             )
         }
@@ -138,7 +139,7 @@ mod tests {
         assert!(!missing.exists && !missing.settled);
         let condition = missing.available_condition("the mock Deployment");
         assert_eq!(
-            (condition.reason, condition.message.as_str()),
+            (condition.reason.as_str(), condition.message.as_str()),
             (
                 "DeploymentMissing",
                 "the mock Deployment does not exist yet"

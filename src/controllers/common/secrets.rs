@@ -12,6 +12,7 @@ use crate::source::known_hosts::KnownHosts;
 use crate::source::tls::TlsMaterial;
 
 use super::problem::Problem;
+use crate::controllers::common::reason::Reason;
 
 /// The CA (`ca.crt`) and client certificate (`tls.crt`, `tls.key`: a Secret of type
 /// `kubernetes.io/tls` has them) in the related Secret `name` in `namespace`.
@@ -31,9 +32,9 @@ pub fn tls_material(
         cert_pem: field(object, "tls.crt"),
         key_pem: field(object, "tls.key"),
     };
-    material
-        .validate()
-        .map_err(|problem| Problem::new("SecretInvalid", format!("Secret {name:?}: {problem}")))?;
+    material.validate().map_err(|problem| {
+        Problem::new(Reason::SecretInvalid, format!("Secret {name:?}: {problem}"))
+    })?;
     Ok(material)
 }
 
@@ -42,7 +43,7 @@ fn find<'a>(related: &'a ObjectMap, namespace: &str, name: &str) -> Result<&'a V
         .find("Secret", "v1", Some(namespace), name)
         .ok_or_else(|| {
             Problem::new(
-                "SecretNotFound",
+                Reason::SecretNotFound,
                 format!("the Secret {name:?} does not exist in namespace {namespace:?}"),
             )
         })
@@ -88,13 +89,13 @@ pub fn credentials(
         && let Err(problem) = KnownHosts::parse(known_hosts)
     {
         return Err(Problem::new(
-            "SecretInvalid",
+            Reason::SecretInvalid,
             format!("Secret {name:?}: {problem}"),
         ));
     }
     if credentials.userpass().is_none() && credentials.identity.is_none() {
         return Err(Problem::new(
-            "SecretInvalid",
+            Reason::SecretInvalid,
             format!(
                 "Secret {name:?} needs `username` and `password`, or `token` (https), or `identity` and `known_hosts` (ssh)"
             ),

@@ -19,6 +19,7 @@ use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::{self, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::secrets;
 use crate::controllers::common::source_spec::git_location;
@@ -261,7 +262,7 @@ impl<'a> Annotations<'a> {
             }
         };
         let labelled = |Problem { reason, message }| {
-            let message = if reason == "SecretNotFound" {
+            let message = if reason == Reason::SecretNotFound {
                 format!("{message} with label {CREDENTIALS_LABEL}=true")
             } else {
                 message

@@ -26,6 +26,7 @@ use crate::controllers::common::memo::Memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
@@ -109,7 +110,7 @@ impl MonitoredServiceHooks {
             Ok(spec) => spec,
             Err(problem) => {
                 return Ok(call.keep_running(Facts::invalid_spec(
-                    "InvalidSpec",
+                    Reason::InvalidSpec,
                     problem,
                     call.running(),
                     call.pods(),
@@ -129,7 +130,7 @@ impl MonitoredServiceHooks {
         {
             let message = format!("metadata.name cannot name the children: {invalid}");
             return Ok(call.keep_running(Facts::invalid_spec(
-                "InvalidName",
+                Reason::InvalidName,
                 message,
                 None,
                 call.pods(),
@@ -368,7 +369,7 @@ fn decide(
             let config_valid = Decided::new(
                 ConditionType::ConfigValid,
                 true,
-                "Valid",
+                Reason::Valid,
                 format!(
                     "{} is a valid {} config",
                     config.revision,
@@ -389,7 +390,7 @@ fn decide(
                 config_valid: Decided::new(
                     ConditionType::ConfigValid,
                     false,
-                    reason,
+                    *reason,
                     format!("{message}{keeping}"),
                 ),
                 behind: false,
@@ -400,19 +401,19 @@ fn decide(
                 Some(config) => Decided::new(
                     ConditionType::ConfigValid,
                     true,
-                    "Valid",
+                    Reason::Valid,
                     format!("running {} until the source answers", config.revision),
                 ),
                 None if nothing_runs => Decided::new(
                     ConditionType::ConfigValid,
                     false,
-                    "NoConfig",
+                    Reason::NoConfig,
                     "no configuration has been fetched yet",
                 ),
                 None => Decided::new(
                     ConditionType::ConfigValid,
                     false,
-                    "NoConfig",
+                    Reason::NoConfig,
                     "no configuration has been fetched yet; the running children are kept as they are until one is",
                 ),
             };
@@ -452,7 +453,7 @@ fn source_request(
         usize::from(git.is_some()) + usize::from(http.is_some()) + usize::from(legacy.is_some());
     if named > 1 {
         return Err(Problem::new(
-            "AmbiguousSource",
+            Reason::AmbiguousSource,
             "set only one of spec.source.git, spec.source.http and spec.config_repo".to_owned(),
         ));
     }

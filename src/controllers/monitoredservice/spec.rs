@@ -14,6 +14,7 @@ use crate::controllers::common::conditions::Condition;
 pub use crate::controllers::common::config::ConfigFormat;
 use crate::controllers::common::envfile;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reason::Reason;
 pub use crate::controllers::common::source_spec::{GitSource, HttpSource, SecretRef};
 
 /// A service whose configuration lives in git or an HTTP file; config changes roll it.
@@ -163,7 +164,7 @@ impl MonitoredServiceSpec {
                 && let Err(problem) = envfile::check_env_value(value)
             {
                 return Err(Problem::new(
-                    "InvalidSpec",
+                    Reason::InvalidSpec,
                     format!("spec.env[{i}] ({}): the value {problem}", var.name),
                 ));
             }
@@ -177,7 +178,7 @@ impl MonitoredServiceSpec {
             ];
             if let Some((field, _)) = refused.iter().find(|(_, set)| deny_secret_env && *set) {
                 return Err(Problem::new(
-                    "NotAllowed",
+                    Reason::NotAllowed,
                     format!(
                         "spec.env[{i}] ({}): valueFrom.{field} is not allowed by the server's --deny-secret-env",
                         var.name
@@ -222,7 +223,7 @@ mod env_tests {
         for refused in [&from_secret, &from_field] {
             assert!(refused.check_env(false).is_ok());
             let problem = refused.check_env(true).unwrap_err();
-            assert_eq!(problem.reason, "NotAllowed");
+            assert_eq!(problem.reason, Reason::NotAllowed);
             assert!(
                 problem.message.contains("--deny-secret-env"),
                 "{}",
@@ -243,7 +244,7 @@ mod env_tests {
             spec(json!([{"name": "A", "value": "ok"}, {"name": "B", "value": "x\u{0}y"}]))
                 .check_env(false)
                 .unwrap_err();
-        assert_eq!(problem.reason, "InvalidSpec");
+        assert_eq!(problem.reason, Reason::InvalidSpec);
         assert!(problem.message.contains("spec.env[1] (B)") && problem.message.contains("U+0000"));
     }
 }

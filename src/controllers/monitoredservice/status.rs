@@ -5,6 +5,7 @@ use serde_json::Value;
 use super::spec::MonitoredServiceStatus;
 use crate::controllers::common::conditions::{self, ConditionType, Decided};
 use crate::controllers::common::config::Config;
+use crate::controllers::common::reason::Reason;
 use crate::controllers::common::rollout::Rollout;
 use crate::error::HookError;
 use crate::protocol::CompositeResponse;
@@ -19,7 +20,7 @@ pub struct Facts<'a> {
 
 impl<'a> Facts<'a> {
     pub fn invalid_spec(
-        reason: &'static str,
+        reason: Reason,
         message: String,
         running: Option<&'a Config>,
         pods: Vec<String>,
@@ -28,7 +29,7 @@ impl<'a> Facts<'a> {
             fetched: Decided::new(
                 ConditionType::Fetched,
                 false,
-                "NotFetched",
+                Reason::NotFetched,
                 "the spec must be fixed before the source is fetched",
             ),
             config_valid: Decided::new(ConditionType::ConfigValid, false, reason, message),
@@ -42,13 +43,13 @@ impl<'a> Facts<'a> {
             fetched: Decided::new(
                 ConditionType::Fetched,
                 true,
-                "NoSource",
+                Reason::NoSource,
                 "the spec names no config source",
             ),
             config_valid: Decided::new(
                 ConditionType::ConfigValid,
                 true,
-                "NoSource",
+                Reason::NoSource,
                 "there is no config to validate",
             ),
             config: None,
@@ -105,32 +106,32 @@ pub fn answer(
 /// says there is nothing to validate), unless the fetch was never tried because the
 /// spec itself is wrong.
 fn ready(facts: &Facts<'_>, rollout: &Rollout, current: bool) -> Decided {
-    if !facts.fetched.status && facts.fetched.reason != "NotFetched" {
+    if !facts.fetched.status && facts.fetched.reason != Reason::NotFetched {
         Decided::new(
             ConditionType::Ready,
             false,
-            "FetchFailing",
+            Reason::FetchFailing,
             "the config could not be fetched; see Fetched",
         )
     } else if !facts.config_valid.status {
         Decided::new(
             ConditionType::Ready,
             false,
-            "ConfigInvalid",
+            Reason::ConfigInvalid,
             "the spec or the fetched config is not valid; see ConfigValid",
         )
     } else if rollout.available && rollout.settled && current {
         Decided::new(
             ConditionType::Ready,
             true,
-            "Ready",
+            Reason::Ready,
             "all replicas run the current config",
         )
     } else {
         Decided::new(
             ConditionType::Ready,
             false,
-            "RolloutInProgress",
+            Reason::RolloutInProgress,
             "the Deployment is rolling out the current config",
         )
     }

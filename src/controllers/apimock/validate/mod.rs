@@ -25,8 +25,9 @@ use serde_json::Value;
 
 pub(super) use self::refs::percent_decode;
 use super::verdict::{Generation, Invalid};
+use crate::controllers::common::reason::Reason;
 
-const REASON: &str = "InvalidDocument";
+const REASON: Reason = Reason::InvalidDocument;
 
 /// The meta-schema of the document's version, then the checks a schema cannot express.
 ///
@@ -42,7 +43,7 @@ pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid>
         |message: String| Invalid::new(REASON, format!("not a valid {label} document: {message}"));
     let validator = metaschema::validator(generation).map_err(|e| {
         Invalid::new(
-            "ValidatorUnavailable",
+            Reason::ValidatorUnavailable,
             format!("the {label} meta-schema failed to load: {e}"),
         )
     })?;
