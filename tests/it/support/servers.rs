@@ -414,7 +414,9 @@ impl Pki {
 }
 
 /// OpenSSH's `sshd` on a loopback port, serving the repository's root to one client key
-/// (git runs `git-upload-pack` through the login shell, as on any git host).
+/// (git runs `git-upload-pack` through the login shell, as on any git host). The test
+/// holds the listening socket (port 0: no port is picked and released) and hands each
+/// connection to an `sshd -i`, as inetd would.
 pub struct SshServer {
     pub port: u16,
     /// The client's private key (OpenSSH format), as a Secret's `identity` holds it.
@@ -424,7 +426,8 @@ pub struct SshServer {
     /// The login the client key is authorised for.
     pub user: String,
     dir: tempfile::TempDir,
-    child: Child,
+    sessions: Arc<Mutex<Vec<Child>>>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn keygen(path: &Path, key_type: &str, passphrase: &str) {
@@ -468,10 +471,11 @@ impl SshServer {
     /// Starts sshd with ed25519 and ecdsa host keys; the client key is `client_key_type`,
     /// encrypted with `passphrase` unless it is empty.
     pub fn start(program: &Path, client_key_type: &str, passphrase: &str) -> SshServer {
-        SshServer::start_on(program, free_port(), client_key_type, passphrase)
+        SshServer::start_on(program, 0, client_key_type, passphrase)
     }
 
-    /// [`SshServer::start`] on a given port (22 for scp-like addresses, which name none).
+    /// [`SshServer::start`] on a given port (22 for scp-like addresses, which name none;
+    /// 0 for any free one).
     pub fn start_on(
         program: &Path,
         port: u16,
@@ -490,7 +494,7 @@ impl SshServer {
             .to_owned();
         // The repository is reached by absolute path; the login's shell runs git.
         let config = format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nHostKey {}\nAuthorizedKeysFile {}\n\
+            "HostKey {}\nHostKey {}\nAuthorizedKeysFile {}\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
              PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile none\n\
              AllowUsers {user}\nLogLevel ERROR\n",
@@ -501,23 +505,32 @@ impl SshServer {
         std::fs::write(path("sshd_config"), config).unwrap();
         // sshd run as root wants its privilege-separation directory.
         let _ = std::fs::create_dir_all("/run/sshd");
-        let child = Command::new(program)
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(path("sshd_config"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sshd starts");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "sshd did not start listening on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let sessions = Arc::new(Mutex::new(Vec::new()));
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (program, config) = (program.to_owned(), path("sshd_config"));
+        let (serving, stop) = (sessions.clone(), stopping.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                let Ok(input) = stream.try_clone() else {
+                    continue;
+                };
+                let session = Command::new(&program)
+                    .args(["-i", "-e", "-f"])
+                    .arg(&config)
+                    .stdin(Stdio::from(std::os::fd::OwnedFd::from(input)))
+                    .stdout(Stdio::from(std::os::fd::OwnedFd::from(stream)))
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("sshd -i starts");
+                serving.lock().unwrap().push(session);
+            }
+        });
         let alias = if port == 22 {
             "127.0.0.1".to_owned()
         } else {
@@ -538,7 +551,8 @@ impl SshServer {
             known_hosts,
             user,
             dir,
-            child,
+            sessions,
+            stopping,
         }
     }
 
@@ -565,7 +579,13 @@ impl SshServer {
 
 impl Drop for SshServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The accept loop sees the flag on its next connection: this one.
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        for mut session in self.sessions.lock().unwrap().drain(..) {
+            let _ = session.kill();
+            let _ = session.wait();
+        }
     }
 }
