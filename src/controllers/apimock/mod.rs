@@ -123,35 +123,12 @@ impl ApiMockHooks {
             ),
         };
 
-        if let Err(invalid) = check_dns1035_label(name) {
-            let message = format!("metadata.name cannot name the mock's Service: {invalid}");
-            return Ok(call.keep_running(
-                Decided::new(
-                    ConditionType::Validated,
-                    false,
-                    Reason::InvalidName,
-                    message,
-                ),
-                None,
-                false,
-            )?);
-        }
-        let spec = match spec::parse_spec(parent) {
+        let spec = match self.checked_spec(parent, name, namespace) {
             Ok(spec) => spec,
-            Err(problem) => {
-                let validated = Decided::new(
-                    ConditionType::Validated,
-                    false,
-                    Reason::InvalidSpec,
-                    problem,
-                );
-                return Ok(call.keep_running(validated, None, true)?);
+            Err((validated, serving_observed)) => {
+                return Ok(call.keep_running(validated, None, serving_observed)?);
             }
         };
-        if let Err(Problem { reason, message }) = exposure::check(&spec, &self.policy, namespace) {
-            let validated = Decided::new(ConditionType::Validated, false, reason, message);
-            return Ok(call.keep_running(validated, None, true)?);
-        }
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
             Err(Problem { reason, message }) => {
@@ -159,19 +136,8 @@ impl ApiMockHooks {
                 return Ok(call.keep_running(validated, None, true)?);
             }
         };
-        if let Origin::Fetched {
-            request: source,
-            interval,
-            ..
-        } = &origin
-        {
-            *asked = refresh::ask(
-                ctx.sources.as_ref(),
-                source,
-                Duration::from_secs(*interval),
-                parent,
-                refresh::recorded(parent),
-            );
+        if let Some(outcome) = ask_for_refresh(&origin, ctx, parent) {
+            *asked = outcome;
         }
         let reading = self.read(&origin, &request.related, namespace, ctx);
         let decision = self.decide(&call, &reading, ctx, effort)?;
@@ -189,9 +155,24 @@ impl ApiMockHooks {
             let response = call.keep_running(decision.validated, source, false)?;
             return Ok(response.with_resync_after(resync_seconds));
         };
+        let response = self.serve(&call, &spec, &served, decision.validated, source, namespace)?;
+        Ok(response.with_resync_after(resync_seconds))
+    }
+
+    /// The answer that serves `served`: its children and the status that describes them.
+    fn serve(
+        &self,
+        call: &Call<'_>,
+        spec: &spec::ApiMockSpec,
+        served: &decide::ServedDefinition<'_>,
+        validated: Decided,
+        source: Option<SourceFacts>,
+        namespace: &str,
+    ) -> Result<CompositeResponse, Stop> {
+        let name = call.name;
         let children = self.children(&Plan {
             name,
-            spec: &spec,
+            spec,
             served: served.files(),
             sha256: &served.analysis.sha256,
             revision: served.revision.as_deref(),
@@ -203,9 +184,9 @@ impl ApiMockHooks {
                 .unwrap_or(&self.mock_image),
             docs_image: &self.docs_image,
         })?;
-        let urls = Urls::of(name, namespace, &spec);
+        let urls = Urls::of(name, namespace, spec);
         let facts = Facts {
-            validated: decision.validated,
+            validated,
             serving: Some(&served.analysis.sha256),
             definition: definition_status(&served.analysis),
             rollout: call.rollout.clone(),
@@ -214,10 +195,52 @@ impl ApiMockHooks {
             source,
             apply_limit: status::apply_limit(&children),
         };
+        let parent = &call.request.parent;
         let mut response = CompositeResponse::typed(&status::compute(facts, parent, &call.now))?;
         response.children = Some(children);
-        Ok(response.with_resync_after(resync_seconds))
+        Ok(response)
     }
+
+    /// The spec, when the name can name the children, the spec parses and the policy
+    /// allows what it exposes; otherwise the Validated condition that says why not, and
+    /// whether the observed Deployment still serves what it served.
+    fn checked_spec(
+        &self,
+        parent: &Value,
+        name: &str,
+        namespace: &str,
+    ) -> Result<spec::ApiMockSpec, (Decided, bool)> {
+        let invalid =
+            |reason, message| Decided::new(ConditionType::Validated, false, reason, message);
+        if let Err(problem) = check_dns1035_label(name) {
+            let message = format!("metadata.name cannot name the mock's Service: {problem}");
+            return Err((invalid(Reason::InvalidName, message), false));
+        }
+        let spec = spec::parse_spec(parent)
+            .map_err(|problem| (invalid(Reason::InvalidSpec, problem), true))?;
+        if let Err(Problem { reason, message }) = exposure::check(&spec, &self.policy, namespace) {
+            return Err((invalid(reason, message), true));
+        }
+        Ok(spec)
+    }
+}
+
+/// For a fetched origin: asks the source engine to fetch now when the parent asks for
+/// it ([`refresh::ask`]), before the lookup so the lookup sees the fetch pending.
+fn ask_for_refresh(origin: &Origin<'_>, ctx: &Context, parent: &Value) -> Option<refresh::Outcome> {
+    let Origin::Fetched {
+        request, interval, ..
+    } = origin
+    else {
+        return None;
+    };
+    Some(refresh::ask(
+        ctx.sources.as_ref(),
+        request,
+        Duration::from_secs(*interval),
+        parent,
+        refresh::recorded(parent),
+    ))
 }
 
 impl CompositeHooks for ApiMockHooks {

@@ -16,10 +16,28 @@ impl Emulator {
         desired: Vec<Value>,
         report: &mut RoundReport,
     ) -> Result<Vec<Key>, Problem> {
-        let parent_namespace = key_of(parent).2;
         let identity = parent_identity(parent);
+        let desired_by_key = self.as_written(desired, &key_of(parent).2);
+        self.delete_undesired(owned, &desired_by_key, identity, report);
         let mut dropped = Vec::new();
-        let mut desired_by_key = BTreeMap::new();
+        for (key, child) in desired_by_key {
+            self.desired_under.insert(key.clone(), identity);
+            // Dropped and asked for again with the parent unchanged all along: the child
+            // was deleted for nothing and is recreated.
+            if self.dropped_under.remove(&key).as_ref() == Some(&identity)
+                && !self.objects.contains_key(&key)
+            {
+                dropped.push(key.clone());
+            }
+            self.write_child(registration, parent, key, child, report)?;
+        }
+        Ok(dropped)
+    }
+
+    /// The desired children as Metacontroller writes them, by key: without status, and
+    /// with the parent's namespace where a namespaced child names none.
+    fn as_written(&self, desired: Vec<Value>, parent_namespace: &str) -> BTreeMap<Key, Value> {
+        let mut by_key = BTreeMap::new();
         for mut child in desired {
             // A parent cannot set its children's status: Metacontroller reverts it to the
             // observed one on update (ApplyUpdate) and the API server drops it on create.
@@ -41,96 +59,110 @@ impl Emulator {
                 // applyNamespaceDefaults (pkg/controller/composite): the parent's namespace.
                 child["metadata"]["namespace"] = json!(parent_namespace);
             }
-            desired_by_key.insert(key_of(&child), child);
+            by_key.insert(key_of(&child), child);
         }
+        by_key
+    }
+
+    /// Deletes the owned children the answer left out (those already terminating go on
+    /// terminating).
+    fn delete_undesired(
+        &mut self,
+        owned: Vec<Key>,
+        desired: &BTreeMap<Key, Value>,
+        identity: Identity,
+        report: &mut RoundReport,
+    ) {
         for key in owned {
-            if !desired_by_key.contains_key(&key) {
-                let terminating = self
-                    .objects
-                    .get(&key)
-                    .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
-                if !terminating {
-                    // Left out while the parent is unchanged: a hook may mean it (a step
-                    // replaced by the next); only asking for it again below is certain.
-                    if self.desired_under.get(&key) == Some(&identity) {
-                        self.dropped_under.insert(key.clone(), identity);
-                    }
-                    self.desired_under.remove(&key);
-                    self.remove_with_dependents(&key);
-                    report.deleted.push(key);
-                }
+            if desired.contains_key(&key) {
+                continue;
             }
+            let terminating = self
+                .objects
+                .get(&key)
+                .is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some());
+            if terminating {
+                continue;
+            }
+            // Left out while the parent is unchanged: a hook may mean it (a step
+            // replaced by the next); only asking for it again below is certain.
+            if self.desired_under.get(&key) == Some(&identity) {
+                self.dropped_under.insert(key.clone(), identity);
+            }
+            self.desired_under.remove(&key);
+            self.remove_with_dependents(&key);
+            report.deleted.push(key);
         }
-        for (key, child) in desired_by_key {
-            self.desired_under.insert(key.clone(), identity);
-            // Dropped and asked for again with the parent unchanged all along: the child
-            // was deleted for nothing and is recreated.
-            if self.dropped_under.remove(&key).as_ref() == Some(&identity)
-                && !self.objects.contains_key(&key)
-            {
-                dropped.push(key.clone());
+    }
+
+    /// Creates or updates one desired child, by its child rule's update strategy.
+    fn write_child(
+        &mut self,
+        registration: &Registration,
+        parent: &Value,
+        key: Key,
+        child: Value,
+        report: &mut RoundReport,
+    ) -> Result<(), Problem> {
+        let Some(live) = self.objects.get(&key) else {
+            if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
+                return Err((Rule::APIServerRefused, refusal));
             }
-            let strategy = registration
-                .child_rule(&key.0, &key.1)
-                .map(|r| r.strategy.clone())
-                .unwrap_or_default();
-            let Some(live) = self.objects.get(&key) else {
-                if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
+            let created = self.create_child(registration, parent, child.clone());
+            self.annotate_applied(&created, &child);
+            self.last_applied.insert(key, child);
+            report.created.push(created);
+            return Ok(());
+        };
+        if owner_uid(live)
+            != parent
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        {
+            return Err((
+                Rule::OwnershipConflict,
+                format!(
+                    "{} exists but belongs to another owner; Metacontroller will not adopt it",
+                    describe(&key)
+                ),
+            ));
+        }
+        // Merged from borrowed state: in a steady state nothing changes, and the
+        // live object is cloned only when it is written. A child whose merge was a
+        // no-op, untouched since and asked for unchanged, would merge to a no-op
+        // again (the merge is a function of the three), so it is not merged.
+        let previous = self.last_applied.get(&key).unwrap_or(&Value::Null);
+        if self.settled.contains(&key) && *previous == child {
+            return Ok(());
+        }
+        let merged = three_way(live, previous, &child);
+        if merged == *live {
+            self.settled.insert(key);
+            return Ok(());
+        }
+        let strategy = registration
+            .child_rule(&key.0, &key.1)
+            .map_or("", |r| r.strategy.as_str());
+        match strategy {
+            "OnDelete" => {}
+            "Recreate" | "RollingRecreate" => {
+                self.remove_with_dependents(&key);
+                report.deleted.push(key);
+            }
+            _ => {
+                if let Some(refusal) = self.api_server_refusal(&merged, &child, Some(live)) {
                     return Err((Rule::APIServerRefused, refusal));
                 }
-                let created = self.create_child(registration, parent, child.clone());
-                self.annotate_applied(&created, &child);
+                let live = live.clone();
+                let updated = self.update_child(&key, &live, merged);
+                self.put(key.clone(), updated);
+                self.annotate_applied(&key, &child);
                 self.last_applied.insert(key.clone(), child);
-                report.created.push(created);
-                continue;
-            };
-            if owner_uid(live)
-                != parent
-                    .pointer("/metadata/uid")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            {
-                return Err((
-                    Rule::OwnershipConflict,
-                    format!(
-                        "{} exists but belongs to another owner; Metacontroller will not adopt it",
-                        describe(&key)
-                    ),
-                ));
-            }
-            // Merged from borrowed state: in a steady state nothing changes, and the
-            // live object is cloned only when it is written. A child whose merge was a
-            // no-op, untouched since and asked for unchanged, would merge to a no-op
-            // again (the merge is a function of the three), so it is not merged.
-            let previous = self.last_applied.get(&key).unwrap_or(&Value::Null);
-            if self.settled.contains(&key) && *previous == child {
-                continue;
-            }
-            let merged = three_way(live, previous, &child);
-            if merged == *live {
-                self.settled.insert(key);
-                continue;
-            }
-            match strategy.as_str() {
-                "OnDelete" => {}
-                "Recreate" | "RollingRecreate" => {
-                    self.remove_with_dependents(&key);
-                    report.deleted.push(key);
-                }
-                _ => {
-                    if let Some(refusal) = self.api_server_refusal(&merged, &child, Some(live)) {
-                        return Err((Rule::APIServerRefused, refusal));
-                    }
-                    let live = live.clone();
-                    let updated = self.update_child(&key, &live, merged);
-                    self.put(key.clone(), updated);
-                    self.annotate_applied(&key, &child);
-                    self.last_applied.insert(key.clone(), child);
-                    report.updated.push(key);
-                }
+                report.updated.push(key);
             }
         }
-        Ok(dropped)
+        Ok(())
     }
 
     /// What the API server would answer to writing `candidate` (over `live` on update),
