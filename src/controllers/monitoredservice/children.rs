@@ -93,78 +93,26 @@ fn config_map(name: &str, config: &Config) -> ConfigMap {
 }
 
 fn deployment(name: &str, spec: &MonitoredServiceSpec, config: Option<&Config>) -> Deployment {
-    let mount_path = spec
-        .mount_path
-        .clone()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_MOUNT_PATH.to_owned());
-    let mut container = Container {
-        name: name.to_owned(),
-        image: Some(spec.image.clone()),
-        image_pull_policy: Some("IfNotPresent".to_owned()),
-        ports: spec.port.map(|port| {
-            vec![ContainerPort {
-                name: Some("service".to_owned()),
-                container_port: port,
-                protocol: Some("TCP".to_owned()),
-                ..ContainerPort::default()
-            }]
-        }),
-        env: spec.env.clone().filter(|e| !e.is_empty()),
-        resources: spec.resources.clone(),
-        readiness_probe: spec.readiness_probe.clone(),
-        liveness_probe: spec.liveness_probe.clone(),
-        security_context: Some(restricted::fill_container(
-            spec.container_security_context.clone(),
-        )),
-        ..Container::default()
-    };
+    let mut container = container(name, spec);
     let mut volumes = None;
     let mut annotations = BTreeMap::new();
     if let Some(config) = config {
         annotations.insert(CONFIG_HASH_ANNOTATION.to_owned(), config.hash().to_owned());
         match config.format {
-            Some(ConfigFormat::Env) => {
-                container.env_from = Some(vec![EnvFromSource {
-                    config_map_ref: Some(ConfigMapEnvSource {
-                        name: config_map_name(name),
-                        optional: None,
-                    }),
-                    ..EnvFromSource::default()
-                }]);
-            }
+            Some(ConfigFormat::Env) => container.env_from = Some(env_from_config_map(name)),
             Some(ConfigFormat::Files) => {
+                let mount_path = spec
+                    .mount_path
+                    .clone()
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| DEFAULT_MOUNT_PATH.to_owned());
                 container.volume_mounts = Some(vec![VolumeMount {
                     name: "config".to_owned(),
-                    mount_path: mount_path.clone(),
+                    mount_path,
                     read_only: Some(true),
                     ..VolumeMount::default()
                 }]);
-                let items = (!config.paths.is_empty()).then(|| {
-                    config
-                        .data
-                        .keys()
-                        .chain(config.binary.keys())
-                        .map(|key| KeyToPath {
-                            key: key.clone(),
-                            path: config
-                                .paths
-                                .get(key)
-                                .cloned()
-                                .unwrap_or_else(|| key.clone()),
-                            mode: None,
-                        })
-                        .collect()
-                });
-                volumes = Some(vec![Volume {
-                    name: "config".to_owned(),
-                    config_map: Some(ConfigMapVolumeSource {
-                        name: config_map_name(name),
-                        items,
-                        ..ConfigMapVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                }]);
+                volumes = Some(vec![files_volume(name, config)]);
             }
             None => {}
         }
@@ -196,6 +144,71 @@ fn deployment(name: &str, spec: &MonitoredServiceSpec, config: Option<&Config>) 
             ..DeploymentSpec::default()
         }),
         ..Deployment::default()
+    }
+}
+
+/// The service's container as the spec describes it, before its config is attached.
+fn container(name: &str, spec: &MonitoredServiceSpec) -> Container {
+    Container {
+        name: name.to_owned(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        ports: spec.port.map(|port| {
+            vec![ContainerPort {
+                name: Some("service".to_owned()),
+                container_port: port,
+                protocol: Some("TCP".to_owned()),
+                ..ContainerPort::default()
+            }]
+        }),
+        env: spec.env.clone().filter(|e| !e.is_empty()),
+        resources: spec.resources.clone(),
+        readiness_probe: spec.readiness_probe.clone(),
+        liveness_probe: spec.liveness_probe.clone(),
+        security_context: Some(restricted::fill_container(
+            spec.container_security_context.clone(),
+        )),
+        ..Container::default()
+    }
+}
+
+/// Every key of the ConfigMap as an environment variable.
+fn env_from_config_map(name: &str) -> Vec<EnvFromSource> {
+    vec![EnvFromSource {
+        config_map_ref: Some(ConfigMapEnvSource {
+            name: config_map_name(name),
+            optional: None,
+        }),
+        ..EnvFromSource::default()
+    }]
+}
+
+/// The ConfigMap as a volume of files, each key mounted back at its path.
+fn files_volume(name: &str, config: &Config) -> Volume {
+    let items = (!config.paths.is_empty()).then(|| {
+        config
+            .data
+            .keys()
+            .chain(config.binary.keys())
+            .map(|key| KeyToPath {
+                key: key.clone(),
+                path: config
+                    .paths
+                    .get(key)
+                    .cloned()
+                    .unwrap_or_else(|| key.clone()),
+                mode: None,
+            })
+            .collect()
+    });
+    Volume {
+        name: "config".to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map_name(name),
+            items,
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
     }
 }
 

@@ -8,8 +8,11 @@
 //! service's Pods; `finalize` completes whatever the spec holds.
 
 pub mod children;
+mod decide;
 pub mod spec;
 mod status;
+
+use self::decide::decide;
 
 use std::time::Duration;
 
@@ -18,7 +21,7 @@ use serde_json::{Value, json};
 use self::children::{CONFIG_HASH_ANNOTATION, config_map_name};
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use self::status::Facts;
-use crate::controllers::common::conditions::{ConditionType, Decided, format_time};
+use crate::controllers::common::conditions::format_time;
 use crate::controllers::common::config::{Config, format_name};
 use crate::controllers::common::effort::{self, Effort, Stop};
 use crate::controllers::common::keep::{observed_children, observed_status};
@@ -28,7 +31,6 @@ use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
-use crate::controllers::common::revisions::{Seen, running_is_newer};
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
 use crate::controllers::{CompositeHooks, Context};
@@ -106,36 +108,10 @@ impl MonitoredServiceHooks {
         asked: &mut refresh::Outcome,
     ) -> Result<CompositeResponse, Stop> {
         let call = Call::observe(request, ctx);
-        let spec = match spec::parse_spec(&request.parent) {
+        let spec = match self.checked_spec(&call) {
             Ok(spec) => spec,
-            Err(problem) => {
-                return Ok(call.keep_running(Facts::invalid_spec(
-                    Reason::InvalidSpec,
-                    problem,
-                    call.running(),
-                    call.pods(),
-                ))?);
-            }
+            Err(facts) => return Ok(call.keep_running(*facts)?),
         };
-        if let Err(Problem { reason, message }) = spec.check_env(self.deny_secret_env) {
-            return Ok(call.keep_running(Facts::invalid_spec(
-                reason,
-                message,
-                call.running(),
-                call.pods(),
-            ))?);
-        }
-        if let Err(invalid) = check_dns1035_label(call.name)
-            .and_then(|()| check_dns1123_subdomain(&config_map_name(call.name)))
-        {
-            let message = format!("metadata.name cannot name the children: {invalid}");
-            return Ok(call.keep_running(Facts::invalid_spec(
-                Reason::InvalidName,
-                message,
-                None,
-                call.pods(),
-            ))?);
-        }
         let interval = spec.interval_seconds();
         let wanted = match source_request(&spec, &request.related, call.namespace) {
             Ok(Some(wanted)) => wanted,
@@ -158,15 +134,64 @@ impl MonitoredServiceHooks {
             }
         };
 
+        self.answer_from_source(&call, &spec, &wanted, ctx, effort, asked)
+    }
+
+    /// The spec, when it parses, its env is allowed and the name can name the children;
+    /// otherwise the facts that say why not.
+    fn checked_spec<'c>(&self, call: &'c Call<'_>) -> Result<MonitoredServiceSpec, Box<Facts<'c>>> {
+        let spec = spec::parse_spec(&call.request.parent).map_err(|problem| {
+            Box::new(Facts::invalid_spec(
+                Reason::InvalidSpec,
+                problem,
+                call.running(),
+                call.pods(),
+            ))
+        })?;
+        if let Err(Problem { reason, message }) = spec.check_env(self.deny_secret_env) {
+            return Err(Box::new(Facts::invalid_spec(
+                reason,
+                message,
+                call.running(),
+                call.pods(),
+            )));
+        }
+        if let Err(invalid) = check_dns1035_label(call.name)
+            .and_then(|()| check_dns1123_subdomain(&config_map_name(call.name)))
+        {
+            let message = format!("metadata.name cannot name the children: {invalid}");
+            return Err(Box::new(Facts::invalid_spec(
+                Reason::InvalidName,
+                message,
+                None,
+                call.pods(),
+            )));
+        }
+        Ok(spec)
+    }
+
+    /// The answer for a spec that names a source: look it up (fetching now when the
+    /// parent asks), decide what to serve, build and report.
+    fn answer_from_source(
+        &self,
+        call: &Call<'_>,
+        spec: &MonitoredServiceSpec,
+        wanted: &SourceRequest,
+        ctx: &Context,
+        effort: Effort,
+        asked: &mut refresh::Outcome,
+    ) -> Result<CompositeResponse, Stop> {
+        let request = call.request;
+        let interval = spec.interval_seconds();
         *asked = refresh::ask(
             ctx.sources.as_ref(),
-            &wanted,
+            wanted,
             Duration::from_secs(interval),
             &request.parent,
             refresh::recorded(&request.parent),
         );
         let state = ctx.sources.lookup_holding(
-            &wanted,
+            wanted,
             Duration::from_secs(interval),
             call.running().map(|c| c.revision.as_str()),
         );
@@ -183,7 +208,7 @@ impl MonitoredServiceHooks {
         let resync = polling::resync_seconds(&state, decision.behind, interval);
         let fetched = match (&decision.served, decision.behind) {
             (Some(served), true) => {
-                polling::refreshing(ctx.sources.as_ref(), &wanted, &served.revision)
+                polling::refreshing(ctx.sources.as_ref(), wanted, &served.revision)
             }
             _ => polling::fetched_condition(
                 &state,
@@ -191,23 +216,20 @@ impl MonitoredServiceHooks {
                 call.running().map(|c| c.revision.as_str()),
             ),
         };
-        let Some(served) = decision.served else {
-            let facts = Facts {
-                fetched,
-                config_valid: decision.config_valid,
-                config: None,
-                pods: call.pods(),
-            };
-            return Ok(call.keep_running(facts)?.with_resync_after(resync));
-        };
-        let children = children::build(call.name, &spec, Some(&served))?;
+        let served = decision.served;
         let facts = Facts {
             fetched,
             config_valid: decision.config_valid,
-            config: Some(&served),
+            config: served.as_ref(),
             pods: call.pods(),
         };
-        Ok(call.answer(facts, children, resync)?)
+        match &served {
+            None => Ok(call.keep_running(facts)?.with_resync_after(resync)),
+            Some(served) => {
+                let children = children::build(call.name, spec, Some(served))?;
+                Ok(call.answer(facts, children, resync)?)
+            }
+        }
     }
 }
 
@@ -279,22 +301,6 @@ impl CompositeHooks for MonitoredServiceHooks {
     }
 }
 
-/// Which config to serve when this server has a valid `fresh` one: the running config
-/// (read from the observed ConfigMap, which records when the source made it) when it is
-/// a newer copy of the same ref ([`running_is_newer`]); this server is then behind.
-fn newest_of(fresh: &Config, running: Option<&Config>) -> (Config, bool) {
-    fn seen(config: &Config) -> Seen<'_> {
-        Seen {
-            revision: &config.revision,
-            made_at: config.source_time,
-        }
-    }
-    match running {
-        Some(running) if running_is_newer(seen(fresh), seen(running)) => (running.clone(), true),
-        _ => (fresh.clone(), false),
-    }
-}
-
 /// What one sync call observes before it decides anything.
 struct Call<'r> {
     request: &'r CompositeRequest,
@@ -345,84 +351,6 @@ impl<'r> Call<'r> {
     /// An answer that leaves every observed child as it is.
     fn keep_running(&self, facts: Facts<'_>) -> Result<CompositeResponse, HookError> {
         self.answer(facts, observed_children(&self.request.children), 0)
-    }
-}
-
-/// What to serve, and the `ConfigValid` verdict.
-struct Decision {
-    served: Option<Config>,
-    config_valid: Decided,
-    /// What runs is newer than this server's copy of the source.
-    behind: bool,
-}
-
-/// A valid fresh config wins unless what runs is a newer copy of the same ref; an
-/// invalid or missing one leaves what runs (if anything) in place.
-fn decide(
-    fresh: Option<&Result<Config, Problem>>,
-    running: Option<&Config>,
-    nothing_runs: bool,
-) -> Decision {
-    match fresh {
-        Some(Ok(config)) => {
-            let (config, behind) = newest_of(config, running);
-            let config_valid = Decided::new(
-                ConditionType::ConfigValid,
-                true,
-                Reason::Valid,
-                format!(
-                    "{} is a valid {} config",
-                    config.revision,
-                    format_name(config.format)
-                ),
-            );
-            Decision {
-                served: Some(config),
-                config_valid,
-                behind,
-            }
-        }
-        Some(Err(Problem { reason, message })) => {
-            let keeping =
-                running.map_or(String::new(), |c| format!("; still running {}", c.revision));
-            Decision {
-                served: running.cloned(),
-                config_valid: Decided::new(
-                    ConditionType::ConfigValid,
-                    false,
-                    *reason,
-                    format!("{message}{keeping}"),
-                ),
-                behind: false,
-            }
-        }
-        None => {
-            let config_valid = match running {
-                Some(config) => Decided::new(
-                    ConditionType::ConfigValid,
-                    true,
-                    Reason::Valid,
-                    format!("running {} until the source answers", config.revision),
-                ),
-                None if nothing_runs => Decided::new(
-                    ConditionType::ConfigValid,
-                    false,
-                    Reason::NoConfig,
-                    "no configuration has been fetched yet",
-                ),
-                None => Decided::new(
-                    ConditionType::ConfigValid,
-                    false,
-                    Reason::NoConfig,
-                    "no configuration has been fetched yet; the running children are kept as they are until one is",
-                ),
-            };
-            Decision {
-                served: running.cloned(),
-                config_valid,
-                behind: false,
-            }
-        }
     }
 }
 
@@ -514,6 +442,7 @@ fn pod_names(related: &ObjectMap, namespace: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod replica_tests {
+    use super::decide::newest_of;
     use super::*;
     use crate::controllers::common::config::ConfigContent;
 
