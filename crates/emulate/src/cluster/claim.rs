@@ -31,11 +31,42 @@ impl Emulator {
         };
         let namespace = key_of(parent).2;
         let deleting = parent.pointer("/metadata/deletionTimestamp").is_some();
-        // Only the parent's own children (to release) and orphans of its child types
-        // (to adopt) can change hands: objects another controller owns are left alone.
+        for key in self.claim_candidates(registration, &uid, &namespace) {
+            let Some(current) = self.objects.get(&key) else {
+                continue;
+            };
+            let matches = labels_match(&selector, current);
+            let changed = match owner_uid(current) {
+                // Release: drop our controller reference, keep the others.
+                Some(owner) if owner == uid && !matches => {
+                    let mut object = current.clone();
+                    if let Some(refs) = object
+                        .pointer_mut("/metadata/ownerReferences")
+                        .and_then(Value::as_array_mut)
+                    {
+                        refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
+                    }
+                    object
+                }
+                None if matches && !deleting => adopted(current, parent, &uid),
+                _ => continue,
+            };
+            self.put(key, changed);
+        }
+    }
+
+    /// The objects that can change hands: the parent's own children (to release) and
+    /// orphans of its child types in its namespace (to adopt), none being deleted.
+    /// Objects another controller owns are left alone.
+    fn claim_candidates(
+        &self,
+        registration: &Registration,
+        uid: &str,
+        namespace: &str,
+    ) -> Vec<Key> {
         let mut candidates: Vec<Key> = self
             .by_owner
-            .get(&uid)
+            .get(uid)
             .into_iter()
             .flatten()
             .cloned()
@@ -44,7 +75,7 @@ impl Emulator {
             let start: Key = (
                 rule.api_version.clone(),
                 rule.kind.clone(),
-                namespace.clone(),
+                namespace.to_owned(),
                 String::new(),
             );
             candidates.extend(
@@ -67,48 +98,24 @@ impl Emulator {
                     .get(key)
                     .is_some_and(|object| object.pointer("/metadata/deletionTimestamp").is_none())
         });
-        for key in candidates {
-            let Some(current) = self.objects.get(&key) else {
-                continue;
-            };
-            let matches = labels_match(&selector, current);
-            let owner = owner_uid(current);
-            let changes = match &owner {
-                Some(owner) => *owner == uid && !matches,
-                None => matches && !deleting,
-            };
-            if !changes {
-                continue;
-            }
-            let mut object = current.clone();
-            match owner {
-                Some(owner) if owner == uid && !matches => {
-                    // Release: drop our controller reference, keep the others.
-                    if let Some(refs) = object
-                        .pointer_mut("/metadata/ownerReferences")
-                        .and_then(Value::as_array_mut)
-                    {
-                        refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
-                    }
-                    self.put(key, object);
-                }
-                None if matches && !deleting => {
-                    let reference = json!({
-                        "apiVersion": parent["apiVersion"], "kind": parent["kind"],
-                        "name": parent["metadata"]["name"], "uid": uid,
-                        "controller": true, "blockOwnerDeletion": true,
-                    });
-                    match object
-                        .pointer_mut("/metadata/ownerReferences")
-                        .and_then(Value::as_array_mut)
-                    {
-                        Some(refs) => refs.push(reference),
-                        None => object["metadata"]["ownerReferences"] = json!([reference]),
-                    }
-                    self.put(key, object);
-                }
-                _ => {}
-            }
-        }
+        candidates
     }
+}
+
+/// `object` with `parent` added as its controller.
+fn adopted(object: &Value, parent: &Value, uid: &str) -> Value {
+    let mut object = object.clone();
+    let reference = json!({
+        "apiVersion": parent["apiVersion"], "kind": parent["kind"],
+        "name": parent["metadata"]["name"], "uid": uid,
+        "controller": true, "blockOwnerDeletion": true,
+    });
+    match object
+        .pointer_mut("/metadata/ownerReferences")
+        .and_then(Value::as_array_mut)
+    {
+        Some(refs) => refs.push(reference),
+        None => object["metadata"]["ownerReferences"] = json!([reference]),
+    }
+    object
 }

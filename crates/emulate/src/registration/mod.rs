@@ -7,158 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-/// Plural resource names and their kinds. Metacontroller asks the API server's discovery;
-/// the emulator knows the built-in kinds it is likely to meet and learns the others from
-/// the CustomResourceDefinitions and objects it is given.
-#[derive(Debug, Clone)]
-pub struct Kinds {
-    by_resource: BTreeMap<String, String>,
-    /// Kinds whose objects have no namespace (discovery's `namespaced: false`).
-    cluster_scoped: std::collections::BTreeSet<String>,
-}
-
-/// Built-in kinds that are cluster-scoped in Kubernetes 1.33 discovery.
-const CLUSTER_SCOPED: &[&str] = &[
-    "Namespace",
-    "Node",
-    "PersistentVolume",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "CustomResourceDefinition",
-    "StorageClass",
-    "PriorityClass",
-    "IngressClass",
-    "RuntimeClass",
-    "ValidatingWebhookConfiguration",
-    "MutatingWebhookConfiguration",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "APIService",
-    "CertificateSigningRequest",
-    "CSIDriver",
-    "CSINode",
-    "VolumeAttachment",
-    "FlowSchema",
-    "PriorityLevelConfiguration",
-    "CompositeController",
-    "DecoratorController",
-];
-
-impl Default for Kinds {
-    fn default() -> Kinds {
-        let builtin = [
-            ("configmaps", "ConfigMap"),
-            ("secrets", "Secret"),
-            ("services", "Service"),
-            ("serviceaccounts", "ServiceAccount"),
-            ("pods", "Pod"),
-            ("deployments", "Deployment"),
-            ("statefulsets", "StatefulSet"),
-            ("daemonsets", "DaemonSet"),
-            ("replicasets", "ReplicaSet"),
-            ("jobs", "Job"),
-            ("cronjobs", "CronJob"),
-            ("ingresses", "Ingress"),
-            ("namespaces", "Namespace"),
-            ("nodes", "Node"),
-            ("persistentvolumes", "PersistentVolume"),
-            ("clusterroles", "ClusterRole"),
-            ("clusterrolebindings", "ClusterRoleBinding"),
-            ("customresourcedefinitions", "CustomResourceDefinition"),
-            ("storageclasses", "StorageClass"),
-            ("priorityclasses", "PriorityClass"),
-            ("ingressclasses", "IngressClass"),
-            ("controllerrevisions", "ControllerRevision"),
-            ("compositecontrollers", "CompositeController"),
-            ("decoratorcontrollers", "DecoratorController"),
-            ("persistentvolumeclaims", "PersistentVolumeClaim"),
-            ("roles", "Role"),
-            ("rolebindings", "RoleBinding"),
-            ("networkpolicies", "NetworkPolicy"),
-            ("poddisruptionbudgets", "PodDisruptionBudget"),
-            ("horizontalpodautoscalers", "HorizontalPodAutoscaler"),
-            ("apimocks", "APIMock"),
-            ("monitoredservices", "MonitoredService"),
-        ];
-        Kinds {
-            by_resource: builtin
-                .iter()
-                .map(|(resource, kind)| ((*resource).to_owned(), (*kind).to_owned()))
-                .collect(),
-            cluster_scoped: CLUSTER_SCOPED
-                .iter()
-                .map(|kind| (*kind).to_owned())
-                .collect(),
-        }
-    }
-}
-
-impl Kinds {
-    /// Learns the kinds a CRD declares, or guesses an object kind's plural (lower case
-    /// plus "s", "es" after s/x/ch/sh, "ies" after a consonant and y).
-    pub fn learn(&mut self, object: &Value) {
-        if object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
-            if let (Some(plural), Some(kind)) = (
-                object.pointer("/spec/names/plural").and_then(Value::as_str),
-                object.pointer("/spec/names/kind").and_then(Value::as_str),
-            ) {
-                self.by_resource.insert(plural.to_owned(), kind.to_owned());
-                // The API server's discovery answers `namespaced` from the CRD's scope.
-                if object.pointer("/spec/scope").and_then(Value::as_str) == Some("Cluster") {
-                    self.cluster_scoped.insert(kind.to_owned());
-                } else {
-                    self.cluster_scoped.remove(kind);
-                }
-            }
-            return;
-        }
-        if let Some(kind) = object.get("kind").and_then(Value::as_str) {
-            self.by_resource
-                .entry(plural_of(kind))
-                .or_insert_with(|| kind.to_owned());
-        }
-    }
-
-    /// Whether objects of `kind` have no namespace.
-    pub fn is_cluster_scoped(&self, kind: &str) -> bool {
-        self.cluster_scoped.contains(kind)
-    }
-
-    /// The kind a plural resource name stands for.
-    ///
-    /// # Errors
-    /// A resource no built-in, CRD or given object names.
-    pub fn kind_of(&self, resource: &str) -> Result<&str, String> {
-        self.by_resource
-            .get(resource)
-            .map(String::as_str)
-            .ok_or_else(|| {
-                format!(
-                    "unknown resource {resource:?}: give the emulator its CustomResourceDefinition or an object of that kind"
-                )
-            })
-    }
-}
-
-fn plural_of(kind: &str) -> String {
-    let lower = kind.to_ascii_lowercase();
-    let consonant_y = lower.ends_with('y')
-        && !lower
-            .chars()
-            .rev()
-            .nth(1)
-            .is_some_and(|c| "aeiou".contains(c));
-    if consonant_y {
-        format!("{}ies", &lower[..lower.len() - 1])
-    } else if ["s", "x", "ch", "sh"]
-        .iter()
-        .any(|end| lower.ends_with(end))
-    {
-        format!("{lower}es")
-    } else {
-        format!("{lower}s")
-    }
-}
+mod kinds;
+pub use kinds::Kinds;
 
 /// A hook of a controller registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -363,6 +213,78 @@ impl Hook {
     }
 }
 
+impl ChildRule {
+    /// A child rule; an update strategy that is not modelled as written is noted.
+    fn read(
+        raw: &Value,
+        kinds: &Kinds,
+        child_key: &str,
+        not_modelled: &mut Vec<String>,
+    ) -> Result<ChildRule, String> {
+        let (api_version, kind, _) = resource_rule(raw, kinds)?;
+        let strategy = raw
+            .pointer("/updateStrategy/method")
+            .and_then(Value::as_str)
+            .unwrap_or("OnDelete")
+            .to_owned();
+        if strategy.starts_with("Rolling") {
+            not_modelled.push(format!(
+                "{child_key} {kind}: updateStrategy {strategy} runs as {} (ControllerRevisions and statusChecks are not modelled)",
+                strategy.trim_start_matches("Rolling")
+            ));
+        }
+        Ok(ChildRule {
+            api_version,
+            kind,
+            strategy,
+        })
+    }
+}
+
+/// A resource rule's (apiVersion, kind, the rule as written).
+fn resource_rule(value: &Value, kinds: &Kinds) -> Result<(String, String, Value), String> {
+    let api_version = str_at(value, "/apiVersion")?.to_owned();
+    let kind = kinds.kind_of(str_at(value, "/resource")?)?.to_owned();
+    Ok((api_version, kind, value.clone()))
+}
+
+/// The hooks a registration's `spec.hooks` configures; the rolling-update hooks and
+/// `endpointConfigs` are noted as not modelled, any other hook name refused.
+fn read_hooks(
+    spec: &Value,
+    not_modelled: &mut Vec<String>,
+) -> Result<BTreeMap<HookName, Hook>, String> {
+    let mut hooks = BTreeMap::new();
+    for hook in [HookName::Sync, HookName::Finalize, HookName::Customize] {
+        if let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) {
+            let at = format!("hooks.{}", hook.key());
+            hooks.insert(hook, Hook::parse(config, &at, not_modelled)?);
+        }
+    }
+    for field in spec
+        .get("hooks")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k)
+    {
+        match field.as_str() {
+            "sync" | "finalize" | "customize" => {}
+            "preUpdateChild" | "postUpdateChild" => not_modelled.push(format!(
+                "hooks.{field}: not modelled (rolling updates are not; the hook is never called)"
+            )),
+            other => return Err(format!("hooks: unknown hook {other:?}")),
+        }
+    }
+    if spec.get("endpointConfigs").is_some() {
+        not_modelled.push(
+            "endpointConfigs: not modelled (hooks are called at --hooks-url, with no TLS or auth settings)"
+            .to_owned(),
+        );
+    }
+    Ok(hooks)
+}
+
 impl Registration {
     /// Reads one registration; `kinds` turns its plural resource names into kinds.
     ///
@@ -377,11 +299,7 @@ impl Registration {
         };
         let name = str_at(&raw, "/metadata/name")?.to_owned();
         let spec = raw.get("spec").ok_or("registration has no spec")?;
-        let rule = |value: &Value| -> Result<(String, String, Value), String> {
-            let api_version = str_at(value, "/apiVersion")?.to_owned();
-            let kind = kinds.kind_of(str_at(value, "/resource")?)?.to_owned();
-            Ok((api_version, kind, value.clone()))
-        };
+        let rule = |value: &Value| resource_rule(value, kinds);
         let parents = match type_ {
             ControllerType::Composite => vec![rule(
                 spec.get("parentResource").ok_or("no parentResource")?,
@@ -405,54 +323,9 @@ impl Registration {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .map(|c| {
-                let (api_version, kind, raw) = rule(c)?;
-                let strategy = raw
-                    .pointer("/updateStrategy/method")
-                    .and_then(Value::as_str)
-                    .unwrap_or("OnDelete")
-                    .to_owned();
-                if strategy.starts_with("Rolling") {
-                    not_modelled.push(format!(
-                        "{child_key} {kind}: updateStrategy {strategy} runs as {} (ControllerRevisions and statusChecks are not modelled)",
-                        strategy.trim_start_matches("Rolling")
-                    ));
-                }
-                Ok(ChildRule {
-                    api_version,
-                    kind,
-                    strategy,
-                })
-            })
+            .map(|c| ChildRule::read(c, kinds, child_key, &mut not_modelled))
             .collect::<Result<_, String>>()?;
-        let mut hooks = BTreeMap::new();
-        for hook in [HookName::Sync, HookName::Finalize, HookName::Customize] {
-            if let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) {
-                let at = format!("hooks.{}", hook.key());
-                hooks.insert(hook, Hook::parse(config, &at, &mut not_modelled)?);
-            }
-        }
-        for field in spec
-            .get("hooks")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-        {
-            match field.as_str() {
-                "sync" | "finalize" | "customize" => {}
-                "preUpdateChild" | "postUpdateChild" => not_modelled.push(format!(
-                    "hooks.{field}: not modelled (rolling updates are not; the hook is never called)"
-                )),
-                other => return Err(format!("hooks: unknown hook {other:?}")),
-            }
-        }
-        if spec.get("endpointConfigs").is_some() {
-            not_modelled.push(
-                "endpointConfigs: not modelled (hooks are called at --hooks-url, with no TLS or auth settings)"
-                    .to_owned(),
-            );
-        }
+        let hooks = read_hooks(spec, &mut not_modelled)?;
         Ok(Registration {
             name,
             type_,
