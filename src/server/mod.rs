@@ -340,52 +340,10 @@ impl Server {
             .map_err(listen("probes", settings.probe_listen))?;
 
         let hook_handle = axum_server::Handle::new();
-        let app = hook_router(hooks.clone()).into_make_service();
-        let limits = &settings.limits;
-        let connections = hooks.connections.clone();
-        let hook_task = match &settings.tls {
-            Some(files) => {
-                let config = files.server_config()?;
-                let server = axum_server::from_tcp_rustls(hook_listener, config)
-                    .map_err(listen("hooks", settings.listen))?
-                    .map(|tls| tls.acceptor(connections));
-                let server = with_connection_limits(server, &hook_handle, limits);
-                tokio::spawn(async move { server.serve(app).await })
-            }
-            None => {
-                let server = axum_server::from_tcp(hook_listener)
-                    .map_err(listen("hooks", settings.listen))?
-                    .acceptor(connections);
-                let server = with_connection_limits(server, &hook_handle, limits);
-                tokio::spawn(async move { server.serve(app).await })
-            }
-        };
-
-        let (probe_shutdown, mut probe_stop) = tokio::sync::watch::channel(false);
-        let probe_app = probe_router(probes.clone());
-        let probe_task = tokio::spawn(async move {
-            axum::serve(probe_listener, probe_app)
-                .with_graceful_shutdown(async move {
-                    let _ = probe_stop.wait_for(|stop| *stop).await;
-                })
-                .await
-        });
-
+        let hook_task = serve_hooks(&settings, hook_listener, &hooks, &hook_handle)?;
+        let (probe_shutdown, probe_task) = serve_probes(probe_listener, probes.clone());
         probes.ready.store(true, Ordering::SeqCst);
-        let limits = &settings.limits;
-        tracing::info!(
-            version = env!("CARGO_PKG_VERSION"),
-            hooks = %hook_addr,
-            probes = %probe_addr,
-            tls = settings.tls.is_some(),
-            auth = settings.auth.is_some(),
-            body_limit_bytes = limits.body_bytes,
-            max_in_flight = limits.max_in_flight,
-            deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
-            max_connections = limits.max_connections,
-            compute_threads = compute::threads(limits.compute_threads),
-            "listening"
-        );
+        log_listening(&settings, hook_addr, probe_addr);
         Ok(Server {
             hook_addr,
             probe_addr,
@@ -438,6 +396,78 @@ fn finished(
         Ok(Err(source)) => Err(ServerError::Serve { what, source }),
         Err(source) => Err(ServerError::Task { what, source }),
     }
+}
+
+/// Serves hooks on `listener` (over TLS when configured) until `handle` shuts it down.
+fn serve_hooks(
+    settings: &ServerSettings,
+    listener: std::net::TcpListener,
+    hooks: &Arc<HookState>,
+    handle: &axum_server::Handle<SocketAddr>,
+) -> Result<JoinHandle<std::io::Result<()>>, ServerError> {
+    let refused = |source| ServerError::Listen {
+        what: "hooks",
+        address: settings.listen,
+        source,
+    };
+    let app = hook_router(hooks.clone()).into_make_service();
+    let limits = &settings.limits;
+    let connections = hooks.connections.clone();
+    Ok(match &settings.tls {
+        Some(files) => {
+            let config = files.server_config()?;
+            let server = axum_server::from_tcp_rustls(listener, config)
+                .map_err(refused)?
+                .map(|tls| tls.acceptor(connections));
+            let server = with_connection_limits(server, handle, limits);
+            tokio::spawn(async move { server.serve(app).await })
+        }
+        None => {
+            let server = axum_server::from_tcp(listener)
+                .map_err(refused)?
+                .acceptor(connections);
+            let server = with_connection_limits(server, handle, limits);
+            tokio::spawn(async move { server.serve(app).await })
+        }
+    })
+}
+
+/// Serves probes and metrics on `listener` until the returned sender says stop.
+fn serve_probes(
+    listener: tokio::net::TcpListener,
+    probes: Arc<ProbeState>,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    JoinHandle<std::io::Result<()>>,
+) {
+    let (shutdown, mut stop) = tokio::sync::watch::channel(false);
+    let app = probe_router(probes);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+    (shutdown, task)
+}
+
+/// The start-up line: where the server listens and the limits it enforces.
+fn log_listening(settings: &ServerSettings, hook_addr: SocketAddr, probe_addr: SocketAddr) {
+    let limits = &settings.limits;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        hooks = %hook_addr,
+        probes = %probe_addr,
+        tls = settings.tls.is_some(),
+        auth = settings.auth.is_some(),
+        body_limit_bytes = limits.body_bytes,
+        max_in_flight = limits.max_in_flight,
+        deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
+        max_connections = limits.max_connections,
+        compute_threads = compute::threads(limits.compute_threads),
+        "listening"
+    );
 }
 
 /// The per-connection bounds, the same with and without TLS: a new connection's first
