@@ -64,9 +64,15 @@ impl Job {
             Some(Location::Http { url }) => (self.run_http(&url).await, None),
             None => (Vec::new(), None),
         };
+        self.report(&results, started);
+        self.keep(results, resolved);
+    }
+
+    /// The job's metrics and its log line (each failure logged with its reason).
+    fn report(&self, results: &Results, started: Instant) {
         let mut failures = 0;
         let mut reasons: Vec<&'static str> = Vec::new();
-        for (_, result) in &results {
+        for (_, result) in results {
             if let Fetched::Failed(error) = result {
                 failures += 1;
                 reasons.push(error.reason());
@@ -114,6 +120,11 @@ impl Job {
                 "source fetch failed for some requests"
             );
         }
+    }
+
+    /// Stores what the job brought for the requests still asked for, and clears the
+    /// remote's in-flight mark (waking whoever waits for jobs to end).
+    fn keep(&self, results: Results, resolved: Option<git::Resolved>) {
         let mut state = lock(&self.inner.state);
         for (key, result) in results {
             // A request forgotten while the job ran stays forgotten.
@@ -163,18 +174,7 @@ impl Job {
         let inner = &self.inner;
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
         let tls = self.requests.iter().find_map(|r| r.tls.clone());
-        let reads: Vec<Read> = self
-            .requests
-            .iter()
-            .map(|request| Read {
-                key: request.key(),
-                path: match &request.location {
-                    Location::Git { path, .. } => path.clone(),
-                    Location::Http { .. } => String::new(),
-                },
-                current: self.current.get(&request.key()).cloned(),
-            })
-            .collect();
+        let reads = self.reads();
         let failed = |error: FetchError| -> (Results, Option<git::Resolved>) {
             let results = reads
                 .iter()
@@ -185,15 +185,7 @@ impl Job {
         if let Err(refusal) = inner.refuse_cache_url(&url) {
             return failed(refusal);
         }
-        let mut fingerprint = credentials
-            .as_ref()
-            .map(|c| c.fingerprint_with(&inner.disk_key))
-            .unwrap_or_default();
-        if let Some(tls) = &tls {
-            // Objects a client certificate brought in are that certificate's alone.
-            fingerprint.push('+');
-            fingerprint.push_str(&tls.fingerprint());
-        }
+        let fingerprint = holder_fingerprint(credentials.as_ref(), tls.as_ref(), &inner.disk_key);
         let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
         let options = lock(&inner.options).clone();
         // A turn at a worker first (fair between namespaces), then the repository.
@@ -229,18 +221,70 @@ impl Job {
             inner.downloads.fetch_sub(1, Ordering::SeqCst);
         }
         drop(repo_guard);
-        if let Ok(r) = &outcome.resolved {
-            crate::source::disk::touch(&r.repo_dir);
-            if r.downloaded {
-                let max = inner.cache_max_bytes.load(Ordering::SeqCst);
-                let reserved = inner
-                    .downloads
-                    .load(Ordering::SeqCst)
-                    .saturating_mul(inner.reservation());
-                inner.enforce_cache_cap(&dir, max.saturating_sub(reserved));
-            }
+        if let Ok(resolved) = &outcome.resolved {
+            self.account_for(resolved, &dir);
         }
         (outcome.results, outcome.resolved.ok())
+    }
+
+    /// A server refusing our client certificate, or wanting one we do not have (TLS 1.3
+    /// says so after the handshake), can close before hyper has written the request;
+    /// hyper then reports a closed connection, not the server's alert. For an https
+    /// connection that closed, the server is asked again here to say why.
+    async fn explain_closed(
+        &self,
+        result: Result<crate::source::Snapshot, FetchError>,
+        url: &str,
+        tls: Option<crate::source::tls::TlsMaterial>,
+    ) -> Result<crate::source::Snapshot, FetchError> {
+        match result {
+            Err(FetchError::Unreachable { url: shown, detail })
+                if url.starts_with("https://") && closed_after_connecting(&detail) =>
+            {
+                let (policy, raw) = (self.inner.policy.clone(), url.to_owned());
+                let probed = tokio::task::spawn_blocking(move || {
+                    crate::source::tls::probe(&policy, &raw, tls.as_ref())
+                })
+                .await
+                .ok()
+                .flatten();
+                Err(match probed {
+                    Some(detail) => FetchError::CertificateInvalid { url: shown, detail },
+                    None => FetchError::Unreachable { url: shown, detail },
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// What the worker reads for each request: its path, and the revision it has.
+    fn reads(&self) -> Vec<Read> {
+        self.requests
+            .iter()
+            .map(|request| Read {
+                key: request.key(),
+                path: match &request.location {
+                    Location::Git { path, .. } => path.clone(),
+                    Location::Http { .. } => String::new(),
+                },
+                current: self.current.get(&request.key()).cloned(),
+            })
+            .collect()
+    }
+
+    /// Marks the repository used and, after a download, brings the cache back under its
+    /// cap (leaving room for the downloads still running).
+    fn account_for(&self, resolved: &git::Resolved, dir: &std::path::Path) {
+        let inner = &self.inner;
+        crate::source::disk::touch(&resolved.repo_dir);
+        if resolved.downloaded {
+            let max = inner.cache_max_bytes.load(Ordering::SeqCst);
+            let reserved = inner
+                .downloads
+                .load(Ordering::SeqCst)
+                .saturating_mul(inner.reservation());
+            inner.enforce_cache_cap(dir, max.saturating_sub(reserved));
+        }
     }
 
     /// Snapshots not yet delivered cannot be let go, so while they alone fill the budget
@@ -297,29 +341,7 @@ impl Job {
                 .await
             }
         };
-        let result = match result {
-            // A server refusing our client certificate, or wanting one we do not have
-            // (TLS 1.3 says so after the handshake), can close before hyper has written
-            // the request; hyper then reports a closed connection, not the server's
-            // alert. For an https connection that closed, ask the server ourselves.
-            Err(FetchError::Unreachable { url: shown, detail })
-                if url.starts_with("https://") && closed_after_connecting(&detail) =>
-            {
-                let (policy, raw, material) =
-                    (self.inner.policy.clone(), url.to_owned(), tls.clone());
-                let probed = tokio::task::spawn_blocking(move || {
-                    crate::source::tls::probe(&policy, &raw, material.as_ref())
-                })
-                .await
-                .ok()
-                .flatten();
-                Err(match probed {
-                    Some(detail) => FetchError::CertificateInvalid { url: shown, detail },
-                    None => FetchError::Unreachable { url: shown, detail },
-                })
-            }
-            other => other,
-        };
+        let result = self.explain_closed(result, url, tls).await;
         self.requests
             .iter()
             .map(|r| {
@@ -334,4 +356,21 @@ impl Job {
             })
             .collect()
     }
+}
+
+/// Whose repository a fetch uses: each credential holder (and client certificate) has
+/// its own, so objects one's access brought in are never served to another.
+fn holder_fingerprint(
+    credentials: Option<&crate::source::Credentials>,
+    tls: Option<&crate::source::tls::TlsMaterial>,
+    disk_key: &[u8; 32],
+) -> String {
+    let mut fingerprint = credentials
+        .map(|c| c.fingerprint_with(disk_key))
+        .unwrap_or_default();
+    if let Some(tls) = tls {
+        fingerprint.push('+');
+        fingerprint.push_str(&tls.fingerprint());
+    }
+    fingerprint
 }

@@ -71,15 +71,7 @@ impl Fetcher {
         running: Option<&str>,
         refresh: Option<&str>,
     ) -> SourceState {
-        // Credentials the Secret's owner did not allow for this URL are never used: no
-        // job is scheduled, so no request is made at all.
-        let url = request.location.url();
-        let refused = request
-            .credentials
-            .as_ref()
-            .and_then(|c| c.check_url(url).err())
-            .or_else(|| request.tls.as_ref().and_then(|t| t.check_url(url).err()));
-        if let Some(refusal) = refused {
+        if let Some(refusal) = binding_refusal(request) {
             return SourceState {
                 error: Some(refusal),
                 ..SourceState::default()
@@ -95,37 +87,13 @@ impl Fetcher {
         {
             state.sweep(now, None);
         }
-        let known = state.snapshots.get_mut(&key).map(|entry| {
-            entry.last_used = Some(now);
-            entry.held = entry.let_go.is_some() && entry.let_go.as_deref() == running;
-            entry.delivered |= entry.snapshot.is_some();
-            entry.clone()
-        });
+        let known = state
+            .snapshots
+            .get_mut(&key)
+            .map(|entry| entry.looked_up(now, running));
         let remote = state.remotes.entry(remote_key.clone()).or_default();
-        remote.requests.insert(
-            key,
-            Asked {
-                request: request.clone(),
-                last: now,
-                interval,
-            },
-        );
-        if let Some(token) = refresh
-            && remote.refresh.wanted.len() < MAX_WANTED_TOKENS
-        {
-            remote.refresh.wanted.insert(token.to_owned());
-        }
-        let since_start = |least: Duration| {
-            remote
-                .started
-                .is_none_or(|started| started.elapsed() >= least)
-        };
-        // "Fetch now" and pushes are spaced like each other: however often a CR's
-        // annotation is edited or a forge calls, a remote is fetched at most once per
-        // spacing for them.
-        let stale = ((!remote.refresh.wanted.is_empty() || remote.pushed)
-            && since_start(PUSH_SPACING))
-            || since_start(interval);
+        remote.asked(key, request, now, interval, refresh);
+        let stale = remote.is_stale(interval);
         let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
         if !remote.in_flight && (stale || unknown) {
             self.start_job(&mut state, &remote_key, request, interval, stale);
@@ -208,17 +176,83 @@ impl Fetcher {
             resolved,
             current,
         };
-        // Everything a job logs (failures, the fetch summary) carries its remote.
-        let (url, reference) = match &request.location {
-            Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
-            Location::Http { url } => (url.as_str(), None),
-        };
-        let span = tracing::info_span!(
-            "fetch",
-            remote = %crate::source::redact_url(url),
-            r#ref = reference.unwrap_or(""),
-            credentials = request.credentials.is_some() || request.tls.is_some(),
-        );
-        self.inner.runtime.spawn(job.run().instrument(span));
+        self.inner
+            .runtime
+            .spawn(job.run().instrument(job_span(request)));
     }
+}
+
+/// Why the request's credentials may not be used for its URL: credentials the Secret's
+/// owner did not allow for a URL are never used, so no job is scheduled and no request
+/// is made at all.
+fn binding_refusal(request: &SourceRequest) -> Option<FetchError> {
+    let url = request.location.url();
+    request
+        .credentials
+        .as_ref()
+        .and_then(|c| c.check_url(url).err())
+        .or_else(|| request.tls.as_ref().and_then(|t| t.check_url(url).err()))
+}
+
+impl SnapshotEntry {
+    /// The entry as a lookup at `now` sees it, marking it used, delivered, and held while
+    /// the parent still runs the snapshot it let go (`running`).
+    fn looked_up(&mut self, now: Instant, running: Option<&str>) -> SnapshotEntry {
+        self.last_used = Some(now);
+        self.held = self.let_go.is_some() && self.let_go.as_deref() == running;
+        self.delivered |= self.snapshot.is_some();
+        self.clone()
+    }
+}
+
+impl RemoteEntry {
+    /// Whether the remote is due a fetch: its interval has passed since the last one
+    /// started, or a "fetch now" or a push asks and the push spacing has passed ("fetch
+    /// now" and pushes are spaced like each other: however often a CR's annotation is
+    /// edited or a forge calls, a remote is fetched at most once per spacing for them).
+    fn is_stale(&self, interval: Duration) -> bool {
+        let since_start = |least: Duration| {
+            self.started
+                .is_none_or(|started| started.elapsed() >= least)
+        };
+        ((!self.refresh.wanted.is_empty() || self.pushed) && since_start(PUSH_SPACING))
+            || since_start(interval)
+    }
+
+    /// Records that a parent asked for `request` now (and for a fetch now, with `refresh`).
+    fn asked(
+        &mut self,
+        key: String,
+        request: &SourceRequest,
+        now: Instant,
+        interval: Duration,
+        refresh: Option<&str>,
+    ) {
+        let asked = Asked {
+            request: request.clone(),
+            last: now,
+            interval,
+        };
+        self.requests.insert(key, asked);
+        if let Some(token) = refresh
+            && self.refresh.wanted.len() < MAX_WANTED_TOKENS
+        {
+            self.refresh.wanted.insert(token.to_owned());
+        }
+    }
+}
+
+/// The span a job runs in: everything it logs (failures, the fetch summary) carries its
+/// remote.
+fn job_span(request: &SourceRequest) -> tracing::Span {
+    let (url, reference) = match &request.location {
+        Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
+        Location::Http { url } => (url.as_str(), None),
+    };
+    tracing::info_span!(
+        "fetch",
+        remote = %crate::source::redact_url(url),
+        r#ref = reference.unwrap_or(""),
+        credentials = request.credentials.is_some() || request.tls.is_some(),
+    )
 }
