@@ -113,9 +113,34 @@ pub fn refusals(object: &Value) -> Vec<String> {
         .and_then(Value::as_str)
         .unwrap_or_default();
     let mut found = Vec::new();
-    // Names: DNS-1035 labels for Services, DNS-1123 labels for Namespaces, DNS-1123
-    // subdomains for the rest (ValidateObjectMeta with each kind's name function).
-    let name_check = match kind {
+    if let Err(invalid) = name_check(kind, name) {
+        found.push(format!(
+            "metadata.name: Invalid value: {name:?}: {}",
+            invalid.problem
+        ));
+    }
+    if let Some(labels) = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+    {
+        label_refusals(labels, &mut found);
+    }
+    if let Some(annotations) = object
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        annotation_refusals(annotations, &mut found);
+    }
+    found
+        .into_iter()
+        .map(|refusal| format!("{kind} {name:?} is invalid: {refusal}"))
+        .collect()
+}
+
+/// Names: DNS-1035 labels for Services, DNS-1123 labels for Namespaces, DNS-1123
+/// subdomains for the rest (ValidateObjectMeta with each kind's name function).
+fn name_check(kind: &str, name: &str) -> Result<(), InvalidName> {
+    match kind {
         "Service" => check_dns1035_label(name),
         "Namespace" => check_dns1123_subdomain(name).and_then(|()| {
             if name.len() > 63 || name.contains('.') {
@@ -129,70 +154,59 @@ pub fn refusals(object: &Value) -> Vec<String> {
             }
         }),
         _ => check_dns1123_subdomain(name),
-    };
-    if let Err(invalid) = name_check {
-        found.push(format!(
-            "metadata.name: Invalid value: {name:?}: {}",
-            invalid.problem
-        ));
     }
-    if let Some(labels) = object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-    {
-        for (key, value) in labels {
-            if let Err(problem) = check_qualified_name(key) {
-                found.push(format!(
-                    "metadata.labels: Invalid value: {key:?}: {problem}"
-                ));
-            }
-            match value.as_str() {
-                Some(text) => {
-                    if let Err(problem) = check_label_value(text) {
-                        found.push(format!(
-                            "metadata.labels: Invalid value: {text:?}: {problem}"
-                        ));
-                    }
-                }
-                None => found.push(format!(
-                    "metadata.labels: Invalid value: {value}: label values must be strings"
-                )),
-            }
-        }
-    }
-    if let Some(annotations) = object
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-    {
-        let total: usize = annotations
-            .iter()
-            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
-            .sum();
-        if total > ANNOTATIONS_MAX_BYTES {
-            let note = annotations
-                .iter()
-                .find(|(k, _)| k.ends_with(LAST_APPLIED_SUFFIX))
-                .map(|(k, v)| {
-                    let bytes = v.as_str().map_or(0, str::len);
-                    format!(" ({bytes} of them in {k}, written by client-side apply)")
-                })
-                .unwrap_or_default();
+}
+
+/// Label keys must be qualified names, values strings the label-value rule accepts.
+fn label_refusals(labels: &serde_json::Map<String, Value>, found: &mut Vec<String>) {
+    for (key, value) in labels {
+        if let Err(problem) = check_qualified_name(key) {
             found.push(format!(
-                "metadata.annotations: Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes, has {total}{note}"
+                "metadata.labels: Invalid value: {key:?}: {problem}"
             ));
         }
-        for key in annotations.keys() {
-            if let Err(problem) = check_qualified_name(key) {
-                found.push(format!(
-                    "metadata.annotations: Invalid value: {key:?}: {problem}"
-                ));
+        match value.as_str() {
+            Some(text) => {
+                if let Err(problem) = check_label_value(text) {
+                    found.push(format!(
+                        "metadata.labels: Invalid value: {text:?}: {problem}"
+                    ));
+                }
             }
+            None => found.push(format!(
+                "metadata.labels: Invalid value: {value}: label values must be strings"
+            )),
         }
     }
-    found
-        .into_iter()
-        .map(|refusal| format!("{kind} {name:?} is invalid: {refusal}"))
-        .collect()
+}
+
+/// Annotation keys must be qualified names, and all of them together fit the limit
+/// (the note names client-side apply's copy when it is there).
+fn annotation_refusals(annotations: &serde_json::Map<String, Value>, found: &mut Vec<String>) {
+    let total: usize = annotations
+        .iter()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    if total > ANNOTATIONS_MAX_BYTES {
+        let note = annotations
+            .iter()
+            .find(|(k, _)| k.ends_with(LAST_APPLIED_SUFFIX))
+            .map(|(k, v)| {
+                let bytes = v.as_str().map_or(0, str::len);
+                format!(" ({bytes} of them in {k}, written by client-side apply)")
+            })
+            .unwrap_or_default();
+        found.push(format!(
+            "metadata.annotations: Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes, has {total}{note}"
+        ));
+    }
+    for key in annotations.keys() {
+        if let Err(problem) = check_qualified_name(key) {
+            found.push(format!(
+                "metadata.annotations: Invalid value: {key:?}: {problem}"
+            ));
+        }
+    }
 }
 
 /// What an update may not change, as the API server's update validation refuses it:

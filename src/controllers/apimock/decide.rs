@@ -47,6 +47,36 @@ impl ServedDefinition<'_> {
     }
 }
 
+/// `Validated` when the wanted definition cannot be served: why it cannot, or (nothing
+/// wanted) whether the last good one that keeps running is valid.
+fn validated_keeping(
+    invalid: Option<super::verdict::Invalid>,
+    last_good: Option<&ServedDefinition<'_>>,
+) -> Decided {
+    let validated = |status, reason, message: String| {
+        Decided::new(ConditionType::Validated, status, reason, message)
+    };
+    let nothing = || {
+        validated(
+            false,
+            Reason::NoDefinition,
+            "no definition has been read yet".to_owned(),
+        )
+    };
+    match (invalid, last_good) {
+        (Some(invalid), _) => validated(false, invalid.reason, invalid.message),
+        (None, Some(running)) => match &running.analysis.outcome {
+            Ok(summary) => validated(
+                true,
+                Reason::ValidDefinition,
+                format!("{} (kept from the last good read)", valid_message(summary)),
+            ),
+            Err(_) => nothing(),
+        },
+        (None, None) => nothing(),
+    }
+}
+
 impl ApiMockHooks {
     /// Serve the wanted definition when it is valid and not older than what runs; else
     /// the last good one still held in the observed ConfigMap.
@@ -77,64 +107,47 @@ impl ApiMockHooks {
                         revision: reading.revision.clone(),
                         made_at: reading.made_at,
                     };
-                    // The held definition is read (and analysed) only when its
-                    // annotations say it is a newer copy of the same ref: a warm sync of
-                    // a definition from a source does not read it back at all.
-                    let running = if held_is_newer(call, &fresh) {
-                        self.last_good(call, ctx, effort)?
-                    } else {
-                        None
-                    };
-                    return Ok(match running {
-                        Some(running) => Decision {
-                            validated,
-                            served: Some(running),
-                            behind: true,
-                        },
-                        _ => Decision {
-                            validated,
-                            served: Some(fresh),
-                            behind: false,
-                        },
-                    });
+                    return self.fresh_or_newer_held(call, fresh, validated, ctx, effort);
                 }
                 Err(invalid) => Some(invalid.clone()),
             },
             Err(invalid) => invalid,
         };
         let last_good = self.last_good(call, ctx, effort)?;
-        let validated = match (invalid, &last_good) {
-            (Some(invalid), _) => Decided::new(
-                ConditionType::Validated,
-                false,
-                invalid.reason,
-                invalid.message,
-            ),
-            (None, Some(running)) => match &running.analysis.outcome {
-                Ok(summary) => Decided::new(
-                    ConditionType::Validated,
-                    true,
-                    Reason::ValidDefinition,
-                    format!("{} (kept from the last good read)", valid_message(summary)),
-                ),
-                Err(_) => Decided::new(
-                    ConditionType::Validated,
-                    false,
-                    Reason::NoDefinition,
-                    "no definition has been read yet",
-                ),
-            },
-            (None, None) => Decided::new(
-                ConditionType::Validated,
-                false,
-                Reason::NoDefinition,
-                "no definition has been read yet",
-            ),
-        };
         Ok(Decision {
-            validated,
+            validated: validated_keeping(invalid, last_good.as_ref()),
             served: last_good,
             behind: false,
+        })
+    }
+
+    /// Serves the valid `fresh` definition unless the held one is a newer copy of the
+    /// same ref. The held definition is read (and analysed) only when its annotations
+    /// say so: a warm sync of a definition from a source does not read it back at all.
+    fn fresh_or_newer_held<'r>(
+        &self,
+        call: &Call<'r>,
+        fresh: ServedDefinition<'r>,
+        validated: Decided,
+        ctx: &Context,
+        effort: Effort,
+    ) -> Result<Decision<'r>, Stop> {
+        let running = if held_is_newer(call, &fresh) {
+            self.last_good(call, ctx, effort)?
+        } else {
+            None
+        };
+        Ok(match running {
+            Some(running) => Decision {
+                validated,
+                served: Some(running),
+                behind: true,
+            },
+            None => Decision {
+                validated,
+                served: Some(fresh),
+                behind: false,
+            },
         })
     }
 
