@@ -116,21 +116,58 @@ async fn fetch_unbounded(
     raw_url: &str,
     credentials: Option<&Credentials>,
 ) -> Result<Snapshot, FetchError> {
-    // What people see (conditions, logs) never carries user-info from the URL.
+    let (response, target, shown) = follow_redirects(client, policy, raw_url, credentials).await?;
+    let url = shown.as_str();
+    let status = response.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Err(FetchError::AuthFailed {
+            url: url.to_owned(),
+        });
+    }
+    if !status.is_success() {
+        return Err(FetchError::HttpStatus {
+            url: url.to_owned(),
+            status: status.as_u16(),
+        });
+    }
+    let body = read_bounded(response, url, policy).await?;
+    let name = target
+        .path_segments()
+        .and_then(|mut segments| segments.next_back().map(str::to_owned))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "config".to_owned());
+    let revision = format!("sha256:{}", crate::hash::sha256_hex(&body));
+    Ok(Snapshot {
+        revision,
+        files: [(name, Content::from_bytes(body))].into(),
+        single_file: true,
+        made_at: None,
+    })
+}
+
+/// GETs `raw_url`, following at most [`MAX_REDIRECTS`] redirects, each checked against
+/// the policy: the first answer that is not a redirect, the URL that gave it, and that
+/// URL as people may see it (never with user-info).
+async fn follow_redirects(
+    client: &reqwest::Client,
+    policy: &Policy,
+    raw_url: &str,
+    credentials: Option<&Credentials>,
+) -> Result<(reqwest::Response, url::Url, String), FetchError> {
     let mut shown = super::redact_url(raw_url);
     let mut target = checked(policy, raw_url)?;
     if let Some(credentials) = credentials {
         credentials.check_url(target.as_str())?;
     }
     let mut hops = 0;
-    let mut response = loop {
+    loop {
         // Credentials go to a hop only when their Secret allows its URL.
         let hop_credentials = credentials.filter(|c| c.check_url(target.as_str()).is_ok());
         let response = send(client, target.clone(), hop_credentials)
             .await
             .map_err(|e| transport_error(e, &shown, policy))?;
         if !response.status().is_redirection() {
-            break response;
+            return Ok((response, target, shown));
         }
         hops += 1;
         let location = response
@@ -153,20 +190,15 @@ async fn fetch_unbounded(
         }
         target = checked(policy, next.as_str())?;
         shown = super::redact_url(target.as_str());
-    };
-    let url = shown.as_str();
-    let status = response.status();
-    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-        return Err(FetchError::AuthFailed {
-            url: url.to_owned(),
-        });
     }
-    if !status.is_success() {
-        return Err(FetchError::HttpStatus {
-            url: url.to_owned(),
-            status: status.as_u16(),
-        });
-    }
+}
+
+/// The body, refused as soon as it passes the policy's size limit.
+async fn read_bounded(
+    mut response: reqwest::Response,
+    url: &str,
+    policy: &Policy,
+) -> Result<Vec<u8>, FetchError> {
     let limit = policy.limits.config_bytes.min(policy.limits.download_bytes);
     let mut body = Vec::new();
     while let Some(chunk) = response
@@ -182,18 +214,7 @@ async fn fetch_unbounded(
             });
         }
     }
-    let name = target
-        .path_segments()
-        .and_then(|mut segments| segments.next_back().map(str::to_owned))
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "config".to_owned());
-    let revision = format!("sha256:{}", crate::hash::sha256_hex(&body));
-    Ok(Snapshot {
-        revision,
-        files: [(name, Content::from_bytes(body))].into(),
-        single_file: true,
-        made_at: None,
-    })
+    Ok(body)
 }
 
 /// A URL (the first or a redirect's) that this engine may GET: an allowed http(s)

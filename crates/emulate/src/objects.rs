@@ -198,52 +198,6 @@ fn merge_list_map(key: &str, live: &[Value], previous: &[Value], desired: &[Valu
 /// What the API server fills in when an object is written, for the kinds the hooks
 /// emit: a hook that fought these defaults would rewrite its children every round.
 pub(crate) fn apply_server_defaults(object: &mut Value) {
-    fn default(object: &mut Value, pointer: &str, value: Value) {
-        let Some((parent, field)) = pointer.rsplit_once('/') else {
-            return;
-        };
-        if let Some(Value::Object(map)) = object.pointer_mut(parent) {
-            map.entry(field.to_owned()).or_insert(value);
-        }
-    }
-    fn containers(pod_spec: &mut Value) {
-        for list in ["containers", "initContainers"] {
-            for container in pod_spec
-                .get_mut(list)
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                let latest = container["image"]
-                    .as_str()
-                    .is_some_and(|i| i.ends_with(":latest") || !i.contains(':'));
-                default(
-                    container,
-                    "/terminationMessagePath",
-                    json!("/dev/termination-log"),
-                );
-                default(container, "/terminationMessagePolicy", json!("File"));
-                default(
-                    container,
-                    "/imagePullPolicy",
-                    json!(if latest { "Always" } else { "IfNotPresent" }),
-                );
-                for port in container
-                    .get_mut("ports")
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                {
-                    default(port, "/protocol", json!("TCP"));
-                }
-            }
-        }
-        default(pod_spec, "/restartPolicy", json!("Always"));
-        default(pod_spec, "/terminationGracePeriodSeconds", json!(30));
-        default(pod_spec, "/dnsPolicy", json!("ClusterFirst"));
-        default(pod_spec, "/securityContext", json!({}));
-        default(pod_spec, "/schedulerName", json!("default-scheduler"));
-    }
     match object["kind"].as_str() {
         Some("Deployment") => {
             default(object, "/spec/replicas", json!(1));
@@ -255,31 +209,84 @@ pub(crate) fn apply_server_defaults(object: &mut Value) {
                 json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
             );
             if let Some(pod_spec) = object.pointer_mut("/spec/template/spec") {
-                containers(pod_spec);
+                pod_spec_defaults(pod_spec);
             }
         }
-        Some("Service") => {
-            default(object, "/spec/type", json!("ClusterIP"));
-            default(object, "/spec/sessionAffinity", json!("None"));
-            default(object, "/spec/clusterIP", json!("10.96.0.10"));
-            default(object, "/spec/clusterIPs", json!(["10.96.0.10"]));
-            default(object, "/spec/ipFamilies", json!(["IPv4"]));
-            default(object, "/spec/ipFamilyPolicy", json!("SingleStack"));
-            default(object, "/spec/internalTrafficPolicy", json!("Cluster"));
-            for port in object
-                .pointer_mut("/spec/ports")
+        Some("Service") => service_defaults(object),
+        _ => {}
+    }
+}
+
+/// Sets `pointer` to `value` unless it is set (its parent object must exist).
+fn default(object: &mut Value, pointer: &str, value: Value) {
+    let Some((parent, field)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    if let Some(Value::Object(map)) = object.pointer_mut(parent) {
+        map.entry(field.to_owned()).or_insert(value);
+    }
+}
+
+/// A pod template's defaults, its containers' included.
+fn pod_spec_defaults(pod_spec: &mut Value) {
+    for list in ["containers", "initContainers"] {
+        for container in pod_spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let latest = container["image"]
+                .as_str()
+                .is_some_and(|i| i.ends_with(":latest") || !i.contains(':'));
+            default(
+                container,
+                "/terminationMessagePath",
+                json!("/dev/termination-log"),
+            );
+            default(container, "/terminationMessagePolicy", json!("File"));
+            default(
+                container,
+                "/imagePullPolicy",
+                json!(if latest { "Always" } else { "IfNotPresent" }),
+            );
+            for port in container
+                .get_mut("ports")
                 .and_then(Value::as_array_mut)
                 .into_iter()
                 .flatten()
             {
                 default(port, "/protocol", json!("TCP"));
-                if port.get("targetPort").is_none()
-                    && let Some(number) = port.get("port").cloned()
-                {
-                    port["targetPort"] = number;
-                }
             }
         }
-        _ => {}
+    }
+    default(pod_spec, "/restartPolicy", json!("Always"));
+    default(pod_spec, "/terminationGracePeriodSeconds", json!(30));
+    default(pod_spec, "/dnsPolicy", json!("ClusterFirst"));
+    default(pod_spec, "/securityContext", json!({}));
+    default(pod_spec, "/schedulerName", json!("default-scheduler"));
+}
+
+/// A Service's defaults: ClusterIP, one IPv4 address, each port's protocol and target.
+fn service_defaults(object: &mut Value) {
+    default(object, "/spec/type", json!("ClusterIP"));
+    default(object, "/spec/sessionAffinity", json!("None"));
+    default(object, "/spec/clusterIP", json!("10.96.0.10"));
+    default(object, "/spec/clusterIPs", json!(["10.96.0.10"]));
+    default(object, "/spec/ipFamilies", json!(["IPv4"]));
+    default(object, "/spec/ipFamilyPolicy", json!("SingleStack"));
+    default(object, "/spec/internalTrafficPolicy", json!("Cluster"));
+    for port in object
+        .pointer_mut("/spec/ports")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        default(port, "/protocol", json!("TCP"));
+        if port.get("targetPort").is_none()
+            && let Some(number) = port.get("port").cloned()
+        {
+            port["targetPort"] = number;
+        }
     }
 }
