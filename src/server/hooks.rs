@@ -72,10 +72,30 @@ pub async fn handle(
     state
         .metrics
         .record(controller_label, hook_label, code, elapsed);
+    log_call(
+        controller_label,
+        hook_label,
+        &parent,
+        code,
+        elapsed,
+        refusal,
+    );
+    response
+}
+
+/// One access line per call; its level says whose the problem is: none (info), the
+/// caller's (a bad body, a wrong path, overload: a warning) or ours (an error).
+fn log_call(
+    controller_label: &str,
+    hook_label: &str,
+    parent: &ParentRef,
+    code: u16,
+    elapsed: Duration,
+    refusal: Option<(&'static str, String)>,
+) {
     // Milliseconds to the microsecond: a number, without float noise.
     let duration_ms = elapsed.as_micros() as f64 / 1000.0;
-    // One access line per call; its level says whose the problem is (tracing's levels
-    // are fixed per call site, hence the macro).
+    // tracing's levels are fixed per call site, hence the macro.
     macro_rules! access_line {
         ($level:ident, $message:literal $(, $field:ident = $value:expr)*) => {
             tracing::$level!(
@@ -92,7 +112,6 @@ pub async fn handle(
     }
     match refusal {
         None => access_line!(info, "hook call"),
-        // The caller's mistake (a bad body, a wrong path, overload): a warning.
         Some((reason, message)) if code < 500 => {
             access_line!(
                 warn,
@@ -110,7 +129,6 @@ pub async fn handle(
             )
         }
     }
-    response
 }
 
 async fn answer(
@@ -122,29 +140,9 @@ async fn answer(
     started: Instant,
 ) -> (ParentRef, Result<Response, CallError>) {
     let no_parent = ParentRef::default();
-    if let Some(auth) = &state.auth
-        && !auth.allows(headers)
-    {
-        return (no_parent, Err(CallError::Unauthorized));
-    }
-    let Some(hook) = Hook::from_segment(hook).filter(|_| state.registry.contains(controller))
-    else {
-        return (
-            no_parent,
-            Err(state
-                .registry
-                .not_found(format!("/{controller}/{hook}"))
-                .into()),
-        );
-    };
-    let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
-        return (
-            no_parent,
-            Err(CallError::Overloaded {
-                limit: state.limits.max_in_flight,
-                retry_after_seconds: state.limits.retry_after_seconds,
-            }),
-        );
+    let (hook, permit) = match admit(state, controller, hook, headers) {
+        Ok(admitted) => admitted,
+        Err(error) => return (no_parent, Err(error)),
     };
     // Only answers of a controller that may answer from the request alone are
     // remembered, so only its calls need the key.
@@ -181,6 +179,35 @@ async fn answer(
         state.answers.insert(key, Arc::new(answer));
     }
     (parent, Ok(response))
+}
+
+/// Lets a call in: authenticated, to a hook this server has, with an in-flight slot
+/// free (taken here, before a byte of the body is read).
+fn admit(
+    state: &Arc<HookState>,
+    controller: &str,
+    hook: &str,
+    headers: &HeaderMap,
+) -> Result<(Hook, OwnedSemaphorePermit), CallError> {
+    if let Some(auth) = &state.auth
+        && !auth.allows(headers)
+    {
+        return Err(CallError::Unauthorized);
+    }
+    let Some(hook) = Hook::from_segment(hook).filter(|_| state.registry.contains(controller))
+    else {
+        return Err(state
+            .registry
+            .not_found(format!("/{controller}/{hook}"))
+            .into());
+    };
+    let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
+        return Err(CallError::Overloaded {
+            limit: state.limits.max_in_flight,
+            retry_after_seconds: state.limits.retry_after_seconds,
+        });
+    };
+    Ok((hook, permit))
 }
 
 /// Reads the whole body within the size limit and the body-read timeout, feeding each
