@@ -107,9 +107,15 @@ fn router(state: Arc<Receiver>) -> Router {
         .with_state(state)
 }
 
-fn refuse(status: StatusCode, reason: &str, message: String) -> Response {
-    tracing::warn!(status = status.as_u16(), reason, %message, "push refused");
-    (status, Json(json!({"reason": reason, "message": message}))).into_response()
+/// Why a push was refused: the status, a CamelCase reason and a sentence.
+struct Refused(StatusCode, &'static str, String);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        let Refused(status, reason, message) = self;
+        tracing::warn!(status = status.as_u16(), reason, %message, "push refused");
+        (status, Json(json!({"reason": reason, "message": message}))).into_response()
+    }
 }
 
 async fn receive(
@@ -118,78 +124,87 @@ async fn receive(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(forge) = Forge::from_segment(&forge) else {
-        return refuse(
+    match push(&receiver, &forge, &headers, body).await {
+        Ok(response) => response,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// A forge's push: a signed payload naming repositories, whose remotes are fetched now.
+async fn push(
+    receiver: &Receiver,
+    forge: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Refused> {
+    let Some(forge) = Forge::from_segment(forge) else {
+        return Err(Refused(
             StatusCode::NOT_FOUND,
             "UnknownForge",
             format!("no receiver for {forge:?}: github, gitlab, gitea or generic"),
-        );
+        ));
     };
     let Ok(_permit) = receiver.in_flight.try_acquire() else {
-        return refuse(
+        return Err(Refused(
             StatusCode::TOO_MANY_REQUESTS,
             "Busy",
             format!("{MAX_IN_FLIGHT} pushes are being handled; retry"),
-        );
+        ));
     };
-    let body = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES))
-        .await
-    {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => {
-            return refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "TooLarge",
-                format!("the payload is over {MAX_BODY_BYTES} bytes"),
-            );
-        }
-        Err(_) => {
-            return refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                "Timeout",
-                format!("the payload took longer than {} s", BODY_TIMEOUT.as_secs()),
-            );
-        }
-    };
-    if let Err(rejected) = verify::verify(forge, &headers, &body, &receiver.secret) {
-        return refuse(
+    let body = read_payload(body).await?;
+    verify::verify(forge, headers, &body, &receiver.secret).map_err(|rejected| {
+        Refused(
             StatusCode::UNAUTHORIZED,
             "BadSignature",
             rejected.to_string(),
-        );
-    }
+        )
+    })?;
     if headers
         .get("x-github-event")
         .is_some_and(|event| event == "ping")
     {
-        return (StatusCode::OK, Json(json!({"pong": true}))).into_response();
+        return Ok((StatusCode::OK, Json(json!({"pong": true}))).into_response());
     }
-    let payload: Value = match serde_json::from_slice(&body) {
-        Ok(payload) => payload,
-        Err(error) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                "NotJSON",
-                format!("the payload is not JSON: {error}"),
-            );
-        }
-    };
+    let payload: Value = serde_json::from_slice(&body).map_err(|error| {
+        Refused(
+            StatusCode::BAD_REQUEST,
+            "NotJSON",
+            format!("the payload is not JSON: {error}"),
+        )
+    })?;
     let repositories = repository::named_in(&payload);
     if repositories.is_empty() {
-        return refuse(
+        return Err(Refused(
             StatusCode::BAD_REQUEST,
             "NoRepository",
             "the payload names no repository URL".to_owned(),
-        );
+        ));
     }
     let remotes: usize = repositories
         .iter()
         .map(|repository| receiver.sources.pushed(repository))
         .sum();
     tracing::info!(?repositories, remotes, "push received");
-    (
+    Ok((
         StatusCode::ACCEPTED,
         Json(json!({"repositories": repositories, "remotes": remotes})),
     )
-        .into_response()
+        .into_response())
+}
+
+/// The payload, within its size limit and read timeout.
+async fn read_payload(body: Body) -> Result<axum::body::Bytes, Refused> {
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(Refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TooLarge",
+            format!("the payload is over {MAX_BODY_BYTES} bytes"),
+        )),
+        Err(_) => Err(Refused(
+            StatusCode::REQUEST_TIMEOUT,
+            "Timeout",
+            format!("the payload took longer than {} s", BODY_TIMEOUT.as_secs()),
+        )),
+    }
 }

@@ -50,20 +50,7 @@ impl Emulator {
         let Some(mut parent) = self.objects.get(parent_key).cloned() else {
             return Ok(None);
         };
-        // makeSelector (pkg/controller/composite): without generateSelector, a parent
-        // needs a non-empty spec.selector, or no hook is called at all.
-        if registration.type_ == ControllerType::Composite
-            && !registration.generate_selector
-            && !has_selector(&parent)
-        {
-            return Err((
-                Rule::InvalidParent,
-                format!(
-                    "{}: .spec.selector must have either matchLabels, matchExpressions, or both (Metacontroller calls no hook for this parent; or set generateSelector)",
-                    describe(parent_key)
-                ),
-            ));
-        }
+        check_selector(registration, &parent, parent_key)?;
         let finalizer = registration.finalizer();
         let finalizing = self.mark_for_finalize(registration, parent_key, &mut parent, &finalizer);
         let hook_name = if finalizing {
@@ -71,16 +58,7 @@ impl Emulator {
         } else {
             HookName::Sync
         };
-        let Some(mut hook) = registration.hooks.get(&hook_name).cloned() else {
-            return Err((
-                Rule::NotEmulated,
-                format!(
-                    "{}: no {} hook registered",
-                    registration.name,
-                    hook_name.key()
-                ),
-            ));
-        };
+        let mut hook = registered_hook(registration, hook_name)?;
         hook.strict |= self.strict_everywhere;
         self.current_replica = self.next_replica % self.transport.replicas();
         self.next_replica += 1;
@@ -351,6 +329,34 @@ impl serde::Serialize for Request<'_> {
         map.serialize_entry("related", self.related)?;
         map.end()
     }
+}
+
+/// makeSelector (pkg/controller/composite): without generateSelector, a parent needs a
+/// non-empty spec.selector, or no hook is called at all.
+fn check_selector(registration: &Registration, parent: &Value, key: &Key) -> Result<(), Problem> {
+    if registration.type_ == ControllerType::Composite
+        && !registration.generate_selector
+        && !has_selector(parent)
+    {
+        return Err((
+            Rule::InvalidParent,
+            format!(
+                "{}: .spec.selector must have either matchLabels, matchExpressions, or both (Metacontroller calls no hook for this parent; or set generateSelector)",
+                describe(key)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The registration's hook of that name, or the finding that it has none.
+fn registered_hook(registration: &Registration, name: HookName) -> Result<Hook, Problem> {
+    registration.hooks.get(&name).cloned().ok_or_else(|| {
+        (
+            Rule::NotEmulated,
+            format!("{}: no {} hook registered", registration.name, name.key()),
+        )
+    })
 }
 
 /// Whether `spec.selector` has matchLabels or matchExpressions.
