@@ -158,6 +158,30 @@ fn flag(value: &Value, pointer: &str) -> Option<bool> {
 }
 
 fn baseline(spec: &Value, annotations: Option<&Value>, found: &mut Vec<String>) {
+    baseline_pod(spec, found);
+    let mut contexts = vec![("pod".to_owned(), spec.get("securityContext"))];
+    for (at, container) in containers(spec) {
+        let context = container.get("securityContext");
+        baseline_container(&at, container, context, found);
+        contexts.push((at, context));
+    }
+    for (at, context) in &contexts {
+        if let Some(context) = context {
+            baseline_confinement(at, context, found);
+        }
+    }
+    for (key, value) in annotations.and_then(Value::as_object).into_iter().flatten() {
+        if key.starts_with("container.apparmor.security.beta.kubernetes.io/") {
+            let value = value.as_str().unwrap_or("");
+            if value != "runtime/default" && !value.starts_with("localhost/") {
+                found.push(format!("AppArmor: annotation {key}={value:?}"));
+            }
+        }
+    }
+}
+
+/// Baseline's pod-level controls: host namespaces and processes, hostPath, sysctls.
+fn baseline_pod(spec: &Value, found: &mut Vec<String>) {
     for field in ["hostNetwork", "hostPID", "hostIPC"] {
         if flag(spec, &format!("/{field}")) == Some(true) {
             found.push(format!("host namespaces: {field}=true"));
@@ -178,78 +202,67 @@ fn baseline(spec: &Value, annotations: Option<&Value>, found: &mut Vec<String>) 
             found.push(format!("sysctls: {name:?} is not a safe sysctl"));
         }
     }
-    let mut contexts = vec![("pod".to_owned(), spec.get("securityContext"))];
-    for (at, container) in containers(spec) {
-        let context = container.get("securityContext");
-        if context.and_then(|c| flag(c, "/privileged")) == Some(true) {
-            found.push(format!("privileged: {at} securityContext.privileged=true"));
-        }
-        if context.and_then(|c| flag(c, "/windowsOptions/hostProcess")) == Some(true) {
-            found.push(format!("HostProcess: {at} hostProcess=true"));
-        }
-        for added in added_capabilities(context) {
-            if !BASELINE_CAPABILITIES.contains(&added) {
-                found.push(format!("capabilities: {at} adds {added:?}"));
-            }
-        }
-        for port in items(container, "/ports") {
-            if port
-                .get("hostPort")
-                .and_then(Value::as_i64)
-                .is_some_and(|p| p != 0)
-            {
-                found.push(format!("host ports: {at} hostPort={}", port["hostPort"]));
-            }
-        }
-        if let Some(mount) = context.and_then(|c| text(c, "/procMount"))
-            && mount != "Default"
-        {
-            found.push(format!("/proc mount type: {at} procMount={mount:?}"));
-        }
-        contexts.push((at, context));
+}
+
+/// Baseline's container controls: privileged, hostProcess, capabilities, host ports,
+/// the /proc mount.
+fn baseline_container(
+    at: &str,
+    container: &Value,
+    context: Option<&Value>,
+    found: &mut Vec<String>,
+) {
+    if context.and_then(|c| flag(c, "/privileged")) == Some(true) {
+        found.push(format!("privileged: {at} securityContext.privileged=true"));
     }
-    for (at, context) in &contexts {
-        let Some(context) = context else { continue };
-        if text(context, "/seccompProfile/type") == Some("Unconfined") {
-            found.push(format!("seccomp: {at} seccompProfile.type=Unconfined"));
-        }
-        if let Some(kind) = text(context, "/appArmorProfile/type")
-            && kind == "Unconfined"
-        {
-            found.push(format!("AppArmor: {at} appArmorProfile.type=Unconfined"));
-        }
-        if let Some(options) = context.get("seLinuxOptions") {
-            let kind = text(options, "/type").unwrap_or("");
-            if !SELINUX_TYPES.contains(&kind) {
-                found.push(format!("SELinux: {at} seLinuxOptions.type={kind:?}"));
-            }
-            if options.get("user").is_some() || options.get("role").is_some() {
-                found.push(format!("SELinux: {at} sets seLinuxOptions.user or role"));
-            }
+    if context.and_then(|c| flag(c, "/windowsOptions/hostProcess")) == Some(true) {
+        found.push(format!("HostProcess: {at} hostProcess=true"));
+    }
+    for added in added_capabilities(context) {
+        if !BASELINE_CAPABILITIES.contains(&added) {
+            found.push(format!("capabilities: {at} adds {added:?}"));
         }
     }
-    for (key, value) in annotations.and_then(Value::as_object).into_iter().flatten() {
-        if key.starts_with("container.apparmor.security.beta.kubernetes.io/") {
-            let value = value.as_str().unwrap_or("");
-            if value != "runtime/default" && !value.starts_with("localhost/") {
-                found.push(format!("AppArmor: annotation {key}={value:?}"));
-            }
+    for port in items(container, "/ports") {
+        if port
+            .get("hostPort")
+            .and_then(Value::as_i64)
+            .is_some_and(|p| p != 0)
+        {
+            found.push(format!("host ports: {at} hostPort={}", port["hostPort"]));
+        }
+    }
+    if let Some(mount) = context.and_then(|c| text(c, "/procMount"))
+        && mount != "Default"
+    {
+        found.push(format!("/proc mount type: {at} procMount={mount:?}"));
+    }
+}
+
+/// Baseline's confinement controls, for the pod's and each container's context:
+/// seccomp, AppArmor and SELinux.
+fn baseline_confinement(at: &str, context: &Value, found: &mut Vec<String>) {
+    if text(context, "/seccompProfile/type") == Some("Unconfined") {
+        found.push(format!("seccomp: {at} seccompProfile.type=Unconfined"));
+    }
+    if let Some(kind) = text(context, "/appArmorProfile/type")
+        && kind == "Unconfined"
+    {
+        found.push(format!("AppArmor: {at} appArmorProfile.type=Unconfined"));
+    }
+    if let Some(options) = context.get("seLinuxOptions") {
+        let kind = text(options, "/type").unwrap_or("");
+        if !SELINUX_TYPES.contains(&kind) {
+            found.push(format!("SELinux: {at} seLinuxOptions.type={kind:?}"));
+        }
+        if options.get("user").is_some() || options.get("role").is_some() {
+            found.push(format!("SELinux: {at} sets seLinuxOptions.user or role"));
         }
     }
 }
 
 fn restricted(spec: &Value, found: &mut Vec<String>) {
-    for volume in items(spec, "/volumes") {
-        let Some(map) = volume.as_object() else {
-            continue;
-        };
-        for field in map.keys().filter(|k| *k != "name") {
-            if !RESTRICTED_VOLUMES.contains(&field.as_str()) && field != "hostPath" {
-                let name = map.get("name").and_then(Value::as_str).unwrap_or("");
-                found.push(format!("volume types: volume {name:?} is {field}"));
-            }
-        }
-    }
+    restricted_volumes(spec, found);
     let pod = spec.get("securityContext");
     let pod_non_root = pod.and_then(|c| flag(c, "/runAsNonRoot"));
     let pod_seccomp = pod.and_then(|c| text(c, "/seccompProfile/type"));
@@ -285,19 +298,40 @@ fn restricted(spec: &Value, found: &mut Vec<String>) {
                 "seccomp: {at} must have seccompProfile.type RuntimeDefault or Localhost (or the pod must)"
             ));
         }
-        let dropped_all = context
-            .and_then(|c| c.pointer("/capabilities/drop"))
-            .and_then(Value::as_array)
-            .is_some_and(|d| d.iter().any(|c| c.as_str() == Some("ALL")));
-        if !dropped_all {
-            found.push(format!("capabilities: {at} must drop ALL"));
-        }
-        for added in added_capabilities(context) {
-            if added != "NET_BIND_SERVICE" {
-                found.push(format!(
-                    "capabilities: {at} may add only NET_BIND_SERVICE, adds {added:?}"
-                ));
+        restricted_capabilities(&at, context, found);
+    }
+}
+
+/// Restricted's volume types: only those that cannot reach the node (hostPath is
+/// baseline's to report).
+fn restricted_volumes(spec: &Value, found: &mut Vec<String>) {
+    for volume in items(spec, "/volumes") {
+        let Some(map) = volume.as_object() else {
+            continue;
+        };
+        for field in map.keys().filter(|k| *k != "name") {
+            if !RESTRICTED_VOLUMES.contains(&field.as_str()) && field != "hostPath" {
+                let name = map.get("name").and_then(Value::as_str).unwrap_or("");
+                found.push(format!("volume types: volume {name:?} is {field}"));
             }
+        }
+    }
+}
+
+/// Restricted's capabilities: drop ALL, add at most NET_BIND_SERVICE.
+fn restricted_capabilities(at: &str, context: Option<&Value>, found: &mut Vec<String>) {
+    let dropped_all = context
+        .and_then(|c| c.pointer("/capabilities/drop"))
+        .and_then(Value::as_array)
+        .is_some_and(|d| d.iter().any(|c| c.as_str() == Some("ALL")));
+    if !dropped_all {
+        found.push(format!("capabilities: {at} must drop ALL"));
+    }
+    for added in added_capabilities(context) {
+        if added != "NET_BIND_SERVICE" {
+            found.push(format!(
+                "capabilities: {at} may add only NET_BIND_SERVICE, adds {added:?}"
+            ));
         }
     }
 }
