@@ -42,24 +42,12 @@ pub fn extract(
         return Err(FetchError::SymlinkRefused { path });
     }
     match entry.kind() {
-        Some(ObjectType::Blob) => {
-            if blob_size(&repo, entry.id())? > limits.config_bytes {
-                return Err(FetchError::TooLarge {
-                    what: format!("file {path}"),
-                    limit: limits.config_bytes,
-                });
-            }
-            let blob = repo
-                .find_blob(entry.id())
-                .map_err(|e| FetchError::Other(e.to_string()))?;
-            let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
-            Ok(Snapshot {
-                revision,
-                files: BTreeMap::from([(name, Content::from_bytes(blob.content().to_vec()))]),
-                single_file: true,
-                made_at,
-            })
-        }
+        Some(ObjectType::Blob) => Ok(Snapshot {
+            revision,
+            files: read_one(&repo, entry.id(), &path, limits.config_bytes)?,
+            single_file: true,
+            made_at,
+        }),
         Some(ObjectType::Tree) => {
             let tree = repo
                 .find_tree(entry.id())
@@ -83,7 +71,55 @@ pub(super) fn read_tree(
     limits: &crate::source::policy::SourceLimits,
     deadline: Instant,
 ) -> Result<BTreeMap<String, Content>, FetchError> {
-    let (max_files, max_bytes) = (limits.files, limits.config_bytes);
+    let max_bytes = limits.config_bytes;
+    let found = list_blobs(tree, prefix, limits, deadline)?;
+    let mut files = BTreeMap::new();
+    let mut total: u64 = 0;
+    for (_, id) in &found {
+        let id = *id;
+        // Sizes come from the object headers, so a blob that inflates to a gigabyte is
+        // refused before a byte of it is inflated.
+        total += blob_size(repo, id)?;
+        if total > max_bytes {
+            return Err(FetchError::TooLarge {
+                what: format!(
+                    "the files under {:?}",
+                    if prefix.is_empty() { "/" } else { prefix }
+                ),
+                limit: max_bytes,
+            });
+        }
+    }
+    for (name, id) in found {
+        let blob = repo
+            .find_blob(id)
+            .map_err(|e| FetchError::Other(e.to_string()))?;
+        files.insert(name, Content::from_bytes(blob.content().to_vec()));
+    }
+    Ok(files)
+}
+
+/// A blob's size as its object header says, without inflating it.
+pub(super) fn blob_size(repo: &Repository, id: Oid) -> Result<u64, FetchError> {
+    let odb = repo
+        .odb()
+        .map_err(|e| FetchError::Other(format!("cannot read the cache: {e}")))?;
+    let (size, _) = odb
+        .read_header(id)
+        .map_err(|e| FetchError::Other(format!("cannot read object {id}: {e}")))?;
+    Ok(size as u64)
+}
+
+/// The blobs under `tree` (path relative to it, and id), walking within the limits:
+/// entries (a "tree bomb" names trees many times over), files and the deadline; a
+/// symbolic link refuses the whole read.
+fn list_blobs(
+    tree: &git2::Tree<'_>,
+    prefix: &str,
+    limits: &crate::source::policy::SourceLimits,
+    deadline: Instant,
+) -> Result<Vec<(String, Oid)>, FetchError> {
+    let max_files = limits.files;
     let mut found = Vec::new();
     let mut failure = None;
     // Every entry walked counts, directories included: trees that name each other many
@@ -128,39 +164,29 @@ pub(super) fn read_tree(
         return Err(failure);
     }
     walked.map_err(|e| FetchError::Other(e.to_string()))?;
-    let mut files = BTreeMap::new();
-    let mut total: u64 = 0;
-    for (_, id) in &found {
-        let id = *id;
-        // Sizes come from the object headers, so a blob that inflates to a gigabyte is
-        // refused before a byte of it is inflated.
-        total += blob_size(repo, id)?;
-        if total > max_bytes {
-            return Err(FetchError::TooLarge {
-                what: format!(
-                    "the files under {:?}",
-                    if prefix.is_empty() { "/" } else { prefix }
-                ),
-                limit: max_bytes,
-            });
-        }
-    }
-    for (name, id) in found {
-        let blob = repo
-            .find_blob(id)
-            .map_err(|e| FetchError::Other(e.to_string()))?;
-        files.insert(name, Content::from_bytes(blob.content().to_vec()));
-    }
-    Ok(files)
+    Ok(found)
 }
 
-/// A blob's size as its object header says, without inflating it.
-pub(super) fn blob_size(repo: &Repository, id: Oid) -> Result<u64, FetchError> {
-    let odb = repo
-        .odb()
-        .map_err(|e| FetchError::Other(format!("cannot read the cache: {e}")))?;
-    let (size, _) = odb
-        .read_header(id)
-        .map_err(|e| FetchError::Other(format!("cannot read object {id}: {e}")))?;
-    Ok(size as u64)
+/// One file, named by the last segment of its path, refused over `max_bytes` before it
+/// is inflated.
+fn read_one(
+    repo: &Repository,
+    id: Oid,
+    path: &str,
+    max_bytes: u64,
+) -> Result<BTreeMap<String, Content>, FetchError> {
+    if blob_size(repo, id)? > max_bytes {
+        return Err(FetchError::TooLarge {
+            what: format!("file {path}"),
+            limit: max_bytes,
+        });
+    }
+    let blob = repo
+        .find_blob(id)
+        .map_err(|e| FetchError::Other(e.to_string()))?;
+    let name = path.rsplit('/').next().unwrap_or(path).to_owned();
+    Ok(BTreeMap::from([(
+        name,
+        Content::from_bytes(blob.content().to_vec()),
+    )]))
 }
