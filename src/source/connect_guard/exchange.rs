@@ -202,37 +202,10 @@ pub(super) fn answer_back(
     let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
     for (name, value) in &headers {
         if (300..400).contains(&status) && name.eq_ignore_ascii_case("location") {
-            let value = String::from_utf8_lossy(value);
-            let base = format!("{scheme}://{}/", shared.origin.host_header());
-            let target = url::Url::parse(&base).and_then(|b| b.join(value.trim()));
-            let Ok(target) = target else {
-                return shared.refuse(
-                    client,
-                    FetchError::Other(format!(
-                        "{} answered a redirect that is not a URL",
-                        shared.origin
-                    )),
-                );
-            };
-            let destination = Origin {
-                host: bare_host(target.host_str().unwrap_or_default()).to_owned(),
-                port: target.port_or_known_default().unwrap_or(80),
-            };
-            if target.scheme() != scheme || destination != shared.origin {
-                let refusal = FetchError::RedirectRefused {
-                    from: format!("{scheme}://{}", shared.origin),
-                    to: format!("{}://{destination}", target.scheme()),
-                };
-                return shared.refuse(client, refusal);
+            match redirect_within_origin(value, scheme, shared) {
+                Ok(location) => out.extend_from_slice(location.as_bytes()),
+                Err(refusal) => return shared.refuse(client, refusal),
             }
-            let mut path = target.path().to_owned();
-            if let Some(query) = target.query() {
-                path.push('?');
-                path.push_str(query);
-            }
-            out.extend_from_slice(
-                format!("Location: http://{}{path}\r\n", shared.address).as_bytes(),
-            );
         } else {
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
@@ -286,4 +259,40 @@ pub(super) fn relay(client: TcpStream, upstream: TcpStream, shared: &Shared) -> 
     upstream_in.close();
     let _ = upward.join();
     Ok(())
+}
+
+/// The `Location` line libgit2 is given for a redirect: pointed back at the guard when
+/// it stays within the origin (same scheme, host and port); refused otherwise, so a
+/// redirect cannot carry a user's token to another origin.
+fn redirect_within_origin(
+    value: &[u8],
+    scheme: &str,
+    shared: &Shared,
+) -> Result<String, FetchError> {
+    let value = String::from_utf8_lossy(value);
+    let base = format!("{scheme}://{}/", shared.origin.host_header());
+    let target = url::Url::parse(&base)
+        .and_then(|b| b.join(value.trim()))
+        .map_err(|_| {
+            FetchError::Other(format!(
+                "{} answered a redirect that is not a URL",
+                shared.origin
+            ))
+        })?;
+    let destination = Origin {
+        host: bare_host(target.host_str().unwrap_or_default()).to_owned(),
+        port: target.port_or_known_default().unwrap_or(80),
+    };
+    if target.scheme() != scheme || destination != shared.origin {
+        return Err(FetchError::RedirectRefused {
+            from: format!("{scheme}://{}", shared.origin),
+            to: format!("{}://{destination}", target.scheme()),
+        });
+    }
+    let mut path = target.path().to_owned();
+    if let Some(query) = target.query() {
+        path.push('?');
+        path.push_str(query);
+    }
+    Ok(format!("Location: http://{}{path}\r\n", shared.address))
 }
