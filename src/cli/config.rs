@@ -24,6 +24,33 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
     serve_settings_with_receivers(args).map(|(settings, registry, _)| (settings, registry))
 }
 
+/// How hook callers authenticate, from the token or basic-auth files (none: no auth).
+fn auth(args: &ServeArgs) -> anyhow::Result<Option<Auth>> {
+    Ok(
+        match (
+            &args.auth_token_file,
+            &args.auth_basic_username_file,
+            &args.auth_basic_password_file,
+        ) {
+            (Some(token), _, _) => {
+                let token = read_secret("--auth-token-file", token)?;
+                Some(Auth::bearer(&token))
+            }
+            (None, Some(user), Some(password)) => {
+                let user = read_secret("--auth-basic-username-file", user)?;
+                if user.contains(':') {
+                    bail!("the basic-auth username may not contain ':' (RFC 7617)");
+                }
+                Some(Auth::basic(
+                    &user,
+                    &read_secret("--auth-basic-password-file", password)?,
+                ))
+            }
+            _ => None,
+        },
+    )
+}
+
 /// [`serve_settings`], and the push receivers' settings when `--receiver-listen` is set
 /// (the source engine then asks parents to resync within `--receiver-resync-seconds`).
 ///
@@ -39,27 +66,7 @@ pub fn serve_settings_with_receivers(
             args.max_in_flight
         );
     }
-    let auth = match (
-        &args.auth_token_file,
-        &args.auth_basic_username_file,
-        &args.auth_basic_password_file,
-    ) {
-        (Some(token), _, _) => {
-            let token = read_secret("--auth-token-file", token)?;
-            Some(Auth::bearer(&token))
-        }
-        (None, Some(user), Some(password)) => {
-            let user = read_secret("--auth-basic-username-file", user)?;
-            if user.contains(':') {
-                bail!("the basic-auth username may not contain ':' (RFC 7617)");
-            }
-            Some(Auth::basic(
-                &user,
-                &read_secret("--auth-basic-password-file", password)?,
-            ))
-        }
-        _ => None,
-    };
+    let auth = auth(args)?;
     let tls = match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => Some(TlsFiles {
             cert: cert.clone(),

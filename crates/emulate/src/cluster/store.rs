@@ -71,39 +71,8 @@ impl Emulator {
         let version = self.bump_version();
         match self.objects.get(&key).cloned() {
             Some(existing) => {
-                let generation = existing
-                    .pointer("/metadata/generation")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(1);
-                let spec_changed = existing.get("spec") != object.get("spec")
-                    || existing.get("data") != object.get("data");
-                let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+                if !keep_server_fields(&mut object, &existing, version) {
                     return key;
-                };
-                for field in [
-                    "uid",
-                    "creationTimestamp",
-                    "finalizers",
-                    "ownerReferences",
-                    "deletionTimestamp",
-                ] {
-                    if let Some(v) = existing.pointer(&format!("/metadata/{field}")) {
-                        meta.insert(field.to_owned(), v.clone());
-                    }
-                }
-                meta.insert(
-                    "generation".to_owned(),
-                    json!(if spec_changed {
-                        generation + 1
-                    } else {
-                        generation
-                    }),
-                );
-                meta.insert("resourceVersion".to_owned(), json!(version));
-                if let Some(status) = existing.get("status")
-                    && let Some(map) = object.as_object_mut()
-                {
-                    map.insert("status".to_owned(), status.clone());
                 }
             }
             None => {
@@ -210,4 +179,43 @@ impl Emulator {
             self.remove_with_dependents(&dependent);
         }
     }
+}
+
+/// An update (`kubectl apply` of an existing object): what the server set stays, the
+/// generation moves when the spec (or a ConfigMap's data) changed, the status is kept.
+/// False when the object has no metadata to keep them in (it is not stored).
+fn keep_server_fields(object: &mut Value, existing: &Value, version: String) -> bool {
+    let generation = existing
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let spec_changed =
+        existing.get("spec") != object.get("spec") || existing.get("data") != object.get("data");
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "finalizers",
+        "ownerReferences",
+        "deletionTimestamp",
+    ] {
+        if let Some(v) = existing.pointer(&format!("/metadata/{field}")) {
+            meta.insert(field.to_owned(), v.clone());
+        }
+    }
+    let generation = if spec_changed {
+        generation + 1
+    } else {
+        generation
+    };
+    meta.insert("generation".to_owned(), json!(generation));
+    meta.insert("resourceVersion".to_owned(), json!(version));
+    if let Some(status) = existing.get("status")
+        && let Some(map) = object.as_object_mut()
+    {
+        map.insert("status".to_owned(), status.clone());
+    }
+    true
 }
