@@ -25,36 +25,8 @@ pub(super) fn check_response(
             "finalized",
         ],
     };
-    // Type errors fail whatever the decoding mode (kjson.UnmarshalStrict's main error).
-    let response_type = match registration.type_ {
-        ControllerType::Composite => "CompositeHookResponse",
-        ControllerType::Decorator => "DecoratorHookResponse",
-    };
     for (field, value) in object {
-        let fits = match field.as_str() {
-            "status" | "labels" | "annotations" => value.is_object() || value.is_null(),
-            "children" | "attachments" => {
-                value.is_null()
-                    || value
-                        .as_array()
-                        .is_some_and(|items| items.iter().all(|i| i.is_object() || i.is_null()))
-            }
-            "resyncAfterSeconds" => value.is_number() || value.is_null(),
-            "finalized" => value.is_boolean() || value.is_null(),
-            _ => true,
-        };
-        if !fits {
-            let go_type = match field.as_str() {
-                "resyncAfterSeconds" => "float64",
-                "finalized" => "bool",
-                "children" | "attachments" => "[]*unstructured.Unstructured",
-                _ => "map[string]interface {}",
-            };
-            return Err(invalid(&format!(
-                "json: cannot unmarshal {} into Go struct field {response_type}.{field} of type {go_type} (Metacontroller applies nothing)",
-                json_type(value)
-            )));
-        }
+        check_field_type(registration, field, value)?;
     }
     for field in object.keys() {
         if hook.strict && !allowed.contains(&field.as_str()) {
@@ -80,6 +52,46 @@ pub(super) fn check_response(
         }
     }
     Ok(())
+}
+
+/// Type errors fail whatever the decoding mode (kjson.UnmarshalStrict's main error).
+fn check_field_type(
+    registration: &Registration,
+    field: &str,
+    value: &Value,
+) -> Result<(), Problem> {
+    let fits = match field {
+        "status" | "labels" | "annotations" => value.is_object() || value.is_null(),
+        "children" | "attachments" => {
+            value.is_null()
+                || value
+                    .as_array()
+                    .is_some_and(|items| items.iter().all(|i| i.is_object() || i.is_null()))
+        }
+        "resyncAfterSeconds" => value.is_number() || value.is_null(),
+        "finalized" => value.is_boolean() || value.is_null(),
+        _ => true,
+    };
+    if fits {
+        return Ok(());
+    }
+    let response_type = match registration.type_ {
+        ControllerType::Composite => "CompositeHookResponse",
+        ControllerType::Decorator => "DecoratorHookResponse",
+    };
+    let go_type = match field {
+        "resyncAfterSeconds" => "float64",
+        "finalized" => "bool",
+        "children" | "attachments" => "[]*unstructured.Unstructured",
+        _ => "map[string]interface {}",
+    };
+    Err((
+        Rule::InvalidAnswer,
+        format!(
+            "json: cannot unmarshal {} into Go struct field {response_type}.{field} of type {go_type} (Metacontroller applies nothing)",
+            json_type(value)
+        ),
+    ))
 }
 
 /// The JSON type of `value` in Go's decoding messages.
@@ -124,29 +136,7 @@ pub(super) fn check_child(
             registration.name
         ));
     }
-    // Metacontroller appends its controller reference to the hook's (MakeControllerRef
-    // in pkg/controller/common/manage_children.go); the API server then refuses a second
-    // controller (ValidateOwnerReferences).
-    let controllers = child
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .map_or(0, |refs| {
-            refs.iter()
-                .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-                .count()
-        });
-    if controllers > 0 {
-        return Err(format!(
-            "{kind} {name}: metadata.ownerReferences: Invalid value: only one reference can have Controller set to true (the hook set one, Metacontroller adds its own)"
-        ));
-    }
-    for field in metahooks_protocol::SERVER_POPULATED_METADATA {
-        if child.pointer(&format!("/metadata/{field}")).is_some() {
-            return Err(format!(
-                "{kind} {name} sets server-populated metadata.{field}"
-            ));
-        }
-    }
+    check_child_metadata(child, kind, name)?;
     let namespace = child.pointer("/metadata/namespace").and_then(Value::as_str);
     let parent_namespace = key_of(parent).2;
     // A cluster-scoped parent may own children in any namespace; a namespaced parent's
@@ -168,6 +158,34 @@ pub(super) fn check_child(
         return Err(format!(
             "labels on desired child {kind} {name} don't match parent selector"
         ));
+    }
+    Ok(())
+}
+
+/// Metadata a desired child may not carry: a controller reference of its own
+/// (Metacontroller appends its own, MakeControllerRef in
+/// pkg/controller/common/manage_children.go, and the API server refuses a second:
+/// ValidateOwnerReferences), or fields the API server populates.
+fn check_child_metadata(child: &Value, kind: &str, name: &str) -> Result<(), String> {
+    let controllers = child
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map_or(0, |refs| {
+            refs.iter()
+                .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                .count()
+        });
+    if controllers > 0 {
+        return Err(format!(
+            "{kind} {name}: metadata.ownerReferences: Invalid value: only one reference can have Controller set to true (the hook set one, Metacontroller adds its own)"
+        ));
+    }
+    for field in metahooks_protocol::SERVER_POPULATED_METADATA {
+        if child.pointer(&format!("/metadata/{field}")).is_some() {
+            return Err(format!(
+                "{kind} {name} sets server-populated metadata.{field}"
+            ));
+        }
     }
     Ok(())
 }
