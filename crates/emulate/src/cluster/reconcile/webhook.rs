@@ -40,16 +40,9 @@ pub(in crate::cluster) async fn stable_answer(
             taken = prepared.remembered.clone();
             return Ok(first.1);
         }
-        let earlier = prepared.remembered.as_deref().and_then(|text| {
-            let value = serde_json::from_str::<Value>(text).ok()?;
-            Some((text.to_owned(), value))
-        });
-        if let Some(earlier) = &earlier
-            && same_answer(parent, (&earlier.0, &earlier.1), (&first.0, &first.1))
-        {
-            if earlier.0 != first.0 {
-                refuse_duplicate_keys(&prepared.hook, &first.0)?;
-            }
+        // Not the same bytes (that returned above), but the same answer.
+        if same_as_earlier(prepared, &first) {
+            refuse_duplicate_keys(&prepared.hook, &first.0)?;
             taken = Some(first.0.as_str().into());
             return Ok(first.1);
         }
@@ -59,15 +52,7 @@ pub(in crate::cluster) async fn stable_answer(
         } else {
             let third = ask().await?;
             if !same_answer(parent, (&again.0, &again.1), (&third.0, &third.1)) {
-                return Err((
-                    Rule::UnstableAnswer,
-                    format!(
-                        "{} answered two identical requests differently:\n{}\n{}",
-                        name.key(),
-                        again.1,
-                        third.1
-                    ),
-                ));
+                return Err(unstable(name, &again.1, &third.1));
             }
             third
         };
@@ -82,6 +67,27 @@ pub(in crate::cluster) async fn stable_answer(
         retry_after,
         text: taken,
     }
+}
+
+/// Whether `first` is the answer the same request got in an earlier round, as
+/// Metacontroller compares answers (transition times stamped now aside).
+fn same_as_earlier(prepared: &Prepared, first: &(String, Value)) -> bool {
+    let Some(text) = prepared.remembered.as_deref() else {
+        return false;
+    };
+    serde_json::from_str::<Value>(text)
+        .is_ok_and(|earlier| same_answer(&prepared.parent, (text, &earlier), (&first.0, &first.1)))
+}
+
+/// The finding for two different answers to identical requests.
+fn unstable(name: HookName, one: &Value, other: &Value) -> Problem {
+    (
+        Rule::UnstableAnswer,
+        format!(
+            "{} answered two identical requests differently:\n{one}\n{other}",
+            name.key()
+        ),
+    )
 }
 
 /// One HTTP exchange with a hook: what Metacontroller's webhook client makes of it.
@@ -109,55 +115,65 @@ pub(super) async fn exchange(
         Ok(answer) => (answer.status, answer.elapsed),
         Err(_) => (0, started.elapsed()),
     };
-    let mut retry_after = None;
+    let retry_after = posted.as_ref().ok().and_then(|answer| {
+        // TooManyRequestError (pkg/hooks/webhook.go): Retry-After in seconds or as an
+        // HTTP date; the parent is requeued after it (composite sync).
+        (answer.status == 429).then(|| {
+            answer
+                .retry_after
+                .as_deref()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        })
+    });
     let outcome = posted
         .map_err(|e| (Rule::NonOkAnswer, e))
-        .and_then(|answer| {
-            let text = String::from_utf8_lossy(&answer.body).into_owned();
-            if answer.status == 429 {
-                // TooManyRequestError (pkg/hooks/webhook.go): Retry-After in seconds or
-                // as an HTTP date; the parent is requeued after it (composite sync).
-                let seconds = answer
-                    .retry_after
-                    .as_deref()
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .unwrap_or(0.0);
-                retry_after = Some(seconds);
-                return Err((
-                    Rule::Throttled,
-                    format!(
-                        "{} kept answering 429 (Retry-After {seconds} s): {text:.200}",
-                        name.key()
-                    ),
-                ));
-            }
-            if answer.status != 200 {
-                return Err((
-                    Rule::NonOkAnswer,
-                    format!(
-                        "{} answered {} (Metacontroller applies nothing and retries): {text:.300}",
-                        name.key(),
-                        answer.status
-                    ),
-                ));
-            }
-            let value = serde_json::from_str(&text).map_err(|e| {
-                (
-                    Rule::InvalidAnswer,
-                    format!(
-                        "{} answered 200 with a body that is not JSON ({e}): {text:.200}",
-                        name.key()
-                    ),
-                )
-            })?;
-            Ok((text, value))
-        });
+        .and_then(|answer| read_answer(&answer, name, retry_after));
     Exchange {
         status,
         millis: elapsed.as_secs_f64() * 1000.0,
         outcome,
         retry_after,
     }
+}
+
+/// What Metacontroller makes of an answer: a 429 is throttling (after `retry_after`
+/// seconds), any other status but 200 a failure, a 200 must be JSON.
+fn read_answer(
+    answer: &crate::transport::Answer,
+    name: HookName,
+    retry_after: Option<f64>,
+) -> Result<(String, Value), Problem> {
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
+    if let Some(seconds) = retry_after {
+        return Err((
+            Rule::Throttled,
+            format!(
+                "{} kept answering 429 (Retry-After {seconds} s): {text:.200}",
+                name.key()
+            ),
+        ));
+    }
+    if answer.status != 200 {
+        return Err((
+            Rule::NonOkAnswer,
+            format!(
+                "{} answered {} (Metacontroller applies nothing and retries): {text:.300}",
+                name.key(),
+                answer.status
+            ),
+        ));
+    }
+    let value = serde_json::from_str(&text).map_err(|e| {
+        (
+            Rule::InvalidAnswer,
+            format!(
+                "{} answered 200 with a body that is not JSON ({e}): {text:.200}",
+                name.key()
+            ),
+        )
+    })?;
+    Ok((text, value))
 }
 
 /// Strict decoding refuses a field given twice.
