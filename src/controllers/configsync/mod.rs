@@ -131,19 +131,7 @@ impl DecoratorHooks for ConfigSyncHooks {
         if asked.pending {
             resync = resync.min(polling::PENDING_RESYNC_SECONDS);
         }
-        let fresh = state
-            .snapshot
-            .as_deref()
-            .map(|s| Config::from_snapshot(s, Some(ConfigFormat::Files)));
-        let (served, problem) = match (fresh, &state.error) {
-            (_, Some(error)) => (
-                observed.clone(),
-                Some(fetch_problem(error, observed.as_ref())),
-            ),
-            (Some(Ok(config)), None) => (Some(config), None),
-            (Some(Err(problem)), None) => (observed.clone(), Some(problem.message)),
-            (None, None) => (observed.clone(), None),
-        };
+        let (served, problem) = served(&state, observed.as_ref());
         let mut response = answer(served, problem, observed.as_ref(), name, resync)?;
         if let Some(written) = response.annotations.as_mut() {
             written.insert(WARNING.to_owned(), annotations.raised_interval());
@@ -219,13 +207,9 @@ impl<'a> Annotations<'a> {
         })
     }
 
-    /// The source the annotations name and its poll period, or what is wrong with them
-    /// and when to look again.
-    fn source(
-        &self,
-        related: &ObjectMap,
-        namespace: &str,
-    ) -> Result<(SourceRequest, u64), (String, u64)> {
+    /// What is wrong when an annotation with our prefix is not one we read (a typo
+    /// would otherwise be ignored in silence).
+    fn unknown(&self) -> Option<String> {
         let mut unknown: Vec<&str> = self
             .0
             .into_iter()
@@ -233,17 +217,42 @@ impl<'a> Annotations<'a> {
             .map(String::as_str)
             .filter(|key| key.starts_with(PREFIX) && !KNOWN.contains(key))
             .collect();
-        if !unknown.is_empty() {
-            unknown.sort_unstable();
-            let known: Vec<&str> = KNOWN[..6]
-                .iter()
-                .map(|key| key.trim_start_matches(PREFIX))
-                .collect();
-            let problem = format!(
-                "annotation {} is not one configsync reads (it reads {PREFIX}{{{}}}); nothing is synced until it is fixed",
-                unknown.join(", "),
-                known.join(",")
-            );
+        if unknown.is_empty() {
+            return None;
+        }
+        unknown.sort_unstable();
+        let known: Vec<&str> = KNOWN[..6]
+            .iter()
+            .map(|key| key.trim_start_matches(PREFIX))
+            .collect();
+        Some(format!(
+            "annotation {} is not one configsync reads (it reads {PREFIX}{{{}}}); nothing is synced until it is fixed",
+            unknown.join(", "),
+            known.join(",")
+        ))
+    }
+
+    /// The poll period the annotation asks for, raised to the minimum; a value that is
+    /// not a number is a problem (looked at again after the default period).
+    fn interval(&self) -> Result<u64, (String, u64)> {
+        match self.get(INTERVAL).map(|v| v.parse::<u64>()) {
+            None => Ok(polling::interval_seconds(None)),
+            Some(Ok(seconds)) => Ok(polling::interval_seconds(Some(seconds))),
+            Some(Err(_)) => {
+                let problem = format!("annotation {INTERVAL} must be a whole number of seconds");
+                Err((problem, polling::DEFAULT_INTERVAL_SECONDS))
+            }
+        }
+    }
+
+    /// The source the annotations name and its poll period, or what is wrong with them
+    /// and when to look again.
+    fn source(
+        &self,
+        related: &ObjectMap,
+        namespace: &str,
+    ) -> Result<(SourceRequest, u64), (String, u64)> {
+        if let Some(problem) = self.unknown() {
             return Err((problem, 0));
         }
         let Some(url) = self.get(GIT_URL).filter(|u| !u.is_empty()) else {
@@ -253,14 +262,7 @@ impl<'a> Annotations<'a> {
             };
             return Err((problem, 0));
         };
-        let interval = match self.get(INTERVAL).map(|v| v.parse::<u64>()) {
-            None => polling::interval_seconds(None),
-            Some(Ok(seconds)) => polling::interval_seconds(Some(seconds)),
-            Some(Err(_)) => {
-                let problem = format!("annotation {INTERVAL} must be a whole number of seconds");
-                return Err((problem, polling::DEFAULT_INTERVAL_SECONDS));
-            }
-        };
+        let interval = self.interval()?;
         let labelled = |Problem { reason, message }| {
             let message = if reason == Reason::SecretNotFound {
                 format!("{message} with label {CREDENTIALS_LABEL}=true")
@@ -291,6 +293,24 @@ impl<'a> Annotations<'a> {
             },
             interval,
         ))
+    }
+}
+
+/// What to keep in the ConfigMap, and what to say about it: the fetched files, unless
+/// the fetch failed or they cannot be a ConfigMap (then what is there stays).
+fn served(
+    state: &crate::source::SourceState,
+    observed: Option<&Config>,
+) -> (Option<Config>, Option<String>) {
+    let fresh = state
+        .snapshot
+        .as_deref()
+        .map(|s| Config::from_snapshot(s, Some(ConfigFormat::Files)));
+    match (fresh, &state.error) {
+        (_, Some(error)) => (observed.cloned(), Some(fetch_problem(error, observed))),
+        (Some(Ok(config)), None) => (Some(config), None),
+        (Some(Err(problem)), None) => (observed.cloned(), Some(problem.message)),
+        (None, None) => (observed.cloned(), None),
     }
 }
 
