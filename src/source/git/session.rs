@@ -227,30 +227,7 @@ pub(super) fn callbacks<'a>(session: &'a Session<'a>) -> RemoteCallbacks<'a> {
     );
     let mut callbacks = RemoteCallbacks::new();
     let ssh = session.ssh.as_ref();
-    callbacks.certificate_check(move |cert, _| {
-        // https: libgit2's own verification decides (TLS is end to end).
-        let Some(trust) = ssh else {
-            return Ok(CertificateCheckStatus::CertificatePassthrough);
-        };
-        let verdict = match cert.as_hostkey().and_then(|key| key.hostkey()) {
-            Some(key) => trust
-                .known
-                .check(&trust.host, trust.port, key)
-                .map_err(|distrust| distrust.explain(&trust.host, trust.port, &trust.secret)),
-            None => Err("the server's host key could not be read".to_owned()),
-        };
-        match verdict {
-            Ok(()) => Ok(CertificateCheckStatus::CertificateOk),
-            Err(why) => {
-                outcome.distrust.replace(Some(why));
-                Err(git2::Error::new(
-                    ErrorCode::Certificate,
-                    ErrorClass::Ssh,
-                    "host key not trusted",
-                ))
-            }
-        }
-    });
+    callbacks.certificate_check(move |cert, _| check_host_key(ssh, cert, outcome));
     let limit = policy.limits.download_bytes;
     callbacks.transfer_progress(move |progress| {
         let received = u64::try_from(progress.received_bytes()).unwrap_or(u64::MAX);
@@ -289,6 +266,36 @@ pub(super) fn callbacks<'a>(session: &'a Session<'a>) -> RemoteCallbacks<'a> {
     callbacks
 }
 
+/// ssh: the server's host key must be one the Secret's known_hosts holds for the host
+/// and port the URL names (why not is kept for the error). https: libgit2's own
+/// verification decides (TLS is end to end).
+fn check_host_key(
+    ssh: Option<&SshTrust>,
+    cert: &git2::cert::Cert<'_>,
+    outcome: &Outcome,
+) -> Result<CertificateCheckStatus, git2::Error> {
+    let Some(trust) = ssh else {
+        return Ok(CertificateCheckStatus::CertificatePassthrough);
+    };
+    let verdict = match cert.as_hostkey().and_then(|key| key.hostkey()) {
+        Some(key) => trust
+            .known
+            .check(&trust.host, trust.port, key)
+            .map_err(|distrust| distrust.explain(&trust.host, trust.port, &trust.secret)),
+        None => Err("the server's host key could not be read".to_owned()),
+    };
+    verdict
+        .map(|()| CertificateCheckStatus::CertificateOk)
+        .map_err(|why| {
+            outcome.distrust.replace(Some(why));
+            git2::Error::new(
+                ErrorCode::Certificate,
+                ErrorClass::Ssh,
+                "host key not trusted",
+            )
+        })
+}
+
 /// The credential the server's `allowed` kinds take: an SSH key (ssh), else user and
 /// password (https, or ssh password authentication).
 pub(super) fn offer(
@@ -315,29 +322,35 @@ pub(super) fn offer(
     None
 }
 
+/// Why the fetch failed when our own callbacks stopped it (an untrusted host key, the
+/// download cap, the deadline): libgit2's error then only says "user cancelled".
+fn stopped_by_us(url: &str, outcome: &Outcome, policy: &Policy) -> Option<FetchError> {
+    if let Some(detail) = outcome.distrust.borrow().clone() {
+        return Some(FetchError::HostKeyMismatch {
+            url: url.to_owned(),
+            detail,
+        });
+    }
+    if outcome.too_large.get() {
+        return Some(FetchError::TooLarge {
+            what: format!("the download from {url}"),
+            limit: policy.limits.download_bytes,
+        });
+    }
+    outcome.timed_out.get().then(|| FetchError::Timeout {
+        url: url.to_owned(),
+        seconds: policy.limits.timeout_seconds,
+    })
+}
+
 pub(super) fn map_error(
     error: git2::Error,
     url: &str,
     outcome: &Outcome,
     policy: &Policy,
 ) -> FetchError {
-    if let Some(detail) = outcome.distrust.borrow().clone() {
-        return FetchError::HostKeyMismatch {
-            url: url.to_owned(),
-            detail,
-        };
-    }
-    if outcome.too_large.get() {
-        return FetchError::TooLarge {
-            what: format!("the download from {url}"),
-            limit: policy.limits.download_bytes,
-        };
-    }
-    if outcome.timed_out.get() {
-        return FetchError::Timeout {
-            url: url.to_owned(),
-            seconds: policy.limits.timeout_seconds,
-        };
+    if let Some(stopped) = stopped_by_us(url, outcome, policy) {
+        return stopped;
     }
     let message = error.message().to_owned();
     if is_disk_full(&message) {
