@@ -121,14 +121,9 @@ async fn read_tail(mut from: impl AsyncRead + Unpin) -> Vec<u8> {
     tail
 }
 
-async fn in_worker(program: &PathBuf, job: &GitJob) -> Result<GitOutcome, FetchError> {
-    let shown = redact_url(&job.url);
-    let crashed = |detail: String| FetchError::WorkerCrashed {
-        url: shown.clone(),
-        detail,
-    };
-    let input =
-        serde_json::to_vec(job).map_err(|e| crashed(format!("cannot write the job: {e}")))?;
+/// The worker's command: a clean environment (only [`PASSED_ENV`]), a home of the
+/// repository's own, pipes for the job and its outcome, killed if dropped.
+fn worker_command(program: &PathBuf, job: &GitJob) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     command
         .arg(SUBCOMMAND)
@@ -148,7 +143,18 @@ async fn in_worker(program: &PathBuf, job: &GitJob) -> Result<GitOutcome, FetchE
             command.env(key, value);
         }
     }
-    let mut worker = command
+    command
+}
+
+async fn in_worker(program: &PathBuf, job: &GitJob) -> Result<GitOutcome, FetchError> {
+    let shown = redact_url(&job.url);
+    let crashed = |detail: String| FetchError::WorkerCrashed {
+        url: shown.clone(),
+        detail,
+    };
+    let input =
+        serde_json::to_vec(job).map_err(|e| crashed(format!("cannot write the job: {e}")))?;
+    let mut worker = worker_command(program, job)
         .spawn()
         .map_err(|e| crashed(format!("cannot start a fetch worker: {e}")))?;
     let (Some(mut stdin), Some(stdout), Some(stderr)) = (
