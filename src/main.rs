@@ -26,44 +26,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => {
-            // Held to the end: dropping it writes out the log lines still queued.
-            let _log = metahooks::telemetry::init(args.log_format)?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            let served = runtime.block_on(async move {
-                let (settings, registry, receivers) =
-                    metahooks::cli::config::serve_settings_with_receivers(&args)?;
-                // Dropped (and stopped) when the server has drained.
-                let _receivers = match receivers {
-                    Some(receivers) => Some(
-                        metahooks::receivers::start(receivers.clone(), registry.sources())
-                            .await
-                            .map_err(|e| {
-                                anyhow::anyhow!(
-                                    "cannot listen on {} for push receivers: {e}",
-                                    receivers.listen
-                                )
-                            })?,
-                    ),
-                    None => None,
-                };
-                let server = metahooks::server::Server::start(
-                    settings,
-                    registry,
-                    metahooks::server::Clock::System,
-                )
-                .await?;
-                server.run_until_signal().await?;
-                anyhow::Ok(())
-            });
-            // Every answer is back by now. A fetch job still busy on a blocking thread
-            // (a slow remote, a hostile repository) must not hold the process past the
-            // drain: give blocking work a moment, then exit regardless.
-            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
-            served
-        }
+        Command::Serve(args) => serve(&args),
         Command::Render(args) => {
             let output = metahooks::cli::render::render(&args)?;
             print!("{output}");
@@ -89,4 +52,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `metahooks serve`: the hook server (and the push receivers when configured) until
+/// SIGTERM or Ctrl-C.
+fn serve(args: &metahooks::cli::ServeArgs) -> anyhow::Result<()> {
+    // Held to the end: dropping it writes out the log lines still queued.
+    let _log = metahooks::telemetry::init(args.log_format)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let served = runtime.block_on(async move {
+        let (settings, registry, receivers) =
+            metahooks::cli::config::serve_settings_with_receivers(args)?;
+        // Dropped (and stopped) when the server has drained.
+        let _receivers = match receivers {
+            Some(receivers) => Some(
+                metahooks::receivers::start(receivers.clone(), registry.sources())
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "cannot listen on {} for push receivers: {e}",
+                            receivers.listen
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let server =
+            metahooks::server::Server::start(settings, registry, metahooks::server::Clock::System)
+                .await?;
+        server.run_until_signal().await?;
+        anyhow::Ok(())
+    });
+    // Every answer is back by now. A fetch job still busy on a blocking thread
+    // (a slow remote, a hostile repository) must not hold the process past the
+    // drain: give blocking work a moment, then exit regardless.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    served
 }
