@@ -103,16 +103,7 @@ pub fn fetch(
     policy: &Policy,
     deadline: Instant,
 ) -> Result<Resolved, FetchError> {
-    let parsed = policy
-        .check_url(raw_url)
-        .map_err(|e| redact_error(e, raw_url))?;
-    if let Some(credentials) = credentials {
-        credentials.check_url(raw_url)?;
-    }
-    if let Some(tls) = tls {
-        tls.check_url(raw_url)?;
-    }
-    policy.check_host(&parsed)?;
+    let parsed = checked_url(raw_url, credentials, tls, policy)?;
     let trust = SshTrust::for_url(&parsed, raw_url, credentials)?;
     set_network_timeouts();
     let dir = dir.to_owned();
@@ -147,18 +138,47 @@ pub fn fetch(
     let shallow = !matches!(parsed.scheme(), "file");
     session.enter(Phase::Pack);
     session.download(&repo, remote_ref.as_deref(), shallow)?;
-    let object = repo
-        .find_object(commit, None)
-        .map_err(|_| FetchError::RefNotFound {
-            url: session.shown.clone(),
-            reference: reference.unwrap_or("HEAD").to_owned(),
-        })?;
-    let commit_id = object
+    let not_found = || FetchError::RefNotFound {
+        url: session.shown.clone(),
+        reference: reference.unwrap_or("HEAD").to_owned(),
+    };
+    let commit_id = downloaded_commit(&repo, commit, not_found)?;
+    Ok(resolved(commit_id, true, session.outcome.received.get()))
+}
+
+/// The URL, when the policy allows it and its host, and the Secret's owner allowed its
+/// credentials and certificates to reach it.
+fn checked_url(
+    raw_url: &str,
+    credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
+    policy: &Policy,
+) -> Result<url::Url, FetchError> {
+    let parsed = policy
+        .check_url(raw_url)
+        .map_err(|e| redact_error(e, raw_url))?;
+    if let Some(credentials) = credentials {
+        credentials.check_url(raw_url)?;
+    }
+    if let Some(tls) = tls {
+        tls.check_url(raw_url)?;
+    }
+    policy.check_host(&parsed)?;
+    Ok(parsed)
+}
+
+/// The commit the download brought, as the commit id it peels to.
+fn downloaded_commit(
+    repo: &Repository,
+    commit: Oid,
+    not_found: impl FnOnce() -> FetchError,
+) -> Result<String, FetchError> {
+    let object = repo.find_object(commit, None).map_err(|_| not_found())?;
+    Ok(object
         .peel_to_commit()
         .map_err(|e| FetchError::Other(e.to_string()))?
         .id()
-        .to_string();
-    Ok(resolved(commit_id, true, session.outcome.received.get()))
+        .to_string())
 }
 
 /// The commit's id when the cache already holds it.
