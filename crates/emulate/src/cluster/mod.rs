@@ -247,39 +247,7 @@ impl Emulator {
             status_changed_every_round &= !report.status_changed.is_empty();
             last = report;
         }
-        let churning: Vec<String> = last
-            .created
-            .iter()
-            .chain(&last.updated)
-            .chain(&last.deleted)
-            .map(describe)
-            .collect();
-        let (rule, message) = if churning.is_empty() && status_changed_every_round {
-            let parents: Vec<String> = last.status_changed.iter().map(describe).collect();
-            (
-                Rule::StatusNeverSettles,
-                format!(
-                    "the status of {} changed in every one of {max_rounds} rounds; Metacontroller would write it on every sync, forever",
-                    parents.join(", ")
-                ),
-            )
-        } else {
-            (
-                Rule::HotLoop,
-                format!(
-                    "no steady state after {max_rounds} rounds; the last round still changed {}",
-                    if churning.is_empty() {
-                        last.status_changed
-                            .iter()
-                            .map(describe)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    } else {
-                        churning.join(", ")
-                    }
-                ),
-            )
-        };
+        let (rule, message) = no_steady_state(&last, max_rounds, status_changed_every_round);
         let subject = last
             .created
             .iter()
@@ -301,68 +269,91 @@ impl Emulator {
         self.rounds += 1;
         let mut report = RoundReport::default();
         for registration in self.registrations.clone() {
-            let parents: Vec<Key> = self
-                .objects
-                .iter()
-                .filter(|(_, object)| self.selects(&registration, object))
-                .map(|(key, _)| key.clone())
-                .collect();
-            // Everything read from the cluster first, in order; then the calls, as
-            // Metacontroller's workers make them, concurrently; then the answers
-            // applied in order, so the result does not depend on which call came back
-            // first.
-            let mut steps = Vec::with_capacity(parents.len());
-            for parent in parents {
-                let step = self.prepare(&registration, &parent).await;
-                steps.push((parent, step));
-            }
-            let now = self.now();
-            let transport = &self.transport;
-            let answers: Vec<Option<Answered>> =
-                futures_util::stream::iter(steps.iter().map(|(_, step)| async move {
-                    match step {
-                        Ok(Some(prepared)) => Some(stable_answer(transport, prepared, now).await),
-                        _ => None,
-                    }
-                }))
-                .buffered(self.workers.max(1))
-                .collect()
-                .await;
-            for ((parent, step), answered) in steps.into_iter().zip(answers) {
-                let outcome = match (step, answered) {
-                    (Ok(Some(prepared)), Some(answered)) => {
-                        self.record_calls(&registration, &prepared, &answered);
-                        answered.outcome.and_then(|response| {
-                            self.conclude(&registration, prepared, response, &mut report)
-                        })
-                    }
-                    (Err(problem), _) => Err(problem),
-                    _ => Ok(()),
-                };
-                let throttle_key = (registration.name.clone(), parent.clone());
-                let Err((rule, message)) = outcome else {
-                    self.throttled.remove(&throttle_key);
-                    continue;
-                };
-                let rule = if rule == Rule::Throttled {
-                    let times = self.throttled.entry(throttle_key.clone()).or_default();
-                    *times += 1;
-                    let seconds = self.last_retry_after.take().unwrap_or(0.0);
-                    self.resync_requests.insert(throttle_key, seconds.max(1.0));
-                    report.throttled.push(parent.clone());
-                    if *times < THROTTLED_CALLS_BEFORE_FINDING {
-                        continue;
-                    }
-                    Rule::NonOkAnswer
-                } else {
-                    rule
-                };
-                let subject = format!("{} {}", registration.name, describe(&parent));
-                self.record(rule, subject, message)?;
-            }
+            self.reconcile_parents(&registration, &mut report).await?;
         }
         self.timeline.push((self.rounds, report.clone()));
         Ok(report)
+    }
+
+    /// One controller's share of a round: every parent it selects is read, called and
+    /// answered.
+    async fn reconcile_parents(
+        &mut self,
+        registration: &Registration,
+        report: &mut RoundReport,
+    ) -> Result<(), Violation> {
+        let parents: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(_, object)| self.selects(registration, object))
+            .map(|(key, _)| key.clone())
+            .collect();
+        // Everything read from the cluster first, in order; then the calls, as
+        // Metacontroller's workers make them, concurrently; then the answers
+        // applied in order, so the result does not depend on which call came back
+        // first.
+        let mut steps = Vec::with_capacity(parents.len());
+        for parent in parents {
+            let step = self.prepare(registration, &parent).await;
+            steps.push((parent, step));
+        }
+        let now = self.now();
+        let transport = &self.transport;
+        let answers: Vec<Option<Answered>> =
+            futures_util::stream::iter(steps.iter().map(|(_, step)| async move {
+                match step {
+                    Ok(Some(prepared)) => Some(stable_answer(transport, prepared, now).await),
+                    _ => None,
+                }
+            }))
+            .buffered(self.workers.max(1))
+            .collect()
+            .await;
+        for ((parent, step), answered) in steps.into_iter().zip(answers) {
+            let outcome = match (step, answered) {
+                (Ok(Some(prepared)), Some(answered)) => {
+                    self.record_calls(registration, &prepared, &answered);
+                    answered.outcome.and_then(|response| {
+                        self.conclude(registration, prepared, response, report)
+                    })
+                }
+                (Err(problem), _) => Err(problem),
+                _ => Ok(()),
+            };
+            self.note_outcome(registration, &parent, outcome, report)?;
+        }
+        Ok(())
+    }
+
+    /// A parent's outcome: a problem becomes a finding, except throttling, which is a
+    /// requeue after its Retry-After until it has gone on for too many calls.
+    fn note_outcome(
+        &mut self,
+        registration: &Registration,
+        parent: &Key,
+        outcome: Result<(), Problem>,
+        report: &mut RoundReport,
+    ) -> Result<(), Violation> {
+        let throttle_key = (registration.name.clone(), parent.clone());
+        let Err((rule, message)) = outcome else {
+            self.throttled.remove(&throttle_key);
+            return Ok(());
+        };
+        let rule = if rule == Rule::Throttled {
+            let times = self.throttled.entry(throttle_key.clone()).or_default();
+            *times += 1;
+            let seconds = self.last_retry_after.take().unwrap_or(0.0);
+            self.resync_requests.insert(throttle_key, seconds.max(1.0));
+            report.throttled.push(parent.clone());
+            if *times < THROTTLED_CALLS_BEFORE_FINDING {
+                return Ok(());
+            }
+            Rule::NonOkAnswer
+        } else {
+            rule
+        };
+        let subject = format!("{} {}", registration.name, describe(parent));
+        self.record(rule, subject, message)
     }
 
     /// Records a finding (once per rule and subject), or with `stop_at_first` returns it
@@ -439,6 +430,48 @@ fn parent_identity(parent: &Value) -> Identity {
         }
     }
     *blake3::hash(identity.to_string().as_bytes()).as_bytes()
+}
+
+/// The finding for rounds that never settled: only statuses changing in every round
+/// (a status that is never the same twice), or children still churning (a hot loop).
+fn no_steady_state(
+    last: &RoundReport,
+    max_rounds: usize,
+    status_changed_every_round: bool,
+) -> (Rule, String) {
+    let churning: Vec<String> = last
+        .created
+        .iter()
+        .chain(&last.updated)
+        .chain(&last.deleted)
+        .map(describe)
+        .collect();
+    if churning.is_empty() && status_changed_every_round {
+        let parents: Vec<String> = last.status_changed.iter().map(describe).collect();
+        (
+            Rule::StatusNeverSettles,
+            format!(
+                "the status of {} changed in every one of {max_rounds} rounds; Metacontroller would write it on every sync, forever",
+                parents.join(", ")
+            ),
+        )
+    } else {
+        (
+            Rule::HotLoop,
+            format!(
+                "no steady state after {max_rounds} rounds; the last round still changed {}",
+                if churning.is_empty() {
+                    last.status_changed
+                        .iter()
+                        .map(describe)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                } else {
+                    churning.join(", ")
+                }
+            ),
+        )
+    }
 }
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
