@@ -161,26 +161,7 @@ impl Transport {
                 let url = format!("{base}{path}");
                 // Metacontroller's client gives up at the webhook timeout, headers and
                 // body together.
-                let call = async {
-                    let reply = client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .body(body)
-                        .send()
-                        .await
-                        .map_err(|e| format!("cannot call {url}: {e}"))?;
-                    let status = reply.status().as_u16();
-                    let retry_after = reply
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned);
-                    let body = reply
-                        .bytes()
-                        .await
-                        .map_err(|e| format!("cannot read the answer of {url}: {e}"))?;
-                    Ok::<_, String>((status, body, retry_after))
-                };
+                let call = post_json(client, &url, body);
                 let (status, body, retry_after) = tokio::time::timeout(timeout, call).await.map_err(|_| {
                     format!(
                         "{url} did not answer within the webhook timeout of {timeout:?} (Metacontroller gives up and retries)"
@@ -188,7 +169,7 @@ impl Transport {
                 })??;
                 Ok(Answer {
                     status,
-                    body: body.to_vec(),
+                    body,
                     elapsed: started.elapsed(),
                     retry_after,
                 })
@@ -205,6 +186,32 @@ impl Transport {
             }
         }
     }
+}
+
+/// POSTs `body` as JSON: the status, the body and any Retry-After header.
+async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: Vec<u8>,
+) -> Result<(u16, Vec<u8>, Option<String>), String> {
+    let reply = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("cannot call {url}: {e}"))?;
+    let status = reply.status().as_u16();
+    let retry_after = reply
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = reply
+        .bytes()
+        .await
+        .map_err(|e| format!("cannot read the answer of {url}: {e}"))?;
+    Ok((status, body.to_vec(), retry_after))
 }
 
 fn trimmed(bases: Vec<String>) -> Vec<String> {
