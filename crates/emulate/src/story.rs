@@ -224,6 +224,31 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// What an `expect` step finds wrong with `object`, if anything.
+fn unmet(
+    object: Option<&Value>,
+    path: Option<&str>,
+    equals: Option<&Value>,
+    absent: bool,
+) -> Option<String> {
+    match (object, absent) {
+        (Some(_), true) => Some("exists, expected absent".to_owned()),
+        (None, true) => None,
+        (None, false) => Some("does not exist".to_owned()),
+        (Some(object), false) => {
+            let found = path.map_or(Some(object), |p| object.pointer(p));
+            match (found, equals) {
+                (Some(found), Some(wanted)) if found != wanted => Some(format!(
+                    "{} is {found}, expected {wanted}",
+                    path.unwrap_or("the object")
+                )),
+                (None, _) => Some(format!("{} is not set", path.unwrap_or(""))),
+                _ => None,
+            }
+        }
+    }
+}
+
 /// Plays the steps, converging after each edit.
 async fn play_steps(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> {
     for (index, step) in plan.steps.iter().enumerate() {
@@ -256,24 +281,7 @@ async fn play_steps(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> 
                 absent,
             } => {
                 let object = emulator.objects.get(&target.key());
-                let problem = match (object, absent) {
-                    (Some(_), true) => Some("exists, expected absent".to_owned()),
-                    (None, true) => None,
-                    (None, false) => Some("does not exist".to_owned()),
-                    (Some(object), false) => {
-                        let found = path.as_deref().map_or(Some(object), |p| object.pointer(p));
-                        match (found, equals) {
-                            (Some(found), Some(wanted)) if found != wanted => Some(format!(
-                                "{} is {found}, expected {wanted}",
-                                path.as_deref().unwrap_or("the object")
-                            )),
-                            (None, _) => {
-                                Some(format!("{} is not set", path.as_deref().unwrap_or("")))
-                            }
-                            _ => None,
-                        }
-                    }
-                };
+                let problem = unmet(object, path.as_deref(), equals.as_ref(), *absent);
                 if let Some(problem) = problem {
                     emulator.record(
                         Rule::ExpectationFailed,
