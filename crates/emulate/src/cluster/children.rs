@@ -105,29 +105,9 @@ impl Emulator {
         report: &mut RoundReport,
     ) -> Result<(), Problem> {
         let Some(live) = self.objects.get(&key) else {
-            if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
-                return Err((Rule::APIServerRefused, refusal));
-            }
-            let created = self.create_child(registration, parent, child.clone());
-            self.annotate_applied(&created, &child);
-            self.last_applied.insert(key, child);
-            report.created.push(created);
-            return Ok(());
+            return self.create_desired(registration, parent, key, child, report);
         };
-        if owner_uid(live)
-            != parent
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        {
-            return Err((
-                Rule::OwnershipConflict,
-                format!(
-                    "{} exists but belongs to another owner; Metacontroller will not adopt it",
-                    describe(&key)
-                ),
-            ));
-        }
+        check_owner(live, parent, &key)?;
         // Merged from borrowed state: in a steady state nothing changes, and the
         // live object is cloned only when it is written. A child whose merge was a
         // no-op, untouched since and asked for unchanged, would merge to a no-op
@@ -162,6 +142,25 @@ impl Emulator {
                 report.updated.push(key);
             }
         }
+        Ok(())
+    }
+
+    /// Creates a desired child that does not exist yet.
+    fn create_desired(
+        &mut self,
+        registration: &Registration,
+        parent: &Value,
+        key: Key,
+        child: Value,
+        report: &mut RoundReport,
+    ) -> Result<(), Problem> {
+        if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
+            return Err((Rule::APIServerRefused, refusal));
+        }
+        let created = self.create_child(registration, parent, child.clone());
+        self.annotate_applied(&created, &child);
+        self.last_applied.insert(key, child);
+        report.created.push(created);
         Ok(())
     }
 
@@ -422,4 +421,20 @@ impl Emulator {
         self.refused_pods.extend(refused);
         moved
     }
+}
+
+/// Metacontroller updates only the children it controls for this parent; one owned by
+/// another is a conflict it will not resolve by adopting.
+fn check_owner(live: &Value, parent: &Value, key: &Key) -> Result<(), Problem> {
+    let parent_uid = parent.pointer("/metadata/uid").and_then(Value::as_str);
+    if owner_uid(live).as_deref() == parent_uid {
+        return Ok(());
+    }
+    Err((
+        Rule::OwnershipConflict,
+        format!(
+            "{} exists but belongs to another owner; Metacontroller will not adopt it",
+            describe(key)
+        ),
+    ))
 }
