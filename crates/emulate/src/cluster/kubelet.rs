@@ -278,45 +278,7 @@ impl Emulator {
                 .iter()
                 .filter_map(|k| self.objects.get(k).cloned())
                 .collect();
-            let phase = |p: &Value| {
-                p.pointer("/status/phase")
-                    .and_then(Value::as_str)
-                    .unwrap_or("Pending")
-                    .to_owned()
-            };
-            let total = pods.len() as i64;
-            let running = pods.iter().filter(|p| phase(p) == "Running").count() as i64;
-            let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
-            let generation = owner
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            let status = match key.1.as_str() {
-                "StatefulSet" => json!({"observedGeneration": generation, "replicas": total,
-                    "readyReplicas": running, "currentReplicas": total, "updatedReplicas": total,
-                    "availableReplicas": running}),
-                "ReplicaSet" => json!({"observedGeneration": generation, "replicas": total,
-                    "fullyLabeledReplicas": total, "readyReplicas": running, "availableReplicas": running}),
-                "DaemonSet" => {
-                    let desired = self.nodes.max(1) as i64;
-                    json!({"observedGeneration": generation, "desiredNumberScheduled": desired,
-                        "currentNumberScheduled": total, "updatedNumberScheduled": total,
-                        "numberReady": running, "numberAvailable": running,
-                        "numberUnavailable": desired - running, "numberMisscheduled": 0})
-                }
-                _ => {
-                    let completions = owner
-                        .pointer("/spec/completions")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(1);
-                    let mut status =
-                        json!({"active": running, "succeeded": succeeded, "ready": running});
-                    if succeeded >= completions {
-                        status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
-                    }
-                    status
-                }
-            };
+            let status = owner_status(&key.1, &owner, &pods, self.nodes);
             if owner.get("status") != Some(&status) {
                 let version = self.bump_version();
                 if let Some(object) = self.objects.get_mut(&key) {
@@ -327,5 +289,48 @@ impl Emulator {
             }
         }
         moved
+    }
+}
+
+/// The status a workload controller reports for its pods: counts by phase, and for a
+/// Job its completion.
+fn owner_status(kind: &str, owner: &Value, pods: &[Value], nodes: usize) -> Value {
+    let phase = |p: &Value| {
+        p.pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("Pending")
+            .to_owned()
+    };
+    let total = pods.len() as i64;
+    let running = pods.iter().filter(|p| phase(p) == "Running").count() as i64;
+    let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
+    let generation = owner
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    match kind {
+        "StatefulSet" => json!({"observedGeneration": generation, "replicas": total,
+            "readyReplicas": running, "currentReplicas": total, "updatedReplicas": total,
+            "availableReplicas": running}),
+        "ReplicaSet" => json!({"observedGeneration": generation, "replicas": total,
+            "fullyLabeledReplicas": total, "readyReplicas": running, "availableReplicas": running}),
+        "DaemonSet" => {
+            let desired = nodes.max(1) as i64;
+            json!({"observedGeneration": generation, "desiredNumberScheduled": desired,
+                "currentNumberScheduled": total, "updatedNumberScheduled": total,
+                "numberReady": running, "numberAvailable": running,
+                "numberUnavailable": desired - running, "numberMisscheduled": 0})
+        }
+        _ => {
+            let completions = owner
+                .pointer("/spec/completions")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let mut status = json!({"active": running, "succeeded": succeeded, "ready": running});
+            if succeeded >= completions {
+                status["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+            }
+            status
+        }
     }
 }
