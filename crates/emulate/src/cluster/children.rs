@@ -329,34 +329,7 @@ impl Emulator {
             return;
         };
         let before = target.clone();
-        for field in ["labels", "annotations"] {
-            for (key, value) in response
-                .get(field)
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
-                let Some(map) = target
-                    .get_mut("metadata")
-                    .and_then(Value::as_object_mut)
-                    .and_then(|meta| {
-                        meta.entry(field)
-                            .or_insert_with(|| json!({}))
-                            .as_object_mut()
-                    })
-                else {
-                    continue;
-                };
-                match value {
-                    Value::Null => {
-                        map.remove(key);
-                    }
-                    other => {
-                        map.insert(key.clone(), other.clone());
-                    }
-                }
-            }
-        }
+        write_labels_and_annotations(target, response);
         if let Some(status) = response.get("status").filter(|s| s.is_object())
             && let Some(map) = target.as_object_mut()
         {
@@ -437,4 +410,36 @@ fn check_owner(live: &Value, parent: &Value, key: &Key) -> Result<(), Problem> {
             describe(key)
         ),
     ))
+}
+
+/// A decorator's labels and annotations written on its target in place (null removes).
+fn write_labels_and_annotations(target: &mut Value, response: &Value) {
+    for field in ["labels", "annotations"] {
+        for (key, value) in response
+            .get(field)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let Some(map) = target
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+                .and_then(|meta| {
+                    meta.entry(field)
+                        .or_insert_with(|| json!({}))
+                        .as_object_mut()
+                })
+            else {
+                continue;
+            };
+            match value {
+                Value::Null => {
+                    map.remove(key);
+                }
+                other => {
+                    map.insert(key.clone(), other.clone());
+                }
+            }
+        }
+    }
 }

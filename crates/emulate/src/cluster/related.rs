@@ -246,22 +246,13 @@ impl<'a> RelatedRule<'a> {
             .filter(|n: &Vec<&str>| !n.is_empty());
         let label_selector = rule.get("labelSelector").filter(|s| !s.is_null());
         let namespace_selector = rule.get("namespaceSelector").filter(|s| !s.is_null());
-        if names.is_some() && (label_selector.is_some() || namespace_selector.is_some()) {
-            return Err(customize(format!(
-                "related rule cannot have both names and labelSelector/namespaceSelector specified: {rule}"
-            )));
-        }
-        if namespace.is_some() && namespace_selector.is_some() {
-            return Err(customize(format!(
-                "related rule cannot have both namespace and namespaceSelector specified: {rule}"
-            )));
-        }
-        if namespace_selector.is_some() {
-            return Err((
-                Rule::NotEmulated,
-                "namespaceSelector rules are not emulated".to_owned(),
-            ));
-        }
+        check_rule_fields(
+            rule,
+            names.is_some(),
+            label_selector.is_some(),
+            namespace,
+            namespace_selector.is_some(),
+        )?;
         if v1_namespaced && namespace.is_some_and(|ns| ns != parent_namespace) {
             return Err(customize(format!(
                 "requested related object namespace {namespace:?} differs from parent object namespace {parent_namespace}"
@@ -336,6 +327,40 @@ fn unknown_customize_field(response: &Value) -> Option<String> {
                 )
             })
     })
+}
+
+/// The combinations Metacontroller refuses in a related rule (names with selectors, a
+/// namespace with a namespaceSelector), and namespaceSelector, which is not emulated.
+fn check_rule_fields(
+    rule: &Value,
+    names: bool,
+    label_selector: bool,
+    namespace: Option<&str>,
+    namespace_selector: bool,
+) -> Result<(), Problem> {
+    if names && (label_selector || namespace_selector) {
+        return Err((
+            Rule::InvalidCustomize,
+            format!(
+                "related rule cannot have both names and labelSelector/namespaceSelector specified: {rule}"
+            ),
+        ));
+    }
+    if namespace.is_some() && namespace_selector {
+        return Err((
+            Rule::InvalidCustomize,
+            format!(
+                "related rule cannot have both namespace and namespaceSelector specified: {rule}"
+            ),
+        ));
+    }
+    if namespace_selector {
+        return Err((
+            Rule::NotEmulated,
+            "namespaceSelector rules are not emulated".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
