@@ -154,18 +154,7 @@ impl Emulator {
             ..
         } = prepared;
         check_response(registration, &hook, &response)?;
-        let desired_field = match registration.type_ {
-            ControllerType::Composite => "children",
-            ControllerType::Decorator => "attachments",
-        };
-        let desired: Vec<Value> = response
-            .get(desired_field)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for child in &desired {
-            check_child(registration, &parent, child).map_err(|m| (Rule::InvalidChild, m))?;
-        }
+        let desired = desired_children(registration, &parent, &response)?;
         // Children are managed while the parent is alive, or pending deletion with a
         // finalize hook (syncParentObject); a terminating parent without one only gets
         // its status written.
@@ -329,6 +318,27 @@ impl serde::Serialize for Request<'_> {
         map.serialize_entry("related", self.related)?;
         map.end()
     }
+}
+
+/// The children (or attachments) an answer asks for, each one Metacontroller accepts.
+fn desired_children(
+    registration: &Registration,
+    parent: &Value,
+    response: &Value,
+) -> Result<Vec<Value>, Problem> {
+    let desired_field = match registration.type_ {
+        ControllerType::Composite => "children",
+        ControllerType::Decorator => "attachments",
+    };
+    let desired: Vec<Value> = response
+        .get(desired_field)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for child in &desired {
+        check_child(registration, parent, child).map_err(|m| (Rule::InvalidChild, m))?;
+    }
+    Ok(desired)
 }
 
 /// makeSelector (pkg/controller/composite): without generateSelector, a parent needs a
