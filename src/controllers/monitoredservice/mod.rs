@@ -22,10 +22,10 @@ use self::children::{CONFIG_HASH_ANNOTATION, config_map_name};
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use self::status::Facts;
 use crate::controllers::common::conditions::format_time;
-use crate::controllers::common::config::{Config, format_name};
+use crate::controllers::common::config::Config;
 use crate::controllers::common::effort::{self, Effort, Stop};
 use crate::controllers::common::keep::{observed_children, observed_status};
-use crate::controllers::common::memo::Memo;
+use crate::controllers::common::memo::{self, Memo};
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
@@ -44,7 +44,7 @@ use crate::source::{Location, Snapshot, SourceRequest};
 /// Converted configs by (request, revision, format): a warm sync reuses the conversion
 /// and the content hash instead of redoing them over up to 1 MiB on every call.
 pub struct MonitoredServiceHooks {
-    converted: Memo<String, Converted>,
+    converted: Memo<[u8; 32], Converted>,
     /// Refuse env taken from Secrets or pod fields (`--deny-secret-env`).
     deny_secret_env: bool,
 }
@@ -69,8 +69,7 @@ impl MonitoredServiceHooks {
 const CONVERTED_ENTRIES: u64 = 512;
 const CONVERTED_BYTES: u64 = 64 * 1024 * 1024;
 
-#[allow(clippy::ptr_arg)] // the memo's weigh signature takes &K, and K is String
-fn converted_weight(key: &String, converted: &Converted) -> u64 {
+fn converted_weight(key: &[u8; 32], converted: &Converted) -> u64 {
     let content = converted.as_ref().as_ref().map_or(0, Config::content_bytes);
     (key.len() + content + 256) as u64
 }
@@ -88,7 +87,8 @@ impl MonitoredServiceHooks {
         format: Option<ConfigFormat>,
         effort: Effort,
     ) -> Result<Converted, Stop> {
-        let memo_key = format!("{key}|{}|{}", snapshot.revision, format_name(format));
+        let memo_key = memo::key_of(&(key, &snapshot.revision, format))
+            .map_err(|e| HookError::Internal(format!("cannot key a converted config: {e}")))?;
         if effort == Effort::CachedOnly {
             return self.converted.get(&memo_key).ok_or(Stop::NeedsSlowWork);
         }
