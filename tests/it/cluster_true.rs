@@ -8,7 +8,7 @@ use crate::support;
 use metahooks::source::fetcher::Fetcher;
 use serde_json::{Value, json};
 use support::emulator::Emulator;
-use support::servers::{GitDaemon, Repo, free_port};
+use support::servers::{GitDaemon, Repo, closed_port};
 
 type Harness = support::SourceHarness;
 
@@ -72,7 +72,7 @@ async fn another_namespaces_secret_and_pods_are_never_used() {
         "metadata": {"name": "intruder", "namespace": "team-b",
                      "labels": {"app.kubernetes.io/name": "web", "app.kubernetes.io/instance": "web",
                                 "app": "web", "monitored_service_cr": "web"}}}));
-    let closed = free_port();
+    let closed = closed_port();
     h.emulator.apply(monitored(
         "web",
         json!({"image": "app:1", "source": {"git": {
@@ -173,7 +173,7 @@ async fn a_running_service_is_kept_when_its_new_source_does_not_answer() {
         e.get("apps/v1", "Deployment", "team-a", "web").is_some()
     })
     .await;
-    let closed = free_port();
+    let closed = closed_port();
     let mut parent = h.emulator.objects[&key].clone();
     parent["spec"]["source"] =
         json!({"http": {"url": format!("http://127.0.0.1:{closed}/app.env")}});

@@ -170,7 +170,7 @@ async fn user_info_in_a_url_never_reaches_a_message() {
     assert!(!error.to_string().contains("s3cr3t"), "{error}");
     assert!(error.to_string().contains("127.0.0.1"), "{error}");
     // A git remote that does not answer, with user-info in its URL.
-    let closed = support::servers::free_port();
+    let closed = support::servers::closed_port();
     let git = git_request(
         &format!("git://reader:s3cr3t-token@127.0.0.1:{closed}/x.git"),
         None,

@@ -6,19 +6,82 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-pub fn free_port() -> u16 {
+/// A port nobody listens on (bound, then released), for a remote that refuses to be
+/// reached. Servers the tests run hold their own listeners instead ([`Inetd`]).
+pub fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A loopback listener the test holds, handing each connection to a new process that
+/// speaks on its stdin and stdout (as inetd does): the port is the test's from bind to
+/// stop, so no other test can take it in between.
+pub struct Inetd {
+    pub port: u16,
+    sessions: Arc<Mutex<Vec<Child>>>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+    accepting: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Inetd {
+    /// Listens on `port` (0: any free one); each connection runs `command()`.
+    pub fn start(port: u16, command: impl Fn() -> Command + Send + 'static) -> Inetd {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let sessions = Arc::new(Mutex::new(Vec::new()));
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (serving, stop) = (sessions.clone(), stopping.clone());
+        let accepting = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                let Ok(input) = stream.try_clone() else {
+                    continue;
+                };
+                let session = command()
+                    .stdin(Stdio::from(std::os::fd::OwnedFd::from(input)))
+                    .stdout(Stdio::from(std::os::fd::OwnedFd::from(stream)))
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("a session starts");
+                serving.lock().unwrap().push(session);
+            }
+        });
+        Inetd {
+            port,
+            sessions,
+            stopping,
+            accepting: Some(accepting),
+        }
+    }
+}
+
+impl Drop for Inetd {
+    fn drop(&mut self) {
+        // The accept loop sees the flag on its next connection: this one. Joining it
+        // closes the listener before this returns, so the port refuses from then on.
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(accepting) = self.accepting.take() {
+            let _ = accepting.join();
+        }
+        for mut session in self.sessions.lock().unwrap().drain(..) {
+            let _ = session.kill();
+            let _ = session.wait();
+        }
+    }
 }
 
 fn git(dir: &Path, args: &[&str]) {
@@ -108,19 +171,20 @@ impl Repo {
     }
 }
 
-/// `git daemon` serving the repository's root on a fixed loopback port.
+/// `git daemon` serving the repository's root on a loopback port that stays the same
+/// across `stop` and `restart` (each connection served by `git daemon --inetd`).
 pub struct GitDaemon {
     pub port: u16,
     base: PathBuf,
-    child: Option<Child>,
+    serving: Option<Inetd>,
 }
 
 impl GitDaemon {
     pub fn start(repo: &Repo) -> GitDaemon {
         let mut daemon = GitDaemon {
-            port: free_port(),
+            port: 0,
             base: repo.root.path().to_owned(),
-            child: None,
+            serving: None,
         };
         daemon.restart();
         daemon
@@ -130,52 +194,24 @@ impl GitDaemon {
         format!("git://127.0.0.1:{}/config.git", self.port)
     }
 
+    /// Stops listening: connections are refused until `restart`.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.serving = None;
     }
 
     pub fn restart(&mut self) {
         self.stop();
-        // `git daemon` would fork `git-daemon` and leave it running when killed; start
-        // the real program so stop() stops it.
-        let exec_path = Command::new("git")
-            .arg("--exec-path")
-            .output()
-            .expect("git runs")
-            .stdout;
-        let program = PathBuf::from(String::from_utf8_lossy(&exec_path).trim()).join("git-daemon");
-        let child = Command::new(program)
-            .args([
-                "--export-all",
-                "--reuseaddr",
-                "--listen=127.0.0.1",
-                "--informative-errors",
-            ])
-            .arg(format!("--port={}", self.port))
-            .arg(format!("--base-path={}", self.base.display()))
-            .arg(self.base.display().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("git daemon starts");
-        self.child = Some(child);
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "git daemon did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        self.stop();
+        let base = self.base.clone();
+        let serving = Inetd::start(self.port, move || {
+            let mut command = Command::new("git");
+            command
+                .args(["daemon", "--inetd", "--export-all", "--informative-errors"])
+                .arg(format!("--base-path={}", base.display()))
+                .arg(base.display().to_string());
+            command
+        });
+        self.port = serving.port;
+        self.serving = Some(serving);
     }
 }
 
@@ -426,8 +462,7 @@ pub struct SshServer {
     /// The login the client key is authorised for.
     pub user: String,
     dir: tempfile::TempDir,
-    sessions: Arc<Mutex<Vec<Child>>>,
-    stopping: Arc<std::sync::atomic::AtomicBool>,
+    _serving: Inetd,
 }
 
 fn keygen(path: &Path, key_type: &str, passphrase: &str) {
@@ -505,32 +540,13 @@ impl SshServer {
         std::fs::write(path("sshd_config"), config).unwrap();
         // sshd run as root wants its privilege-separation directory.
         let _ = std::fs::create_dir_all("/run/sshd");
-        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let sessions = Arc::new(Mutex::new(Vec::new()));
-        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (program, config) = (program.to_owned(), path("sshd_config"));
-        let (serving, stop) = (sessions.clone(), stopping.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(stream) = stream else { continue };
-                let Ok(input) = stream.try_clone() else {
-                    continue;
-                };
-                let session = Command::new(&program)
-                    .args(["-i", "-e", "-f"])
-                    .arg(&config)
-                    .stdin(Stdio::from(std::os::fd::OwnedFd::from(input)))
-                    .stdout(Stdio::from(std::os::fd::OwnedFd::from(stream)))
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("sshd -i starts");
-                serving.lock().unwrap().push(session);
-            }
+        let serving = Inetd::start(port, move || {
+            let mut command = Command::new(&program);
+            command.args(["-i", "-e", "-f"]).arg(&config);
+            command
         });
+        let port = serving.port;
         let alias = if port == 22 {
             "127.0.0.1".to_owned()
         } else {
@@ -551,8 +567,7 @@ impl SshServer {
             known_hosts,
             user,
             dir,
-            sessions,
-            stopping,
+            _serving: serving,
         }
     }
 
@@ -574,18 +589,5 @@ impl SshServer {
         let mut fields = public.split_whitespace();
         let (key_type, key) = (fields.next().unwrap(), fields.next().unwrap());
         format!("[127.0.0.1]:{} {key_type} {key}\n", self.port)
-    }
-}
-
-impl Drop for SshServer {
-    fn drop(&mut self) {
-        // The accept loop sees the flag on its next connection: this one.
-        self.stopping
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
-        for mut session in self.sessions.lock().unwrap().drain(..) {
-            let _ = session.kill();
-            let _ = session.wait();
-        }
     }
 }
