@@ -2,7 +2,6 @@
 //! them and a test keeps `manifests/crds/` equal to the output.
 
 use kube::CustomResourceExt;
-use schemars::{Schema, json_schema};
 
 use crate::controllers::apimock::spec::ApiMock;
 use crate::controllers::monitoredservice::spec::MonitoredService;
@@ -35,25 +34,4 @@ pub fn all_yaml() -> Result<String, crate::yaml::Error> {
         out.push_str(&yaml);
     }
     Ok(out)
-}
-
-/// `metav1.Condition` list, merged by `type` (as `kubectl` and SSA expect).
-pub fn conditions_schema(_: &mut schemars::SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "array",
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-        "items": {
-            "type": "object",
-            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
-            "properties": {
-                "type": {"type": "string", "maxLength": 316},
-                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                "reason": {"type": "string", "maxLength": 1024},
-                "message": {"type": "string", "maxLength": 32768},
-                "lastTransitionTime": {"type": "string", "format": "date-time"},
-                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0}
-            }
-        }
-    })
 }

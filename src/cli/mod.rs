@@ -29,6 +29,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::telemetry::LogFormat;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "metahooks",
@@ -243,15 +245,6 @@ fn required_condition(text: &str) -> Result<String, String> {
             "{text:?}: write condition=TYPE, e.g. --require condition=Ready"
         )),
     }
-}
-
-/// How logs are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable lines.
-    Text,
 }
 
 /// `metahooks render`: one hook answer for a parent in a file.

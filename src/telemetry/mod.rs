@@ -11,11 +11,19 @@ use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::LogFormat;
 pub use queue::Flush;
 use queue::LogQueue;
 
 static QUEUE: OnceLock<LogQueue> = OnceLock::new();
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
 
 /// Installs the global log subscriber: JSON lines or text on stdout. Keep the returned
 /// guard until the process ends: dropping it writes out the lines still queued.

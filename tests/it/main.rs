@@ -22,6 +22,7 @@ mod fuzz_replay;
 mod golden;
 mod hostile_crs;
 mod http;
+mod layers;
 mod monitoredservice_oracles;
 mod monitoredservice_sources;
 mod monitoring;

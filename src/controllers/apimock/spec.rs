@@ -355,7 +355,7 @@ pub struct ApiMockStatus {
     pub phase: Option<String>,
     /// `Fetched` (with `definitionFrom`), `Validated`, `Available`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::crds::conditions_schema")]
+    #[schemars(schema_with = "crate::controllers::common::conditions::conditions_schema")]
     pub conditions: Vec<Condition>,
     /// In-cluster URL of the mock.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -146,6 +146,28 @@ pub fn format_time(now: jiff::Timestamp) -> String {
     now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// `metav1.Condition` list, merged by `type` (as `kubectl` and SSA expect).
+/// Used by the CRDs of every parent with conditions (`#[schemars(schema_with)]`).
+pub fn conditions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+            "properties": {
+                "type": {"type": "string", "maxLength": 316},
+                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                "reason": {"type": "string", "maxLength": 1024},
+                "message": {"type": "string", "maxLength": 32768},
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0}
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

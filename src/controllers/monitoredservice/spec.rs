@@ -136,7 +136,7 @@ pub struct MonitoredServiceStatus {
     pub pod_count: Option<i32>,
     /// `Fetched`, `ConfigValid`, `Available`, `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "crate::crds::conditions_schema")]
+    #[schemars(schema_with = "crate::controllers::common::conditions::conditions_schema")]
     pub conditions: Vec<Condition>,
     /// Set by Metacontroller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
