@@ -1,7 +1,11 @@
 //! One connection from libgit2: read its request head, decide, then either stand in for
 //! the origin (forward the request, point redirects back at the guard) or relay the bytes.
 
-use super::*;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+
+use super::{MAX_BODY_BYTES, MAX_HEAD_BYTES, Mode, Origin, Shared, Upstream, bare_host};
+use crate::source::FetchError;
 
 /// One connection from libgit2: read the request head, decide, connect, relay.
 pub(super) fn serve(mut client: TcpStream, shared: &Shared) -> io::Result<()> {

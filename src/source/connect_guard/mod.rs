@@ -22,8 +22,7 @@
 //! the cap or at the fetch's deadline, whatever the remote does: libgit2's own checks
 //! only run while a pack is received, never while refs are listed.
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -252,6 +251,8 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
     use super::*;
 
     fn guard(policy: &Policy, url: &str) -> ConnectGuard {

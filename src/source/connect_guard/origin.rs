@@ -1,7 +1,14 @@
 //! The guard's side towards the origin: the time left, connecting to a checked address
 //! (TLS for https, with the source's CAs), and the connection that results.
 
-use super::*;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Origin, Phase, Shared, lock};
+use crate::source::FetchError;
+use crate::source::policy::Policy;
 
 impl Shared {
     pub(super) fn remaining(&self) -> Duration {

@@ -1,7 +1,11 @@
 //! How the fetcher keeps its on-disk cache in bounds: a `file://` URL may not read it,
 //! and fetches reserve room before they write.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Inner, lock};
+use crate::source::FetchError;
 
 impl Inner {
     /// `file://` URLs may not read the cache itself (another tenant's repositories).

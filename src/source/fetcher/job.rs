@@ -1,7 +1,14 @@
 //! One job: fetch a remote once (git in a worker, or one HTTP GET), then refresh every
 //! request that shares it and account for what it brought.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Inner, lock, snapshot_bytes};
+use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits};
+use crate::source::{FetchError, Location, SourceRequest, git, http};
 
 pub(super) struct Job {
     pub(super) inner: Arc<Inner>,

@@ -1,10 +1,20 @@
 //! A lookup's side of the fetcher: which requests are due, and starting the one job
 //! that fetches their remote (on a lookup, a refresh token or a push).
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use super::{
+    Asked, Fetcher, MAX_WANTED_TOKENS, PUSH_SPACING, RemoteEntry, SWEEP_EVERY, SnapshotEntry,
+    State, lock,
+};
+use crate::source::fetcher::job::{InFlight, Job};
+use crate::source::{FetchError, Location, SourceRequest, SourceState};
 
 impl Fetcher {
-    /// [`Sources::pushed`]: marks every remote of `repository` pushed and starts the
+    /// [`Sources::pushed`](crate::source::Sources::pushed): marks every remote of `repository` pushed and starts the
     /// fetch of each that is idle and past the push spacing (the others start at their
     /// next lookup, which the receivers' resync bound brings within seconds).
     pub(super) fn push(&self, repository: &str) -> usize {

@@ -10,19 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tracing::Instrument;
-
 use super::policy::Policy;
 use super::slots::FairSlots;
+use super::worker::WorkerLimits;
 use super::worker::spawn::Isolation;
-use super::worker::{Fetched, GitJob, Read, WorkerLimits};
-use super::{FetchError, Location, Refresh, SourceRequest, SourceState, Sources, git, http};
+use super::{FetchError, Refresh, SourceRequest, SourceState, Sources, git, http};
 
 mod cache_dir;
 mod job;
 mod look;
-
-use job::{InFlight, Job};
 
 #[derive(Default)]
 struct RemoteEntry {
@@ -469,7 +465,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::source::Credentials;
+    use crate::source::{Credentials, Location};
 
     /// A repository on disk with one commit per call, read through `file://`.
     struct Repo {

@@ -5,22 +5,15 @@
 //! the commit's tree, never from a worktree, so nothing outside the repository can be
 //! reached, and symbolic links are refused rather than followed.
 
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use git2::{
-    AutotagOption, CertificateCheckStatus, Cred, CredentialType, Direction, ErrorClass, ErrorCode,
-    FetchOptions, ObjectType, Oid, ProxyOptions, RemoteCallbacks, Repository, TreeWalkMode,
-    TreeWalkResult,
-};
+use git2::{Oid, Repository};
 
-use super::connect_guard::{ConnectGuard, Phase};
-use super::known_hosts::KnownHosts;
-use super::policy::{Policy, check_repo_path};
+use super::connect_guard::Phase;
+use super::policy::Policy;
 use super::tls::TlsMaterial;
-use super::{Content, Credentials, FetchError, Snapshot};
+use super::{Credentials, FetchError};
 
 mod read;
 mod session;

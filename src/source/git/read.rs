@@ -1,7 +1,15 @@
 //! Reading files out of a fetched commit's tree: within the policy's size and count limits,
 //! by the job's deadline, refusing symbolic links and submodules.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use git2::{ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+
+use super::Resolved;
+use crate::source::policy::{Policy, check_repo_path};
+use crate::source::{Content, FetchError, Snapshot};
 
 /// Reads the files at `path` in `commit`, within the policy's limits and by `deadline`.
 pub fn extract(

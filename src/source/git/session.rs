@@ -1,7 +1,21 @@
 //! One fetch's way to the remote: the URL libgit2 is given (through the connect guard),
 //! what it may present and trust, the callbacks that bound it, and its errors in words.
 
-use super::*;
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use git2::{
+    AutotagOption, CertificateCheckStatus, Cred, CredentialType, Direction, ErrorClass, ErrorCode,
+    FetchOptions, Oid, ProxyOptions, RemoteCallbacks, Repository,
+};
+
+use super::{LOCAL_ALL, LOCAL_REF, is_disk_full, worker_home};
+use crate::source::connect_guard::{ConnectGuard, Phase};
+use crate::source::known_hosts::KnownHosts;
+use crate::source::policy::Policy;
+use crate::source::tls::TlsMaterial;
+use crate::source::{Credentials, FetchError};
 
 /// What an ssh fetch trusts: the Secret's known_hosts, for the host and port the URL
 /// names (not the guard's loopback address libgit2 connects to).
