@@ -2,7 +2,14 @@
 //! update with its server-set metadata), get, delete (finalizers, then the garbage
 //! collector's cascade) and resource versions.
 
-use super::*;
+use std::time::Duration;
+
+use metahooks_protocol::LAST_APPLIED_ANNOTATION;
+use serde_json::{Value, json};
+
+use super::{EPOCH, Emulator};
+use crate::objects::owner_uid;
+use crate::{Key, key_of};
 
 impl Emulator {
     /// The simulated time now, as a timestamp.

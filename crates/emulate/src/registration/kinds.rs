@@ -1,7 +1,9 @@
 //! Plural resource names and their kinds, as Metacontroller learns them from discovery:
 //! the built-in ones, and those CustomResourceDefinitions and objects teach.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::Value;
 
 /// Plural resource names and their kinds. Metacontroller asks the API server's discovery;
 /// the emulator knows the built-in kinds it is likely to meet and learns the others from
