@@ -2,7 +2,10 @@
 
 use serde_json::Value;
 
-use super::*;
+use crate::findings::{Problem, Rule};
+use crate::key_of;
+use crate::objects::labels_match;
+use crate::registration::{ControllerType, Hook, Registration};
 
 /// The answer's shape, as Metacontroller decodes it.
 pub(super) fn check_response(

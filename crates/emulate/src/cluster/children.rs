@@ -3,9 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use metahooks_protocol::LAST_APPLIED_ANNOTATION;
 use serde_json::{Value, json};
 
-use super::*;
+use super::{Emulator, Identity, RoundReport, describe, parent_identity};
+use crate::findings::{Problem, Rule};
+use crate::objects::{apply_server_defaults, owner_uid, three_way};
+use crate::registration::{ControllerType, Registration};
+use crate::{Key, key_of};
 
 impl Emulator {
     pub(super) fn manage_children(

@@ -6,7 +6,10 @@
 
 use serde_json::{Value, json};
 
-use super::*;
+use super::Emulator;
+use crate::objects::{labels_match, owner_uid};
+use crate::registration::{ControllerType, Registration};
+use crate::{Key, key_of};
 
 impl Emulator {
     /// Adopts matching orphans and releases owned children that stopped matching.

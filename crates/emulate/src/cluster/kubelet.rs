@@ -4,9 +4,13 @@
 //! then succeed), and each workload's status as its controller reports it. Deployments keep
 //! their status-only simulation (`tick_deployments`).
 
+use std::collections::BTreeSet;
+
 use serde_json::{Value, json};
 
-use super::*;
+use super::{Emulator, describe};
+use crate::Key;
+use crate::objects::owner_uid;
 
 /// Kinds whose controller makes Pods here.
 const POD_OWNERS: &[&str] = &["StatefulSet", "ReplicaSet", "DaemonSet", "Job"];

@@ -23,14 +23,9 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use self::reconcile::{Answered, stable_answer};
-
-use super::answers::same_answer;
 use super::findings::{Finding, Problem, Rule};
-use super::objects::{
-    add_finalizer, apply_server_defaults, has_finalizer, labels_match, matches_rule, owner_uid,
-    remove_finalizer, three_way,
-};
-use super::registration::{ControllerType, Hook, HookName, Kinds, Registration, str_at};
+use super::objects::matches_rule;
+use super::registration::{Kinds, Registration};
 use super::transport::Transport;
 use super::{Key, key_of};
 

@@ -1,9 +1,15 @@
 //! The customize hook (cached per parent UID and generation, as Metacontroller does) and
 //! the related objects its rules select; which children a parent owns.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 
-use super::*;
+use super::{CUSTOMIZE_CACHE_TTL, Emulator, qualified_name};
+use crate::findings::{Problem, Rule};
+use crate::objects::labels_match;
+use crate::registration::{ControllerType, Hook, HookName, Kinds, Registration, str_at};
+use crate::{Key, key_of};
 
 /// Objects by type (`Kind.apiVersion`) and then by name, as a request carries them.
 pub(super) type ObjectMap<'a> = BTreeMap<String, BTreeMap<String, &'a Value>>;

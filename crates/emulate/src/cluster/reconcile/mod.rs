@@ -4,7 +4,11 @@ use serde_json::Value;
 
 use super::checks::{check_child, check_response};
 use super::related::ObjectMap;
-use super::*;
+use super::{CallRecord, Emulator, RoundReport, describe, qualified_name};
+use crate::Key;
+use crate::findings::{Problem, Rule};
+use crate::objects::{add_finalizer, has_finalizer, matches_rule, remove_finalizer};
+use crate::registration::{ControllerType, Hook, HookName, Registration};
 
 mod webhook;
 pub(super) use webhook::stable_answer;

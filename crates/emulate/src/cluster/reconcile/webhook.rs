@@ -1,7 +1,13 @@
 //! One hook call as Metacontroller's webhook client makes it: the status and body, the
 //! Retry-After of a 429, strict decoding, and the same answer asked for again.
 
-use super::*;
+use serde_json::Value;
+
+use super::{Answered, Prepared};
+use crate::answers::same_answer;
+use crate::findings::{Problem, Rule};
+use crate::registration::{Hook, HookName};
+use crate::transport::Transport;
 
 /// Metacontroller may call again with the same state at any time; the answer must be
 /// byte-identical, apart from transition times stamped in this very answer. State
