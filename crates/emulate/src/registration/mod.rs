@@ -221,7 +221,7 @@ impl ChildRule {
         child_key: &str,
         not_modelled: &mut Vec<String>,
     ) -> Result<ChildRule, String> {
-        let (api_version, kind, _) = resource_rule(raw, kinds)?;
+        let (api_version, kind) = resource_rule(raw, kinds)?;
         let strategy = raw
             .pointer("/updateStrategy/method")
             .and_then(Value::as_str)
@@ -241,11 +241,11 @@ impl ChildRule {
     }
 }
 
-/// A resource rule's (apiVersion, kind, the rule as written).
-fn resource_rule(value: &Value, kinds: &Kinds) -> Result<(String, String, Value), String> {
+/// A resource rule's (apiVersion, kind).
+fn resource_rule(value: &Value, kinds: &Kinds) -> Result<(String, String), String> {
     let api_version = str_at(value, "/apiVersion")?.to_owned();
     let kind = kinds.kind_of(str_at(value, "/resource")?)?.to_owned();
-    Ok((api_version, kind, value.clone()))
+    Ok((api_version, kind))
 }
 
 /// The hooks a registration's `spec.hooks` configures; the rolling-update hooks and
@@ -299,7 +299,11 @@ impl Registration {
         };
         let name = str_at(&raw, "/metadata/name")?.to_owned();
         let spec = raw.get("spec").ok_or("registration has no spec")?;
-        let rule = |value: &Value| resource_rule(value, kinds);
+        // A parent rule is kept as written: its label selector decides which objects are parents.
+        let rule = |value: &Value| {
+            resource_rule(value, kinds)
+                .map(|(api_version, kind)| (api_version, kind, value.clone()))
+        };
         let parents = match type_ {
             ControllerType::Composite => vec![rule(
                 spec.get("parentResource").ok_or("no parentResource")?,
