@@ -21,28 +21,92 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::HookState;
-use super::answers::{CallHasher, Remembered};
+use super::answers::{CallHasher, Remembered, RouteKey, route_key};
 use super::error::CallError;
-use crate::controllers::{CallOutcome, ParentRef};
+use crate::controllers::{CallOutcome, ParentRef, Registry};
 use crate::error::HookError;
 use crate::protocol::Hook;
 
+/// A hook this server has, resolved once when the router is built: each gets a path of
+/// its own, so a call finds its controller, its labels and its memo key without parsing
+/// the path (axum's path parameters cost a call ~3,000 instructions, callgrind).
+#[derive(Debug, Clone, Copy)]
+pub struct HookRoute {
+    /// The controller's name, which is also its metrics label.
+    pub controller: &'static str,
+    /// The hook.
+    pub hook: Hook,
+    /// The key its calls are hashed under, for a controller whose answers are
+    /// remembered by the request's bytes.
+    memo: Option<RouteKey>,
+}
+
+impl HookRoute {
+    /// Every hook of every registered controller.
+    pub fn all(registry: &Registry) -> Vec<HookRoute> {
+        let mut routes = Vec::new();
+        for name in registry.names() {
+            let memo = registry.may_answer_from_request_alone(name);
+            for hook in Hook::ALL {
+                routes.push(HookRoute {
+                    controller: super::metrics::label(name),
+                    hook,
+                    memo: memo.then(|| route_key(name, hook)),
+                });
+            }
+        }
+        routes
+    }
+
+    /// The path it is served on.
+    pub fn path(&self) -> String {
+        format!("/{}/{}", self.controller, self.hook.as_str())
+    }
+}
+
+/// What a call's path names: a hook of ours, or nothing we have.
+enum Target {
+    Hook(HookRoute),
+    Unknown { controller: String, hook: String },
+}
+
+/// A call on a registered hook's path.
 pub async fn handle(
+    state: Arc<HookState>,
+    route: HookRoute,
+    request: axum::extract::Request,
+) -> Response {
+    called(state, Target::Hook(route), request).await
+}
+
+/// A call on any other `/{controller}/{hook}` path: a hook's path written with
+/// percent-escapes still finds the hook; anything else is answered 404.
+pub async fn handle_other(
     State(state): State<Arc<HookState>>,
     Path((controller, hook)): Path<(String, String)>,
+    request: axum::extract::Request,
+) -> Response {
+    let found = state
+        .routes
+        .iter()
+        .find(|route| route.controller == controller && route.hook.as_str() == hook);
+    let target = match found {
+        Some(route) => Target::Hook(*route),
+        None => Target::Unknown { controller, hook },
+    };
+    called(state, target, request).await
+}
+
+async fn called(
+    state: Arc<HookState>,
+    target: Target,
     request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
     // Taken apart rather than extracted as `HeaderMap`, which would copy the headers.
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
-    let hook_label = Hook::from_segment(&hook).map_or("unknown", Hook::as_str);
-    // Only registered names become labels: a caller cannot grow the series.
-    let controller_label = if state.registry.contains(&controller) {
-        super::metrics::label(&controller)
-    } else {
-        "unknown"
-    };
+    let (controller_label, hook_label) = labels(&state, &target);
     // Everything logged while answering carries the call. Debug level: at info, making
     // the span (its fields formatted for the JSON layer) cost 13 % of steady-state
     // throughput (scripts/load.sh, 12 KiB), so info-level lines name the call themselves.
@@ -53,7 +117,7 @@ pub async fn handle(
         parent.namespace = tracing::field::Empty,
         parent.name = tracing::field::Empty,
     );
-    let (parent, result) = answer(&state, &controller, &hook, &headers, body, started)
+    let (parent, result) = answer(&state, target, &headers, body, started)
         .instrument(span.clone())
         .await;
     span.record("parent.namespace", &*parent.namespace);
@@ -81,6 +145,25 @@ pub async fn handle(
         refusal,
     );
     response
+}
+
+/// The metrics labels of a call. Only registered names become labels: a caller cannot
+/// grow the series.
+fn labels(state: &HookState, target: &Target) -> (&'static str, &'static str) {
+    match target {
+        Target::Hook(route) => (route.controller, route.hook.as_str()),
+        Target::Unknown { controller, hook } => {
+            let controller = if state.registry.contains(controller) {
+                super::metrics::label(controller)
+            } else {
+                "unknown"
+            };
+            (
+                controller,
+                Hook::from_segment(hook).map_or("unknown", Hook::as_str),
+            )
+        }
+    }
 }
 
 /// One access line per call; its level says whose the problem is: none (info), the
@@ -133,23 +216,19 @@ fn log_call(
 
 async fn answer(
     state: &Arc<HookState>,
-    controller: &str,
-    hook: &str,
+    target: Target,
     headers: &HeaderMap,
     body: Body,
     started: Instant,
 ) -> (ParentRef, Result<Response, CallError>) {
     let no_parent = ParentRef::default();
-    let (hook, permit) = match admit(state, controller, hook, headers) {
+    let (route, permit) = match admit(state, target, headers) {
         Ok(admitted) => admitted,
         Err(error) => return (no_parent, Err(error)),
     };
     // Only answers of a controller that may answer from the request alone are
     // remembered, so only its calls need the key.
-    let mut hasher = state
-        .registry
-        .may_answer_from_request_alone(controller)
-        .then(|| CallHasher::new(controller, hook));
+    let mut hasher = route.memo.as_ref().map(CallHasher::new);
     let body = match read_body(state, headers, body, hasher.as_mut()).await {
         Ok(body) => body,
         Err(error) => return (no_parent, Err(error)),
@@ -160,7 +239,7 @@ async fn answer(
         return (remembered.parent.clone(), Ok(send(&remembered, headers)));
     }
     let deadline = started + state.limits.deadline;
-    let outcome = match compute(state, controller, hook, body, permit, deadline).await {
+    let outcome = match compute(state, route, body.joined(), permit, deadline).await {
         Ok(outcome) => outcome,
         Err(error) => return (no_parent, Err(error)),
     };
@@ -185,21 +264,22 @@ async fn answer(
 /// free (taken here, before a byte of the body is read).
 fn admit(
     state: &Arc<HookState>,
-    controller: &str,
-    hook: &str,
+    target: Target,
     headers: &HeaderMap,
-) -> Result<(Hook, OwnedSemaphorePermit), CallError> {
+) -> Result<(HookRoute, OwnedSemaphorePermit), CallError> {
     if let Some(auth) = &state.auth
         && !auth.allows(headers)
     {
         return Err(CallError::Unauthorized);
     }
-    let Some(hook) = Hook::from_segment(hook).filter(|_| state.registry.contains(controller))
-    else {
-        return Err(state
-            .registry
-            .not_found(format!("/{controller}/{hook}"))
-            .into());
+    let route = match target {
+        Target::Hook(route) => route,
+        Target::Unknown { controller, hook } => {
+            return Err(state
+                .registry
+                .not_found(format!("/{controller}/{hook}"))
+                .into());
+        }
     };
     let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
         return Err(CallError::Overloaded {
@@ -207,7 +287,26 @@ fn admit(
             retry_after_seconds: state.limits.retry_after_seconds,
         });
     };
-    Ok((hook, permit))
+    Ok((route, permit))
+}
+
+/// A request body as it arrived, in the pieces it was read in. A remembered answer only
+/// needs its hash, so the pieces are joined only when the body is to be parsed (at 2 MiB,
+/// a copy that costs more than the hash).
+struct ReadBody(Vec<Bytes>);
+
+impl ReadBody {
+    /// The pieces as one buffer (copied only when there are several).
+    fn joined(mut self) -> Bytes {
+        if self.0.len() <= 1 {
+            return self.0.pop().unwrap_or_default();
+        }
+        let mut whole = Vec::with_capacity(self.0.iter().map(Bytes::len).sum());
+        for piece in &self.0 {
+            whole.extend_from_slice(piece);
+        }
+        Bytes::from(whole)
+    }
 }
 
 /// Reads the whole body within the size limit and the body-read timeout, feeding each
@@ -218,7 +317,7 @@ async fn read_body(
     headers: &HeaderMap,
     body: Body,
     mut hasher: Option<&mut CallHasher>,
-) -> Result<Bytes, CallError> {
+) -> Result<ReadBody, CallError> {
     let limit = state.limits.body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -239,7 +338,7 @@ async fn read_body(
                 pieces.push(piece);
             }
         }
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(joined(pieces))
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(ReadBody(pieces))
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(body)) => Ok(body),
@@ -253,18 +352,6 @@ async fn read_body(
             timeout_ms: millis(timeout),
         }),
     }
-}
-
-/// The pieces of a body as one buffer (copied only when there are several).
-fn joined(mut pieces: Vec<Bytes>) -> Bytes {
-    if pieces.len() <= 1 {
-        return pieces.pop().unwrap_or_default();
-    }
-    let mut whole = Vec::with_capacity(pieces.iter().map(Bytes::len).sum());
-    for piece in &pieces {
-        whole.extend_from_slice(piece);
-    }
-    Bytes::from(whole)
 }
 
 /// Bodies up to this size may be answered on the async worker when the controller can do
@@ -281,8 +368,7 @@ const CHEAP_ATTEMPT_BYTES: usize = 64 * 1024;
 /// skipped rather than done for nobody.
 async fn compute(
     state: &Arc<HookState>,
-    controller: &str,
-    hook: Hook,
+    route: HookRoute,
     body: Bytes,
     permit: OwnedSemaphorePermit,
     deadline: Instant,
@@ -293,7 +379,7 @@ async fn compute(
     // The request is parsed once: a cheap attempt that needs slow work hands its parsed
     // request to a compute thread.
     let prepared = if body.len() <= CHEAP_ATTEMPT_BYTES {
-        match state.registry.prepare(controller, hook, &body) {
+        match state.registry.prepare(route.controller, route.hook, &body) {
             Err(answered) => return Ok(answered),
             Ok(prepared) => match prepared.try_cached(&ctx) {
                 Some(outcome) => {
@@ -307,7 +393,6 @@ async fn compute(
         None
     };
     let deadline_ms = millis(state.limits.deadline);
-    let controller_name = controller.to_owned();
     let span = tracing::Span::current();
     let work = state.compute.run(move || {
         let _entered = span.enter();
@@ -317,7 +402,7 @@ async fn compute(
         }
         Some(match prepared {
             Some(prepared) => prepared.run(&ctx),
-            None => registry.call(&controller_name, hook, &body, &ctx),
+            None => registry.call(route.controller, route.hook, &body, &ctx),
         })
     });
     match tokio::time::timeout_at(deadline.into(), work).await {

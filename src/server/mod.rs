@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -114,6 +114,7 @@ pub struct HookState {
     connections: connections::ConnectionLimit,
     compute: compute::ComputePool,
     answers: answers::AnswerMemo,
+    routes: Vec<hooks::HookRoute>,
 }
 
 impl HookState {
@@ -129,6 +130,7 @@ impl HookState {
             Metrics::new(Some(registry.sources().as_ref())).with_controllers(registry.names());
         HookState {
             compute,
+            routes: hooks::HookRoute::all(&registry),
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
             connections: connections::ConnectionLimit::new(limits.max_connections),
@@ -147,16 +149,28 @@ impl HookState {
     }
 }
 
-/// The hook routes (`POST /{controller}/{hook}`) over `state`.
+/// The hook routes (`POST /{controller}/{hook}`) over `state`: a path of its own for each
+/// registered hook, and one for every other pair of segments (answered 404, or the hook
+/// when its path came percent-escaped). The body limit is applied by the handler as it
+/// reads, so no body-limit layer is needed.
 pub fn hook_router(state: Arc<HookState>) -> Router {
-    let body_limit = state.limits.body_bytes;
-    Router::new()
+    let mut router = Router::new();
+    for route in &state.routes {
+        let route = *route;
+        router = router.route(
+            &route.path(),
+            post(move |State(state): State<Arc<HookState>>, request| {
+                hooks::handle(state, route, request)
+            })
+            .fallback(method_not_allowed),
+        );
+    }
+    router
         .route(
             "/{controller}/{hook}",
-            post(hooks::handle).fallback(method_not_allowed),
+            post(hooks::handle_other).fallback(method_not_allowed),
         )
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)
 }

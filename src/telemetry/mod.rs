@@ -5,6 +5,7 @@
 //! slow log pipeline, a full pipe), lines are dropped and counted
 //! (`metahooks_log_lines_dropped_total`) instead of making hook calls wait on the pipe.
 
+mod json;
 mod queue;
 
 use std::sync::OnceLock;
@@ -38,12 +39,10 @@ pub fn init(format: LogFormat) -> std::io::Result<Flush> {
         .with_env_filter(filter)
         .with_writer(writer);
     let result = match format {
+        // A line logged inside a hook call or a fetch job names it under "span".
         LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            // A line logged inside a hook call or a fetch job names it under "span".
-            .with_current_span(true)
-            .with_span_list(false)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(json::JsonLine)
             .try_init(),
         // Colours only for a person at a terminal, never into a file or a log pipeline.
         LogFormat::Text => builder

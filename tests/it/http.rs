@@ -212,6 +212,13 @@ async fn status_codes_of_the_error_model() {
 
     let (code, _) = error_of(post_raw(&base, "/nosuch/sync", body(&hook_request("x"))).await).await;
     assert_eq!(code, 404);
+    // Each hook has a path of its own; the same path percent-escaped still finds it.
+    let escaped = post_raw(&base, "/pr%6Fbe/s%79nc", body(&hook_request("p2"))).await;
+    assert_eq!(escaped.status(), 200);
+    assert_eq!(
+        escaped.json::<Value>().await.unwrap(),
+        json!({"status": {"seen": "p2"}, "children": []})
+    );
     let (code, message) =
         error_of(post_raw(&base, "/probe/resync", body(&hook_request("x"))).await).await;
     assert_eq!(code, 404);

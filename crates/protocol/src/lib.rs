@@ -78,6 +78,9 @@ pub enum Hook {
 }
 
 impl Hook {
+    /// Every hook, in the order Metacontroller documents them.
+    pub const ALL: [Hook; 3] = [Hook::Sync, Hook::Finalize, Hook::Customize];
+
     /// The hook's URL segment.
     pub fn as_str(self) -> &'static str {
         match self {
