@@ -103,9 +103,10 @@ async fn called(
     request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
-    // Taken apart rather than extracted as `HeaderMap`, which would copy the headers.
+    // Taken apart rather than extracted as `HeaderMap`, which would copy the headers;
+    // the rest of the head is dropped here rather than carried through the call.
     let (parts, body) = request.into_parts();
-    let headers = parts.headers;
+    let headers = { parts }.headers;
     let (controller_label, hook_label) = labels(&state, &target);
     // Everything logged while answering carries the call. Debug level: at info, making
     // the span (its fields formatted for the JSON layer) cost 13 % of steady-state
@@ -239,7 +240,10 @@ async fn answer(
         return (remembered.parent.clone(), Ok(send(&remembered, headers)));
     }
     let deadline = started + state.limits.deadline;
-    let outcome = match compute(state, route, body.joined(), permit, deadline).await {
+    // Boxed: the computation's future is most of what a call would otherwise carry (and
+    // copy at every move) although a memo hit never starts it.
+    let computed = Box::pin(compute(state, route, body.joined(), permit, deadline));
+    let outcome = match computed.await {
         Ok(outcome) => outcome,
         Err(error) => return (no_parent, Err(error)),
     };
