@@ -61,6 +61,8 @@ pub struct ApiMockHooks {
     /// last answer, and building four objects through typed structs costs more than
     /// parsing them.
     built: Memo<[u8; 32], Arc<Vec<Value>>>,
+    /// Keys of children built once and not remembered (yet): see `children`.
+    built_once: Memo<[u8; 32], ()>,
     /// Definitions read from source snapshots, by source, revision and root.
     read_memo: Memo<[u8; 32], origin::Read>,
 }
@@ -93,6 +95,7 @@ impl ApiMockHooks {
             policy: settings.policy.clone(),
             memo: AnalysisMemo::with_heavy_slots(settings.heavy_validations),
             built: Memo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
+            built_once: Memo::entries(4 * BUILT_ENTRIES),
             read_memo: Memo::weighted(
                 origin::READ_ENTRIES,
                 origin::READ_BYTES,
@@ -394,7 +397,15 @@ impl ApiMockHooks {
             return Ok(hit.as_ref().clone());
         }
         let built = children::build(plan)?;
-        self.built.insert(key, Arc::new(built.clone()));
+        // Remembered the second time the same inputs are built, not the first: children
+        // built once (each edit of a definition) would otherwise cost a deep copy now
+        // and, when evicted, freeing trees long gone from the CPU's caches (perf, edited
+        // 12 KiB definitions: 3.4 % of a call).
+        if self.built_once.get(&key).is_some() {
+            self.built.insert(key, Arc::new(built.clone()));
+        } else {
+            self.built_once.insert(key, ());
+        }
         Ok(built)
     }
 }
@@ -523,7 +534,11 @@ mod tests {
                 .find(|c| c["kind"] == "ConfigMap")
                 .map(|c| c["metadata"]["annotations"][SOURCE_TIME_ANNOTATION].clone())
         };
+        // Built twice, so that the first plan's children are remembered and a key that
+        // missed an input would hand them to the next plan.
         let first = plan(Some(1_700_000_000), None);
+        assert_eq!(plan(Some(1_700_000_000), None), first);
+        assert_eq!(hooks.built.len(), 1, "remembered on the second build");
         let later = plan(Some(1_800_000_000), None);
         assert_ne!(source_time(&first), source_time(&later));
         let scaled = plan(Some(1_700_000_000), Some(3));
