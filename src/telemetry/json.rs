@@ -41,7 +41,12 @@ where
             Ok(mut line) => {
                 line.clear();
                 build(&mut line, ctx, event);
-                out.write_str(&line)
+                let written = out.write_str(&line);
+                // One long line (a long error) must not stay allocated on every thread.
+                if line.capacity() > LINE_KEPT_BYTES {
+                    *line = String::new();
+                }
+                written
             }
             // Only when formatting a field logs a line of its own.
             Err(_) => {
@@ -56,6 +61,9 @@ where
 thread_local! {
     static LINE: RefCell<String> = const { RefCell::new(String::new()) };
 }
+
+/// The most a thread's line buffer keeps between lines.
+const LINE_KEPT_BYTES: usize = 16 * 1024;
 
 fn build<S, N>(line: &mut String, ctx: &FmtContext<'_, S, N>, event: &Event<'_>)
 where
