@@ -7,8 +7,10 @@
 #   defaults:          10000       2000       20      0         "1 3"
 #
 # For each replica count it prints rounds and wall time to convergence, hook calls per
-# parent, warm answer times, git requests per repository per poll interval (10 s of real
-# time: the source engine polls on the real clock, the emulator's clock is simulated), each
+# parent, warm answer times (as the emulator saw them, and as the servers logged them:
+# the difference is the HTTP round trip and the emulator's own share of the cores), git
+# requests per repository per poll interval (10 s of real time: the source engine polls
+# on the real clock, the emulator's clock is simulated), each
 # replica's peak RSS, and whether the final objects equal those of the first run (they
 # must: which replica answered may not matter). SECONDS of simulated time are run after
 # converging (each resync round syncs every parent: at the default size ~5 s per round
@@ -47,7 +49,7 @@ for replicas in $replica_counts; do
     hook=$(port); probe=$(port)
     "$bin" serve --listen "127.0.0.1:$hook" --probe-listen "127.0.0.1:$probe" \
       --shutdown-delay-seconds 0 --allow-scheme git --allow-private-addresses \
-      --cache-dir "$work/cache-$replicas-$r" >/dev/null 2>&1 & pids+=($!); servers+=($!)
+      --cache-dir "$work/cache-$replicas-$r" >"$work/server-$replicas-$r.log" 2>&1 & pids+=($!); servers+=($!)
     until curl -fs "http://127.0.0.1:$probe/readyz" >/dev/null 2>&1; do sleep 0.05; done
     urls+=(--hooks-url "http://127.0.0.1:$hook")
   done
@@ -57,7 +59,8 @@ for replicas in $replica_counts; do
     >"$work/report-$replicas.json" || true
   wall=$(( ($(date +%s%N) - start) / 1000000 ))
   echo "== $replicas replica(s): $apimocks APIMocks, $monitored MonitoredServices, $repos repositories; wall time ${wall} ms"
-  python3 scripts/scale/summarise.py "$work/report-$replicas.json" "$work/digest-$replicas"
+  python3 scripts/scale/summarise.py "$work/report-$replicas.json" "$work/digest-$replicas" \
+    "$work"/server-"$replicas"-*.log
   # A poll is one upload-pack request (the ref listing); a changed ref adds a second.
   fetches=$(tail -n +"$((log_start + 1))" "$work/git.log" | grep -c "Request upload-pack" || true)
   echo "  git upload-pack requests: $fetches in ${wall} ms of real time: $(awk -v f="$fetches" -v r="$repos" \

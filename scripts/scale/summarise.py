@@ -1,7 +1,10 @@
 """Summarises one `metahooks emulate -o json` report of the scale-out benchmark and
 writes a digest of the final objects (for comparing runs with different replica counts).
 
-usage: summarise.py REPORT.json DIGEST_OUT
+usage: summarise.py REPORT.json DIGEST_OUT [SERVER_LOG...]
+
+With the servers' JSON logs, warm answer times are also given as the servers measured
+them (header read to answer built, from the access lines' duration_ms).
 """
 import hashlib
 import json
@@ -20,17 +23,48 @@ def percentile(values, p):
 
 
 warm = {}
+calls = {}
 for entry in report["timeline"]:
-    if entry["round"] <= converged:
-        continue
     for call in entry["calls"]:
-        warm.setdefault(f'{call["controller"]} {call["hook"]}', []).append(call["millis"])
+        name = f'{call["controller"]} {call["hook"]}'
+        calls[name] = calls.get(name, 0) + 1
+        if entry["round"] > converged:
+            warm.setdefault(name, []).append(call["millis"])
+
+
+def server_times(logs):
+    """Durations the servers logged per hook, warm calls only. Calls arrive round by
+    round, so the warm ones are the last of each replica's lines for that hook: as many
+    as the share of warm calls in the emulator's timeline (exact with one replica, to a
+    call or two per round with several called round-robin)."""
+    logged = {}
+    for log in logs:
+        per_hook = {}
+        for line in open(log, errors="replace"):
+            if '"hook call' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            name = f'{record.get("controller")} {record.get("hook")}'
+            per_hook.setdefault(name, []).append(float(record["duration_ms"]))
+        for name, times in per_hook.items():
+            share = len(warm.get(name, [])) / max(1, calls.get(name, 0))
+            logged.setdefault(name, []).extend(times[len(times) - round(len(times) * share):])
+    return logged
+
+
+served = server_times(sys.argv[3:])
 
 print(f"  parents: {len(parents)}, objects at the end: {len(objects)}")
 print(f"  rounds to converge: {converged}, rounds in all: {summary['rounds']}, simulated seconds: {summary['simulatedSeconds']}")
 print(f"  hook calls: {report['hookCalls']} ({report['hookCalls'] / max(1, len(parents)):.1f} per parent)")
 for name, times in sorted(warm.items()):
     print(f"  warm {name}: {len(times)} calls, p50 {percentile(times, 0.5):.2f} ms, p99 {percentile(times, 0.99):.2f} ms (answer time seen by the emulator)")
+    if name in served:
+        own = served[name]
+        print(f"  warm {name}: {len(own)} calls, p50 {percentile(own, 0.5):.3f} ms, p99 {percentile(own, 0.99):.3f} ms (as the servers measured it)")
 print(f"  findings: {len(report['findings'])}")
 for finding in report["findings"][:5]:
     print(f"    [{finding['rule']}] {finding['subject']}: {finding['message'][:160]}")

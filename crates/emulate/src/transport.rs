@@ -159,18 +159,31 @@ impl Transport {
                     .get(replica % bases.len().max(1))
                     .ok_or("no hook URL to call")?;
                 let url = format!("{base}{path}");
-                // Metacontroller's client gives up at the webhook timeout, headers and
-                // body together.
-                let call = post_json(client, &url, body);
-                let (status, body, retry_after) = tokio::time::timeout(timeout, call).await.map_err(|_| {
-                    format!(
-                        "{url} did not answer within the webhook timeout of {timeout:?} (Metacontroller gives up and retries)"
-                    )
+                let client = client.clone();
+                // Each call on its own task, as each of Metacontroller's workers is its
+                // own goroutine: the time measured is the exchange's, not how soon the
+                // task driving the round got back to it.
+                let call = tokio::spawn(async move {
+                    let started = Instant::now();
+                    // Metacontroller's client gives up at the webhook timeout, headers
+                    // and body together.
+                    let posted =
+                        tokio::time::timeout(timeout, post_json(&client, &url, body)).await;
+                    let elapsed = started.elapsed();
+                    match posted {
+                        Ok(answered) => answered.map(|answer| (answer, elapsed)),
+                        Err(_) => Err(format!(
+                            "{url} did not answer within the webhook timeout of {timeout:?} (Metacontroller gives up and retries)"
+                        )),
+                    }
+                });
+                let ((status, body, retry_after), elapsed) = call.await.map_err(|e| {
+                    format!("the call to {base}{path} failed in the emulator: {e}")
                 })??;
                 Ok(Answer {
                     status,
                     body,
-                    elapsed: started.elapsed(),
+                    elapsed,
                     retry_after,
                 })
             }
