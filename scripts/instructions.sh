@@ -16,12 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kib="${1:-12}"; mode="${2:-steady}"; seconds="${3:-8}"
 
-for tool in valgrind wrk; do
-  if ! command -v "$tool" >/dev/null; then
-    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get install -y "$tool" >/dev/null
-  fi
-done
+. scripts/lib/debian.sh
+install_missing valgrind wrk
 cargo build --release --quiet --bin metahooks --example limit_server
 target="${CARGO_TARGET_DIR:-target}/release"
 . scripts/lib/background.sh
@@ -33,7 +29,7 @@ count() { # NAME PORT CMD... -> "NAME instructions-per-call requests"
   local name="$1" port="$2"; shift 2
   valgrind --tool=callgrind --callgrind-out-file="$work/$name.%p" "$@" >/dev/null 2>"$work/$name.valgrind" &
   local pid=$!
-  for _ in $(seq 600); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+  wait_http "http://127.0.0.1:$port/" 60 # valgrind starts slowly
   wrk -t1 -c4 -d3s --timeout 60s -s scripts/load/edit.lua "http://127.0.0.1:$port/apimock/sync" \
     -- "$request" "$mode" 1 >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1

@@ -26,19 +26,12 @@ sizes="${3:-12 31 2000}"
 connections="${LOAD_CONNECTIONS:-4}"
 poll="${LOAD_POLL:-1}" # 0: no prober at all (neither server is polled)
 
-if ! command -v wrk >/dev/null; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get install -y wrk >/dev/null
-fi
+. scripts/lib/debian.sh
+install_missing wrk
 
 cargo build --release --quiet --bin metahooks --example limit_server
 target="${CARGO_TARGET_DIR:-target}/release"
 . scripts/lib/background.sh
-
-wait_http() { # URL — poll until it answers at all (any status), 30 s at most
-  for _ in $(seq 300); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "load.sh: $1 never answered" >&2; exit 1
-}
 
 ours=$(port); probe=$(port); floor=$(port); limit_yaml=$(port)
 ours_bin="${METAHOOKS_BIN:-$target/metahooks}"
