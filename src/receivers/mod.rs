@@ -88,8 +88,9 @@ pub async fn start(
     let app = router(state);
     let handle = axum_server::Handle::new();
     let limits = crate::server::Limits::default();
-    let server =
-        crate::server::with_connection_limits(axum_server::from_tcp(listener)?, &handle, &limits);
+    let server = axum_server::from_tcp(listener)?
+        .acceptor(limits.connections())
+        .handle(handle.clone());
     tokio::spawn(async move { server.serve(app.into_make_service()).await });
     tracing::info!(%addr, "push receivers listening");
     Ok(Receivers { addr, handle })

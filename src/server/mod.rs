@@ -79,6 +79,20 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Connection slots and timeouts by these limits. Starts the task that checks
+    /// connection deadlines, so it is called within a Tokio runtime.
+    pub(crate) fn connections(&self) -> connections::Connections {
+        connections::Connections::start(
+            self.max_connections,
+            connections::Timeouts {
+                first_request: self.header_read_timeout,
+                idle: self.idle_timeout,
+            },
+        )
+    }
+}
+
 /// Where `now` comes from: the system clock, or a fixed instant for golden tests.
 #[derive(Debug, Clone, Copy)]
 pub enum Clock {
@@ -111,7 +125,7 @@ pub struct HookState {
     /// Call counts and latencies for `/metrics`.
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
-    connections: connections::ConnectionLimit,
+    connections: connections::Connections,
     compute: compute::ComputePool,
     answers: answers::AnswerMemo,
     routes: Vec<hooks::HookRoute>,
@@ -133,7 +147,7 @@ impl HookState {
             routes: hooks::HookRoute::all(&registry),
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
-            connections: connections::ConnectionLimit::new(limits.max_connections),
+            connections: limits.connections(),
             limits,
             auth,
             clock,
@@ -425,7 +439,6 @@ fn serve_hooks(
         source,
     };
     let app = hook_router(hooks.clone()).into_make_service();
-    let limits = &settings.limits;
     let connections = hooks.connections.clone();
     Ok(match &settings.tls {
         Some(files) => {
@@ -433,14 +446,14 @@ fn serve_hooks(
             let server = axum_server::from_tcp_rustls(listener, config)
                 .map_err(refused)?
                 .map(|tls| tls.acceptor(connections));
-            let server = with_connection_limits(server, handle, limits);
+            let server = server.handle(handle.clone());
             tokio::spawn(async move { server.serve(app).await })
         }
         None => {
             let server = axum_server::from_tcp(listener)
                 .map_err(refused)?
                 .acceptor(connections);
-            let server = with_connection_limits(server, handle, limits);
+            let server = server.handle(handle.clone());
             tokio::spawn(async move { server.serve(app).await })
         }
     })
@@ -482,24 +495,6 @@ fn log_listening(settings: &ServerSettings, hook_addr: SocketAddr, probe_addr: S
         compute_threads = compute::threads(limits.compute_threads),
         "listening"
     );
-}
-
-/// The per-connection bounds, the same with and without TLS: a new connection's first
-/// request within the header-read timeout, later ones within the idle timeout (hyper
-/// starts that timer as soon as a connection waits for its next request's head).
-pub(crate) fn with_connection_limits<A>(
-    server: axum_server::Server<SocketAddr, A>,
-    handle: &axum_server::Handle<SocketAddr>,
-    limits: &Limits,
-) -> axum_server::Server<SocketAddr, A> {
-    let mut server = server
-        .handle(handle.clone())
-        .first_request_timeout(limits.header_read_timeout);
-    server
-        .http_builder()
-        .http1()
-        .header_read_timeout(limits.idle_timeout);
-    server
 }
 
 async fn wait_for_signal() {
