@@ -398,7 +398,10 @@ mod tests {
             timeouts(10_000, 120_000).check_every(),
             Duration::from_secs(1)
         );
-        assert_eq!(timeouts(300, 120_000).check_every(), Duration::from_millis(30));
+        assert_eq!(
+            timeouts(300, 120_000).check_every(),
+            Duration::from_millis(30)
+        );
         assert_eq!(timeouts(50, 50).check_every(), Duration::from_millis(10));
     }
 
@@ -449,12 +452,7 @@ mod tests {
         drop(liveness);
         connections.watched.check();
         assert!(
-            connections
-                .watched
-                .open
-                .lock()
-                .unwrap()
-                .is_empty(),
+            connections.watched.open.lock().unwrap().is_empty(),
             "a closed connection is forgotten"
         );
     }

@@ -195,7 +195,22 @@ fn log_call(
         };
     }
     match refusal {
-        None => access_line!(info, "hook call"),
+        None => {
+            let written = tracing::enabled!(tracing::Level::INFO)
+                && crate::telemetry::write_access_line(&crate::telemetry::AccessLine {
+                    target: module_path!(),
+                    message: "hook call",
+                    controller: controller_label,
+                    hook: hook_label,
+                    namespace: &parent.namespace,
+                    name: &parent.name,
+                    status: code,
+                    duration: elapsed,
+                });
+            if !written {
+                access_line!(info, "hook call");
+            }
+        }
         Some((reason, message)) if code < 500 => {
             access_line!(
                 warn,

@@ -10,7 +10,7 @@
 
 use std::cell::RefCell;
 use std::fmt::{self, Write};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -60,6 +60,94 @@ where
 
 thread_local! {
     static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// The access line of a hook call that was answered: the event
+/// `info!(controller, hook, parent.namespace, parent.name, status, duration_ms, message)`
+/// logged by `target` outside any span.
+pub struct AccessLine<'a> {
+    /// The module that logs it.
+    pub target: &'static str,
+    /// What the line says.
+    pub message: &'static str,
+    /// The controller called.
+    pub controller: &'a str,
+    /// The hook called.
+    pub hook: &'a str,
+    /// The parent's namespace, as the request named it.
+    pub namespace: &'a str,
+    /// The parent's name, as the request named it.
+    pub name: &'a str,
+    /// The HTTP status of the answer.
+    pub status: u16,
+    /// How long the answer took.
+    pub duration: Duration,
+}
+
+/// Builds `access`'s line as [`JsonLine`] writes that event (`tests` compares the two)
+/// and hands it to `write`. Every answered call logs one, and through an event it cost
+/// 4,000 instructions of a memo hit's 70,600 (callgrind, 12 KiB): the event's fields go
+/// through dynamic visitor calls, each key and value is checked for escapes and the
+/// duration is printed by ryu; here only the parent's names can need escaping.
+pub fn with_access_line(access: &AccessLine<'_>, write: impl FnOnce(&[u8])) {
+    LINE.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut line) => {
+            line.clear();
+            push_access_line(&mut line, SystemTime::now(), access);
+            write(line.as_bytes());
+        }
+        Err(_) => {
+            let mut line = String::new();
+            push_access_line(&mut line, SystemTime::now(), access);
+            write(line.as_bytes());
+        }
+    });
+}
+
+fn push_access_line(line: &mut String, at: SystemTime, access: &AccessLine<'_>) {
+    line.push_str("{\"timestamp\":\"");
+    push_timestamp(line, at);
+    line.push_str("\",\"level\":\"INFO\",\"message\":");
+    push_string(line, access.message);
+    line.push_str(",\"controller\":");
+    push_string(line, access.controller);
+    line.push_str(",\"hook\":");
+    push_string(line, access.hook);
+    line.push_str(",\"parent.namespace\":");
+    push_string(line, access.namespace);
+    line.push_str(",\"parent.name\":");
+    push_string(line, access.name);
+    line.push_str(",\"status\":");
+    line.push_str(itoa::Buffer::new().format(access.status));
+    line.push_str(",\"duration_ms\":");
+    push_millis(line, access.duration);
+    line.push_str(",\"target\":");
+    push_string(line, access.target);
+    line.push_str("}\n");
+}
+
+/// `duration` in milliseconds to the microsecond, as ryu writes the `f64` of
+/// microseconds / 1000 (the shortest decimal that reads back as that number, which for
+/// a whole number of microseconds is the exact one): `0.057`, `1.5`, `2.0`.
+fn push_millis(line: &mut String, duration: Duration) {
+    let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+    line.push_str(itoa::Buffer::new().format(micros / 1000));
+    line.push('.');
+    let mut fraction = micros % 1000;
+    if fraction == 0 {
+        line.push('0');
+        return;
+    }
+    let mut digits = 3;
+    while fraction % 10 == 0 {
+        fraction /= 10;
+        digits -= 1;
+    }
+    let written = itoa::Buffer::new().format(fraction).len();
+    for _ in written..digits {
+        line.push('0');
+    }
+    line.push_str(itoa::Buffer::new().format(fraction));
 }
 
 /// The most a thread's line buffer keeps between lines.
@@ -434,6 +522,66 @@ mod tests {
                 "target"
             ]
         );
+    }
+
+    fn access() -> AccessLine<'static> {
+        AccessLine {
+            target: module_path!(),
+            message: "hook call",
+            controller: "apimock",
+            hook: "sync",
+            namespace: "team-a",
+            name: "quote\" back\\slash\nnew\u{1}é",
+            status: 200,
+            duration: Duration::from_micros(1_057),
+        }
+    }
+
+    #[test]
+    fn an_access_line_is_the_line_its_event_would_write() {
+        let access = access();
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(lines.clone())
+            .fmt_fields(JsonFields::new())
+            .event_format(JsonLine)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(
+                controller = access.controller,
+                hook = access.hook,
+                parent.namespace = access.namespace,
+                parent.name = access.name,
+                status = access.status,
+                duration_ms = access.duration.as_micros() as f64 / 1000.0,
+                "hook call"
+            );
+        });
+        let event = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let mut direct = Vec::new();
+        with_access_line(&access, |line| direct.extend_from_slice(line));
+        let direct = String::from_utf8(direct).unwrap();
+        // Byte for byte after the timestamp (written a moment apart).
+        let after_stamp = |line: &str| line[line.find("\",\"level\"").unwrap()..].to_owned();
+        assert_eq!(after_stamp(&direct), after_stamp(&event));
+        assert_eq!(direct.len(), event.len());
+        let parsed: Value = serde_json::from_str(&direct).unwrap();
+        assert_eq!(parsed["parent.name"], access.name);
+        assert_eq!(parsed["duration_ms"], 1.057);
+    }
+
+    #[test]
+    fn milliseconds_are_written_as_ryu_writes_them() {
+        let mut micros: Vec<u64> = (0..=20_000).collect();
+        micros.extend([99_999, 100_000, 123_456_789, 9_007_199_254_740_000]);
+        for micros in micros {
+            let mut ours = String::new();
+            push_millis(&mut ours, Duration::from_micros(micros));
+            let ryu = ryu::Buffer::new()
+                .format_finite(micros as f64 / 1000.0)
+                .to_owned();
+            assert_eq!(ours, ryu, "{micros} µs");
+        }
     }
 
     #[test]
