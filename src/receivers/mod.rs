@@ -61,13 +61,8 @@ struct Receiver {
 pub struct Receivers {
     /// The bound address (port 0 resolved).
     pub addr: SocketAddr,
-    handle: axum_server::Handle<SocketAddr>,
-}
-
-impl Drop for Receivers {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-    }
+    /// Stops serving when dropped.
+    _serving: crate::server::Serving,
 }
 
 /// Binds the receiver port and serves it until the value is dropped.
@@ -86,14 +81,14 @@ pub async fn start(
         in_flight: Semaphore::new(MAX_IN_FLIGHT),
     });
     let app = router(state);
-    let handle = axum_server::Handle::new();
     let limits = crate::server::Limits::default();
-    let server = axum_server::from_tcp(listener)?
-        .acceptor(limits.connections())
-        .handle(handle.clone());
-    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    let serving = crate::server::serve(listener, None, &limits.connections(), app)
+        .map_err(|error| std::io::Error::other(error.to_string()))?;
     tracing::info!(%addr, "push receivers listening");
-    Ok(Receivers { addr, handle })
+    Ok(Receivers {
+        addr,
+        _serving: serving,
+    })
 }
 
 fn router(state: Arc<Receiver>) -> Router {

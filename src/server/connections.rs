@@ -11,21 +11,19 @@
 //! call's deadline bound it instead.
 //!
 //! One task checks every connection's deadline a few times per timeout and cuts off
-//! those past it, instead of a timer per request: hyper's header-read timer is armed and
+//! those past it (the task serving a connection stops at once, whatever it was waiting
+//! on), instead of a timer per request: hyper's header-read timer is armed and
 //! disarmed on every request of a kept-alive connection, and on a resync load (memo hits,
 //! `scripts/load.sh` at 12 KiB) that cost 10 % of the throughput. A deadline here is an
 //! atomic store when a call starts and one when it ends.
 
-use std::io;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum_server::accept::Accept;
 use futures_util::task::AtomicWaker;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long a connection may go without a call running, at its start and between calls.
@@ -96,7 +94,7 @@ impl Watched {
     /// Cuts off the connections past their deadline and forgets those that are closed.
     fn check(&self) {
         let now = millis(self.epoch.elapsed());
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = self.open();
         // Only this list holds a closed connection's liveness.
         open.retain(|liveness| Arc::strong_count(liveness) > 1);
         for liveness in open.iter() {
@@ -132,10 +130,11 @@ const NO_DEADLINE: u64 = u64::MAX;
 
 /// One connection's time: when it is cut off unless a call starts, and the waker of the
 /// task serving it (so cutting it off does not wait for the client to send a byte).
-struct Liveness {
+pub struct Liveness {
     deadline: AtomicU64,
     calls: AtomicUsize,
     cut: AtomicBool,
+    draining: AtomicBool,
     waker: AtomicWaker,
     watched: Arc<Watched>,
 }
@@ -148,6 +147,31 @@ impl Liveness {
 
     fn is_cut(&self) -> bool {
         self.cut.load(Ordering::Acquire)
+    }
+
+    fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// The server is stopping: the connection should close once its calls are answered.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Runs `work` (everything a connection does) until it ends or the connection is cut
+    /// off; then `work` is dropped, closing the connection.
+    pub async fn until_cut_off<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        let mut work = pin!(work);
+        std::future::poll_fn(|cx| {
+            // Registered before the check, so a cut-off from now on wakes this task.
+            self.waker.register(cx.waker());
+            if self.is_cut() {
+                return Poll::Ready(None);
+            }
+            work.as_mut().poll(cx).map(Some)
+        })
+        .await
     }
 
     fn call_started(self: &Arc<Self>) -> CallRunning {
@@ -170,135 +194,74 @@ impl Drop for CallRunning {
     }
 }
 
-impl<I, S> Accept<I, S> for Connections {
-    type Stream = Counted<I>;
-    type Service = Timed<S>;
-    type Future = std::future::Ready<io::Result<(Counted<I>, Timed<S>)>>;
-
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        std::future::ready(match self.slots.clone().try_acquire_owned() {
-            Ok(slot) => {
-                let watched = &self.watched;
-                let liveness = Arc::new(Liveness {
-                    deadline: AtomicU64::new(watched.deadline_in(watched.timeouts.first_request)),
-                    calls: AtomicUsize::new(0),
-                    cut: AtomicBool::new(false),
-                    waker: AtomicWaker::new(),
-                    watched: watched.clone(),
-                });
-                watched
-                    .open
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(liveness.clone());
-                Ok((
-                    Counted {
-                        inner: stream,
-                        liveness: liveness.clone(),
-                        _slot: slot,
-                    },
-                    Timed {
-                        inner: service,
-                        liveness,
-                    },
-                ))
-            }
-            Err(_) => {
-                tracing::warn!(
-                    limit = self.max,
-                    "hook connection refused: too many open connections"
-                );
-                Err(io::Error::other(format!(
-                    "more than {} open connections",
-                    self.max
-                )))
-            }
+impl Connections {
+    /// A slot and a clock for a connection just accepted, or None (and a warning) when
+    /// every slot is taken: the caller closes it unread.
+    pub fn admit(&self) -> Option<Admitted> {
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            tracing::warn!(
+                limit = self.max,
+                "connection refused: too many open connections"
+            );
+            return None;
+        };
+        let watched = &self.watched;
+        let liveness = Arc::new(Liveness {
+            deadline: AtomicU64::new(watched.deadline_in(watched.timeouts.first_request)),
+            calls: AtomicUsize::new(0),
+            cut: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+            watched: watched.clone(),
+        });
+        watched.open().push(liveness.clone());
+        Some(Admitted {
+            liveness,
+            _slot: slot,
         })
+    }
+
+    /// Asks every open connection to close once its calls are answered, waits up to
+    /// `grace` for them to, then cuts off the rest and waits for them to go.
+    pub async fn drain(&self, grace: Duration) {
+        for liveness in self.watched.open().iter() {
+            liveness.drain();
+        }
+        let all = u32::try_from(self.max).unwrap_or(u32::MAX);
+        if tokio::time::timeout(grace, self.slots.acquire_many(all))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        for liveness in self.watched.open().iter() {
+            liveness.cut_off();
+        }
+        let _ = self.slots.acquire_many(all).await;
     }
 }
 
-/// A connection that gives its slot back when it is dropped, and fails every read and
-/// write once it is cut off.
-pub struct Counted<I> {
-    inner: I,
-    liveness: Arc<Liveness>,
+impl Watched {
+    fn open(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Liveness>>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What an open connection holds: its slot (given back when this is dropped) and its
+/// clock.
+pub struct Admitted {
+    /// The connection's deadlines and its cut-off.
+    pub liveness: Arc<Liveness>,
     _slot: OwnedSemaphorePermit,
 }
 
-impl Liveness {
-    /// `poll`'s result unless the connection is cut off. Pending leaves the waker behind
-    /// first, so a cut-off that comes later still wakes the task.
-    fn unless_cut<T>(
-        &self,
-        cx: &mut Context<'_>,
-        poll: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
-        let cut = || {
-            Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the connection sent no request within its time",
-            )))
-        };
-        if self.is_cut() {
-            return cut();
+impl Admitted {
+    /// `service` with this connection's clock stopped while each call runs.
+    pub fn timed<S>(&self, service: S) -> Timed<S> {
+        Timed {
+            inner: service,
+            liveness: self.liveness.clone(),
         }
-        let polled = poll(cx);
-        if polled.is_pending() {
-            self.waker.register(cx.waker());
-            if self.is_cut() {
-                return cut();
-            }
-        }
-        polled
-    }
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Counted<I> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let inner = Pin::new(&mut this.inner);
-        this.liveness.unless_cut(cx, |cx| inner.poll_read(cx, buf))
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Counted<I> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let inner = Pin::new(&mut this.inner);
-        this.liveness.unless_cut(cx, |cx| inner.poll_write(cx, buf))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let inner = Pin::new(&mut this.inner);
-        this.liveness.unless_cut(cx, |cx| inner.poll_flush(cx))
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let inner = Pin::new(&mut this.inner);
-        this.liveness
-            .unless_cut(cx, |cx| inner.poll_write_vectored(cx, bufs))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
     }
 }
 
@@ -351,7 +314,6 @@ impl<F: Future> Future for Running<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn timeouts(first_request_ms: u64, idle_ms: u64) -> Timeouts {
         Timeouts {
@@ -378,18 +340,8 @@ mod tests {
         }
     }
 
-    /// A connection accepted by `connections` (its stream and service), and the client's
-    /// end.
-    async fn accepted(
-        connections: &Connections,
-    ) -> (
-        Counted<tokio::io::DuplexStream>,
-        Timed<Answers>,
-        tokio::io::DuplexStream,
-    ) {
-        let (server, client) = tokio::io::duplex(64);
-        let (stream, service) = connections.accept(server, Answers).await.unwrap();
-        (stream, service, client)
+    fn deadline(admitted: &Admitted) -> u64 {
+        admitted.liveness.deadline.load(Ordering::Acquire)
     }
 
     #[test]
@@ -406,53 +358,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_without_a_request_is_cut_off_and_its_reader_woken() {
+    async fn a_connection_without_a_request_is_cut_off_and_its_task_woken() {
         let connections = Connections::start(4, timeouts(100, 60_000));
-        let (mut stream, _service, _client) = accepted(&connections).await;
+        let admitted = connections.admit().unwrap();
         assert_eq!(connections.open(), 1);
-        // Waits on the read until the deadline task cuts the connection off.
-        let mut byte = [0u8; 1];
-        let read = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut byte)).await;
-        let error = read.expect("cut off in time").unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
-        drop(stream);
-        drop(_service);
+        // Work that never ends by itself: only the cut-off ends it.
+        let cut = tokio::time::timeout(
+            Duration::from_secs(60),
+            admitted
+                .liveness
+                .until_cut_off(std::future::pending::<()>()),
+        )
+        .await;
+        assert_eq!(cut, Ok(None), "cut off in time");
+        drop(admitted);
         assert_eq!(connections.open(), 0);
     }
 
     #[tokio::test]
     async fn a_running_call_stops_the_clock_and_its_end_restarts_it() {
         let connections = Connections::start(4, timeouts(60_000, 60_000));
-        let (mut stream, mut service, mut client) = accepted(&connections).await;
-        let liveness = stream.liveness.clone();
-        let accepted_deadline = liveness.deadline.load(Ordering::Acquire);
+        let admitted = connections.admit().unwrap();
+        let mut service = admitted.timed(Answers);
+        let accepted_deadline = deadline(&admitted);
         assert!(accepted_deadline < NO_DEADLINE);
         let call = tower_service::Service::call(&mut service, ());
         let other = tower_service::Service::call(&mut service, ());
-        assert_eq!(liveness.deadline.load(Ordering::Acquire), NO_DEADLINE);
+        assert_eq!(deadline(&admitted), NO_DEADLINE);
         drop(call);
-        assert_eq!(
-            liveness.deadline.load(Ordering::Acquire),
-            NO_DEADLINE,
-            "another call still runs"
-        );
+        assert_eq!(deadline(&admitted), NO_DEADLINE, "another call still runs");
         let _ = other.await;
-        let idle_deadline = liveness.deadline.load(Ordering::Acquire);
+        let idle_deadline = deadline(&admitted);
         assert!((accepted_deadline..NO_DEADLINE).contains(&idle_deadline));
-        // Past its deadline it is cut off; reads and writes fail from then on.
-        liveness.deadline.store(0, Ordering::Release);
+        // Past its deadline it is cut off: its work ends.
+        admitted.liveness.deadline.store(0, Ordering::Release);
         connections.watched.check();
-        assert!(stream.write_all(b"x").await.is_err());
-        let mut byte = [0u8; 1];
-        assert!(stream.read(&mut byte).await.is_err());
-        // The client sees the connection end once the server side is dropped.
-        drop(stream);
+        assert_eq!(admitted.liveness.until_cut_off(async { 1 }).await, None);
         drop(service);
-        assert_eq!(client.read(&mut byte).await.unwrap(), 0);
-        drop(liveness);
+        drop(admitted);
         connections.watched.check();
         assert!(
-            connections.watched.open.lock().unwrap().is_empty(),
+            connections.watched.open().is_empty(),
             "a closed connection is forgotten"
         );
     }
@@ -460,10 +406,39 @@ mod tests {
     #[tokio::test]
     async fn a_connection_beyond_the_cap_is_refused() {
         let connections = Connections::start(1, timeouts(60_000, 60_000));
-        let (_stream, _service, _client) = accepted(&connections).await;
-        let (server, _client) = tokio::io::duplex(64);
-        let refused = connections.accept(server, Answers).await;
-        assert!(refused.is_err());
+        let _admitted = connections.admit().unwrap();
+        assert!(connections.admit().is_none());
         assert_eq!(connections.open(), 1);
+    }
+
+    #[tokio::test]
+    async fn draining_asks_connections_to_close_then_cuts_off_what_stays() {
+        let connections = Connections::start(4, timeouts(60_000, 60_000));
+        // One closes when asked; the other ignores it and is cut off after the grace.
+        let polite = connections.admit().unwrap();
+        let stubborn = connections.admit().unwrap();
+        let polite = tokio::spawn(async move {
+            let liveness = polite.liveness.clone();
+            let asked = std::future::poll_fn(|_| {
+                if liveness.is_draining() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
+            let closed = liveness.until_cut_off(asked).await;
+            drop(polite);
+            closed
+        });
+        let stubborn = tokio::spawn(async move {
+            let liveness = stubborn.liveness.clone();
+            let cut = liveness.until_cut_off(std::future::pending::<()>()).await;
+            drop(stubborn);
+            cut
+        });
+        connections.drain(Duration::from_millis(50)).await;
+        assert_eq!(connections.open(), 0);
+        assert_eq!(polite.await.unwrap(), Some(()), "closed when asked");
+        assert_eq!(stubborn.await.unwrap(), None, "cut off");
     }
 }

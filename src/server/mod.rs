@@ -13,11 +13,14 @@ mod connections;
 mod error;
 mod hooks;
 mod metrics;
+mod serving;
 mod tls;
 
 pub use auth::Auth;
 pub use compute::threads as compute_threads;
+pub use connections::Connections;
 pub use metrics::Metrics;
+pub use serving::Serving;
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
@@ -82,7 +85,7 @@ impl Default for Limits {
 impl Limits {
     /// Connection slots and timeouts by these limits. Starts the task that checks
     /// connection deadlines, so it is called within a Tokio runtime.
-    pub(crate) fn connections(&self) -> connections::Connections {
+    pub fn connections(&self) -> Connections {
         connections::Connections::start(
             self.max_connections,
             connections::Timeouts {
@@ -125,7 +128,7 @@ pub struct HookState {
     /// Call counts and latencies for `/metrics`.
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
-    connections: connections::Connections,
+    connections: Connections,
     compute: compute::ComputePool,
     answers: answers::AnswerMemo,
     routes: Vec<hooks::HookRoute>,
@@ -288,8 +291,7 @@ pub struct Server {
     /// Where probes are served.
     pub probe_addr: SocketAddr,
     probes: Arc<ProbeState>,
-    hook_handle: axum_server::Handle<SocketAddr>,
-    hook_task: JoinHandle<std::io::Result<()>>,
+    hooks_serving: Serving,
     probe_task: JoinHandle<std::io::Result<()>>,
     probe_shutdown: tokio::sync::watch::Sender<bool>,
     settings: ServerSettings,
@@ -367,8 +369,20 @@ impl Server {
             .local_addr()
             .map_err(listen("probes", settings.probe_listen))?;
 
-        let hook_handle = axum_server::Handle::new();
-        let hook_task = serve_hooks(&settings, hook_listener, &hooks, &hook_handle)?;
+        let hooks_serving = serve(
+            hook_listener,
+            settings.tls.as_ref(),
+            &hooks.connections,
+            hook_router(hooks.clone()),
+        )
+        .map_err(|source| match source {
+            ServeError::Tls(error) => ServerError::Tls(error),
+            ServeError::Listener(source) => ServerError::Listen {
+                what: "hooks",
+                address: settings.listen,
+                source,
+            },
+        })?;
         let (probe_shutdown, probe_task) = serve_probes(probe_listener, probes.clone());
         probes.ready.store(true, Ordering::SeqCst);
         log_listening(&settings, hook_addr, probe_addr);
@@ -376,8 +390,7 @@ impl Server {
             hook_addr,
             probe_addr,
             probes,
-            hook_handle,
-            hook_task,
+            hooks_serving,
             probe_task,
             probe_shutdown,
             settings,
@@ -405,9 +418,13 @@ impl Server {
             "shutdown started"
         );
         tokio::time::sleep(self.settings.shutdown_delay).await;
-        self.hook_handle
-            .graceful_shutdown(Some(self.settings.shutdown_grace));
-        finished("hook", self.hook_task.await)?;
+        self.hooks_serving
+            .stop(self.settings.shutdown_grace)
+            .await
+            .map_err(|source| ServerError::Task {
+                what: "hook",
+                source,
+            })?;
         let _ = self.probe_shutdown.send(true);
         finished("probe", self.probe_task.await)?;
         tracing::info!("shutdown complete");
@@ -426,37 +443,30 @@ fn finished(
     }
 }
 
-/// Serves hooks on `listener` (over TLS when configured) until `handle` shuts it down.
-fn serve_hooks(
-    settings: &ServerSettings,
+/// Why a router cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The TLS files cannot serve.
+    #[error("cannot serve TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    /// The listener cannot be handed to Tokio.
+    #[error("cannot serve on the listener: {0}")]
+    Listener(#[from] std::io::Error),
+}
+
+/// Serves `app` on `listener`, over TLS with `tls`, each connection admitted by
+/// `connections` (see [`Limits::connections`]).
+///
+/// # Errors
+/// The TLS files cannot serve, or the listener cannot be used.
+pub fn serve(
     listener: std::net::TcpListener,
-    hooks: &Arc<HookState>,
-    handle: &axum_server::Handle<SocketAddr>,
-) -> Result<JoinHandle<std::io::Result<()>>, ServerError> {
-    let refused = |source| ServerError::Listen {
-        what: "hooks",
-        address: settings.listen,
-        source,
-    };
-    let app = hook_router(hooks.clone()).into_make_service();
-    let connections = hooks.connections.clone();
-    Ok(match &settings.tls {
-        Some(files) => {
-            let config = files.server_config()?;
-            let server = axum_server::from_tcp_rustls(listener, config)
-                .map_err(refused)?
-                .map(|tls| tls.acceptor(connections));
-            let server = server.handle(handle.clone());
-            tokio::spawn(async move { server.serve(app).await })
-        }
-        None => {
-            let server = axum_server::from_tcp(listener)
-                .map_err(refused)?
-                .acceptor(connections);
-            let server = server.handle(handle.clone());
-            tokio::spawn(async move { server.serve(app).await })
-        }
-    })
+    tls: Option<&TlsFiles>,
+    connections: &Connections,
+    app: Router,
+) -> Result<Serving, ServeError> {
+    let tls = tls.map(TlsFiles::server_config).transpose()?;
+    Ok(Serving::start(listener, tls, connections.clone(), app)?)
 }
 
 /// Serves probes and metrics on `listener` until the returned sender says stop.

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum_server::tls_rustls::RustlsConfig;
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -51,7 +50,7 @@ impl TlsFiles {
     /// # Errors
     /// A file cannot be read or holds no usable PEM item, or the certificate and key do
     /// not match.
-    pub fn server_config(&self) -> Result<RustlsConfig, TlsError> {
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let certs = read_certs(&self.cert)?;
         let key = read_key(&self.key)?;
@@ -78,7 +77,7 @@ impl TlsFiles {
             .with_single_cert(certs, key)
             .map_err(TlsError::Pair)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(RustlsConfig::from_config(Arc::new(config)))
+        Ok(Arc::new(config))
     }
 }
 

@@ -808,6 +808,95 @@ async fn in_process_shutdown_drains_and_flips_readiness() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_when_shutdown_starts_is_answered() {
+    let mut settings = support::local_settings();
+    settings.shutdown_grace = Duration::from_secs(60);
+    let gate = Gate::default();
+    let server = start_gated(settings, &gate).await;
+    let hook = server.hook_addr;
+    let call = tokio::spawn(async move {
+        post_raw(
+            &format!("http://{hook}"),
+            "/slow/sync",
+            serde_json::to_vec(&hook_request("inflight")).unwrap(),
+        )
+        .await
+    });
+    gate.wait_for(1, false).await;
+    let shutdown = tokio::spawn(server.shutdown());
+    // Draining has begun once the port accepts no more connections.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(hook).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hook port kept accepting"
+        );
+        tokio::task::yield_now().await;
+    }
+    gate.open();
+    let answer = call.await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["status"]["seen"], "inflight");
+    shutdown.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_is_closed_after_the_idle_timeout() {
+    let mut settings = support::local_settings();
+    settings.limits.idle_timeout = Duration::from_millis(300);
+    let server = start(settings).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut connection = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    let body = serde_json::to_vec(&hook_request("idle")).unwrap();
+    let head = format!(
+        "POST /probe/sync HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    connection.write_all(head.as_bytes()).await.unwrap();
+    connection.write_all(&body).await.unwrap();
+    // The answer, then nothing: the server closes the connection (end of stream).
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(60),
+        connection.read_to_end(&mut received),
+    )
+    .await;
+    assert!(read.is_ok(), "an idle kept-alive connection is closed");
+    let received = String::from_utf8_lossy(&received);
+    assert!(received.starts_with("HTTP/1.1 200"), "{received}");
+    assert!(received.contains("\"idle\""), "{received}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_is_served_to_a_client_that_chooses_it_over_tls() {
+    let pki = pki();
+    let mut settings = support::local_settings();
+    settings.tls = Some(TlsFiles {
+        cert: pki.dir.path().join("tls.crt"),
+        key: pki.dir.path().join("tls.key"),
+        client_ca: None,
+    });
+    let server = start(settings).await;
+    let url = format!("https://localhost:{}/probe/sync", server.hook_addr.port());
+    let client = tls_client(&pki, false);
+    for name in ["first", "second"] {
+        let answer = client
+            .post(&url)
+            .json(&hook_request(name))
+            .send()
+            .await
+            .expect("HTTP/2 call");
+        assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+        assert_eq!(answer.status(), 200);
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["status"]["seen"], name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emulate_calls_an_https_hook_server_signed_by_a_private_ca() {
     let pki = pki();
     let mut settings = support::local_settings();

@@ -382,9 +382,12 @@ pub async fn serve_app(app: axum::Router, tls: Option<&Pki>) -> u16 {
     let port = listener.local_addr().unwrap().port();
     match tls {
         Some(pki) => {
-            let config = pki.server_files().server_config().unwrap();
-            let server = axum_server::from_tcp_rustls(listener, config).unwrap();
-            tokio::spawn(async move { server.serve(app.into_make_service()).await });
+            let connections = metahooks::server::Limits::default().connections();
+            let serving =
+                metahooks::server::serve(listener, Some(&pki.server_files()), &connections, app)
+                    .unwrap();
+            // Served for as long as the test runs.
+            std::mem::forget(serving);
         }
         None => {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
