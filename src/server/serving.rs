@@ -95,9 +95,19 @@ struct Accepting {
     http: Arc<Builder<TokioExecutor>>,
 }
 
-/// After a failed accept (out of file descriptors, say), the loop waits this long before
-/// the next, rather than spinning on the same error.
+/// After an accept that failed for want of resources (file descriptors, memory), the loop
+/// waits this long before the next, rather than spinning on the same error.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+/// Whether a failed accept says the process is out of something (worth a warning and a
+/// pause), rather than that one client went away before it was accepted (which a client
+/// can cause at will, so it must cost neither a pause nor a log line above debug).
+fn out_of_resources(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
 
 impl Accepting {
     async fn run(self, listener: TcpListener, mut stopped: oneshot::Receiver<Duration>) {
@@ -106,10 +116,11 @@ impl Accepting {
                 grace = &mut stopped => break grace.unwrap_or(Duration::ZERO),
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => self.admit(stream),
-                    Err(error) => {
+                    Err(error) if out_of_resources(&error) => {
                         tracing::warn!(%error, "cannot accept a connection");
                         tokio::time::sleep(ACCEPT_RETRY).await;
                     }
+                    Err(error) => tracing::debug!(%error, "a connection went away before it was accepted"),
                 },
             }
         };
@@ -167,5 +178,28 @@ async fn serve<I>(
     // A client that goes away mid-call is its own business.
     if let Err(error) = served {
         tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_running_out_of_resources_pauses_accepting() {
+        // As the OS words them, so a wrong number would show.
+        for (errno, says) in [
+            (libc::EMFILE, "Too many open files"),
+            (libc::ENFILE, "Too many open files in system"),
+            (libc::ENOBUFS, "No buffer space available"),
+            (libc::ENOMEM, "Cannot allocate memory"),
+        ] {
+            let error = io::Error::from_raw_os_error(errno);
+            assert!(error.to_string().starts_with(says), "{error}");
+            assert!(out_of_resources(&error), "{error}");
+        }
+        for errno in [libc::ECONNABORTED, libc::ECONNRESET, libc::EPROTO] {
+            assert!(!out_of_resources(&io::Error::from_raw_os_error(errno)));
+        }
     }
 }
