@@ -871,6 +871,37 @@ async fn a_kept_alive_connection_is_closed_after_the_idle_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_connection_that_never_completes_its_handshake_is_closed() {
+    let pki = pki();
+    let mut settings = support::local_settings();
+    settings.limits.header_read_timeout = Duration::from_millis(300);
+    settings.tls = Some(TlsFiles {
+        cert: pki.dir.path().join("tls.crt"),
+        key: pki.dir.path().join("tls.key"),
+        client_ca: None,
+    });
+    let server = start(settings).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The first bytes of a ClientHello record, and then nothing.
+    let mut stalled = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x02]).await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), stalled.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "a stalled TLS handshake is cut off");
+    // The server still serves TLS afterwards.
+    let url = format!("https://localhost:{}/probe/sync", server.hook_addr.port());
+    let answer = tls_client(&pki, false)
+        .post(&url)
+        .json(&hook_request("after"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_is_served_to_a_client_that_chooses_it_over_tls() {
     let pki = pki();
     let mut settings = support::local_settings();
