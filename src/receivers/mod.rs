@@ -82,8 +82,13 @@ pub async fn start(
     });
     let app = router(state);
     let limits = crate::server::Limits::default();
-    let serving = crate::server::serve(listener, None, &limits.connections(), app)
-        .map_err(|error| std::io::Error::other(error.to_string()))?;
+    let serving =
+        crate::server::serve(listener, None, &limits.connections(), app).map_err(|error| {
+            match error {
+                crate::server::ServeError::Listener(error) => error,
+                other => std::io::Error::other(other),
+            }
+        })?;
     tracing::info!(%addr, "push receivers listening");
     Ok(Receivers {
         addr,

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 use futures_util::task::AtomicWaker;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::millis;
+
 /// How long a connection may go without a call running, at its start and between calls.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
@@ -103,10 +105,6 @@ impl Watched {
             }
         }
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 async fn check_deadlines(watched: Weak<Watched>) {

@@ -20,9 +20,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::HookState;
 use super::answers::{CallHasher, Remembered, RouteKey, route_key};
 use super::error::CallError;
+use super::{HookState, millis};
 use crate::controllers::{CallOutcome, ParentRef, Registry};
 use crate::error::HookError;
 use crate::protocol::Hook;
@@ -432,10 +432,6 @@ async fn compute(
         )
         .into()),
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The answer as a response: 304 when the caller already holds these bytes.

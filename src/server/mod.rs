@@ -96,6 +96,11 @@ impl Limits {
     }
 }
 
+/// A duration in whole milliseconds, as logs, messages and deadlines count them.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Where `now` comes from: the system clock, or a fixed instant for golden tests.
 #[derive(Debug, Clone, Copy)]
 pub enum Clock {
@@ -500,7 +505,7 @@ fn log_listening(settings: &ServerSettings, hook_addr: SocketAddr, probe_addr: S
         auth = settings.auth.is_some(),
         body_limit_bytes = limits.body_bytes,
         max_in_flight = limits.max_in_flight,
-        deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
+        deadline_ms = millis(limits.deadline),
         max_connections = limits.max_connections,
         compute_threads = compute::threads(limits.compute_threads),
         "listening"

@@ -435,13 +435,18 @@ mod tests {
         empty.in_scope(|| tracing::info!("inside a span without fields"));
     }
 
-    fn ours() -> Vec<Value> {
-        let lines = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
+    /// A subscriber that writes [`JsonLine`]s into `lines`.
+    fn json_lines_into(lines: &Lines) -> impl tracing::Subscriber + use<> {
+        tracing_subscriber::fmt()
             .with_writer(lines.clone())
             .fmt_fields(JsonFields::new())
             .event_format(JsonLine)
-            .finish();
+            .finish()
+    }
+
+    fn ours() -> Vec<Value> {
+        let lines = Lines::default();
+        let subscriber = json_lines_into(&lines);
         tracing::subscriber::with_default(subscriber, log_a_variety);
         lines.parsed()
     }
@@ -486,11 +491,7 @@ mod tests {
     #[test]
     fn keys_come_in_the_order_tracing_subscriber_writes_them() {
         let lines = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(lines.clone())
-            .fmt_fields(JsonFields::new())
-            .event_format(JsonLine)
-            .finish();
+        let subscriber = json_lines_into(&lines);
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(controller = "c", status = 1_u64, "hook call");
         });
@@ -541,11 +542,7 @@ mod tests {
     fn an_access_line_is_the_line_its_event_would_write() {
         let access = access();
         let lines = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(lines.clone())
-            .fmt_fields(JsonFields::new())
-            .event_format(JsonLine)
-            .finish();
+        let subscriber = json_lines_into(&lines);
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(
                 controller = access.controller,

@@ -657,6 +657,17 @@ fn pki() -> Pki {
     }
 }
 
+impl Pki {
+    /// The server certificate and key, with no client CA.
+    fn server_files(&self) -> TlsFiles {
+        TlsFiles {
+            cert: self.dir.path().join("tls.crt"),
+            key: self.dir.path().join("tls.key"),
+            client_ca: None,
+        }
+    }
+}
+
 fn tls_client(pki: &Pki, with_identity: bool) -> reqwest::Client {
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
@@ -672,11 +683,7 @@ fn tls_client(pki: &Pki, with_identity: bool) -> reqwest::Client {
 #[tokio::test]
 async fn tls_and_client_certificates() {
     let pki = pki();
-    let files = TlsFiles {
-        cert: pki.dir.path().join("tls.crt"),
-        key: pki.dir.path().join("tls.key"),
-        client_ca: None,
-    };
+    let files = pki.server_files();
     let mut settings = support::local_settings();
     settings.tls = Some(files.clone());
     let server = start(settings).await;
@@ -875,11 +882,7 @@ async fn a_tls_connection_that_never_completes_its_handshake_is_closed() {
     let pki = pki();
     let mut settings = support::local_settings();
     settings.limits.header_read_timeout = Duration::from_millis(300);
-    settings.tls = Some(TlsFiles {
-        cert: pki.dir.path().join("tls.crt"),
-        key: pki.dir.path().join("tls.key"),
-        client_ca: None,
-    });
+    settings.tls = Some(pki.server_files());
     let server = start(settings).await;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // The first bytes of a ClientHello record, and then nothing.
@@ -905,11 +908,7 @@ async fn a_tls_connection_that_never_completes_its_handshake_is_closed() {
 async fn http2_is_served_to_a_client_that_chooses_it_over_tls() {
     let pki = pki();
     let mut settings = support::local_settings();
-    settings.tls = Some(TlsFiles {
-        cert: pki.dir.path().join("tls.crt"),
-        key: pki.dir.path().join("tls.key"),
-        client_ca: None,
-    });
+    settings.tls = Some(pki.server_files());
     let server = start(settings).await;
     let url = format!("https://localhost:{}/probe/sync", server.hook_addr.port());
     let client = tls_client(&pki, false);
@@ -931,11 +930,7 @@ async fn http2_is_served_to_a_client_that_chooses_it_over_tls() {
 async fn emulate_calls_an_https_hook_server_signed_by_a_private_ca() {
     let pki = pki();
     let mut settings = support::local_settings();
-    settings.tls = Some(TlsFiles {
-        cert: pki.dir.path().join("tls.crt"),
-        key: pki.dir.path().join("tls.key"),
-        client_ca: None,
-    });
+    settings.tls = Some(pki.server_files());
     let registry = Registry::standard(metahooks::controllers::ControllerSettings::default());
     let server = Server::start(settings, registry, Clock::System)
         .await
