@@ -4,115 +4,156 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::metaschema::location;
-use super::{Checker, METHODS};
+use super::Segment::{Index, Key};
+use super::{Checker, METHODS, Segment, render};
 use crate::controllers::apimock::verdict::Generation;
 
+/// Schemas already checked (by address: a schema reached through several `$ref`s is
+/// checked once), and where the walk is, as keys turned into text only for an error.
+struct Walk<'a> {
+    visited: BTreeSet<*const Value>,
+    path: Vec<Segment<'a>>,
+}
+
+impl<'a> Walk<'a> {
+    /// Runs `visit` with `segments` added to the path.
+    fn within<const N: usize>(
+        &mut self,
+        segments: [Segment<'a>; N],
+        visit: impl FnOnce(&mut Walk<'a>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let depth = self.path.len();
+        self.path.extend(segments);
+        let result = visit(self);
+        self.path.truncate(depth);
+        result
+    }
+}
+
 impl<'a> Checker<'a> {
-    /// `default` values must fit the type and enum of their schema, wherever schemas are.
+    /// `default` values must fit the type and enum of their schema, wherever schemas are:
+    /// named ones first, then those of each path's operations.
     pub(super) fn schemas(&self) -> Result<(), String> {
-        let mut visited = BTreeSet::new();
-        let mut roots: Vec<(String, &'a Value)> = Vec::new();
-        let named = |pointer: &str| -> Vec<(String, &'a Value)> {
-            self.root
-                .pointer(pointer)
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (format!("{} → {k}", location(pointer)), v))
-                        .collect()
-                })
-                .unwrap_or_default()
+        let mut walk = Walk {
+            visited: BTreeSet::new(),
+            path: Vec::new(),
         };
         match self.generation {
             Generation::Swagger2 => {
-                roots.extend(named("/definitions"));
-                for (name, parameter) in named("/parameters") {
-                    roots.push((name, parameter));
-                }
+                self.named(["definitions"], |schema| Some(schema), &mut walk)?;
+                // Swagger 2.0 non-body parameters carry type/default themselves.
+                self.named(["parameters"], |parameter| Some(parameter), &mut walk)?;
             }
             Generation::OpenApi30 | Generation::OpenApi31 => {
-                roots.extend(named("/components/schemas"));
-                for (name, parameter) in named("/components/parameters") {
-                    if let Some(schema) = parameter.get("schema") {
-                        roots.push((name, schema));
-                    }
-                }
+                self.named(["components", "schemas"], |schema| Some(schema), &mut walk)?;
+                self.named(
+                    ["components", "parameters"],
+                    |parameter| parameter.get("schema"),
+                    &mut walk,
+                )?;
             }
         }
         if let Some(paths) = self.root.get("paths").and_then(Value::as_object) {
             for (template, item) in paths {
-                self.operation_schemas(template, item, &mut roots);
+                walk.within([Key("paths"), Key(template)], |walk| {
+                    self.operation_schemas(item, walk)
+                })?;
             }
-        }
-        for (name, schema) in roots {
-            self.schema(&name, schema, &mut visited)?;
         }
         Ok(())
     }
 
-    /// The schemas of a path item's parameters, request bodies and responses, each named
-    /// by where it is (`paths → /a → get → parameters → 0`).
-    fn operation_schemas(
+    /// The schemas of the map at `keys` (`components → schemas`), each named by its key.
+    fn named<const N: usize>(
         &self,
-        template: &str,
-        item: &'a Value,
-        roots: &mut Vec<(String, &'a Value)>,
-    ) {
-        let at = format!("paths → {template}");
-        let mut parameter_lists = vec![(at.clone(), item.get("parameters"))];
-        let mut bodies: Vec<(String, &'a Value)> = Vec::new();
-        for method in METHODS {
-            if let Some(operation) = item.get(method) {
-                let here = format!("{at} → {method}");
-                parameter_lists.push((here.clone(), operation.get("parameters")));
-                if let Some(body) = operation.get("requestBody") {
-                    bodies.push((format!("{here} → requestBody"), body));
-                }
-                if let Some(responses) = operation.get("responses").and_then(Value::as_object) {
-                    bodies.extend(responses.iter().map(|(code, response)| {
-                        (format!("{here} → responses → {code}"), response)
-                    }));
-                }
+        keys: [&'static str; N],
+        schema_of: impl Fn(&'a Value) -> Option<&'a Value>,
+        walk: &mut Walk<'a>,
+    ) -> Result<(), String> {
+        let map = keys
+            .iter()
+            .try_fold(self.root, |value, key| value.get(key))
+            .and_then(Value::as_object);
+        for (name, entry) in map.into_iter().flatten() {
+            if let Some(schema) = schema_of(entry) {
+                walk.within(keys.map(Key), |walk| {
+                    walk.within([Key(name)], |walk| self.schema(schema, walk))
+                })?;
             }
         }
-        for (here, list) in parameter_lists {
-            let Some(list) = list.and_then(Value::as_array) else {
-                continue;
-            };
-            for (index, parameter) in list.iter().enumerate() {
-                let parameter = self.deref(parameter);
-                // Swagger 2.0 non-body parameters carry type/default themselves.
-                let schema = parameter.get("schema").unwrap_or(parameter);
-                roots.push((format!("{here} → parameters → {index}"), schema));
-            }
-        }
-        for (here, body) in bodies {
-            let body = self.deref(body);
-            if let Some(schema) = body.get("schema") {
-                roots.push((format!("{here} → schema"), schema));
-            }
-            for (media_type, media) in body
-                .get("content")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flat_map(Map::iter)
-            {
-                if let Some(schema) = media.get("schema") {
-                    roots.push((format!("{here} → content → {media_type} → schema"), schema));
-                }
-            }
-        }
+        Ok(())
     }
 
-    fn schema(
+    /// The schemas of a path item's parameters (the path item's, then each operation's),
+    /// then of its operations' request bodies and responses, each named by where it is
+    /// (`paths → /a → get → parameters → 0`).
+    fn operation_schemas(&self, item: &'a Value, walk: &mut Walk<'a>) -> Result<(), String> {
+        self.parameter_schemas(item.get("parameters"), walk)?;
+        for method in METHODS {
+            if let Some(operation) = item.get(method) {
+                walk.within([Key(method)], |walk| {
+                    self.parameter_schemas(operation.get("parameters"), walk)
+                })?;
+            }
+        }
+        for method in METHODS {
+            let Some(operation) = item.get(method) else {
+                continue;
+            };
+            if let Some(body) = operation.get("requestBody") {
+                walk.within([Key(method), Key("requestBody")], |walk| {
+                    self.body_schemas(body, walk)
+                })?;
+            }
+            let responses = operation.get("responses").and_then(Value::as_object);
+            for (code, response) in responses.into_iter().flatten() {
+                walk.within([Key(method), Key("responses"), Key(code)], |walk| {
+                    self.body_schemas(response, walk)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn parameter_schemas(
         &self,
-        name: &str,
-        schema: &'a Value,
-        visited: &mut BTreeSet<*const Value>,
+        list: Option<&'a Value>,
+        walk: &mut Walk<'a>,
     ) -> Result<(), String> {
+        let Some(list) = list.and_then(Value::as_array) else {
+            return Ok(());
+        };
+        for (index, parameter) in list.iter().enumerate() {
+            let parameter = self.deref(parameter);
+            // Swagger 2.0 non-body parameters carry type/default themselves.
+            let schema = parameter.get("schema").unwrap_or(parameter);
+            walk.within([Key("parameters"), Index(index)], |walk| {
+                self.schema(schema, walk)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A request body's or response's schema (Swagger 2.0) and those of its media types.
+    fn body_schemas(&self, body: &'a Value, walk: &mut Walk<'a>) -> Result<(), String> {
+        let body = self.deref(body);
+        if let Some(schema) = body.get("schema") {
+            walk.within([Key("schema")], |walk| self.schema(schema, walk))?;
+        }
+        let media_types = body.get("content").and_then(Value::as_object);
+        for (media_type, media) in media_types.into_iter().flatten() {
+            if let Some(schema) = media.get("schema") {
+                walk.within([Key("content"), Key(media_type), Key("schema")], |walk| {
+                    self.schema(schema, walk)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn schema(&self, schema: &'a Value, walk: &mut Walk<'a>) -> Result<(), String> {
         let schema = self.deref(schema);
-        if !visited.insert(std::ptr::from_ref(schema)) {
+        if !walk.visited.insert(std::ptr::from_ref(schema)) {
             return Ok(());
         }
         let Some(object) = schema.as_object() else {
@@ -121,8 +162,9 @@ impl<'a> Checker<'a> {
         if let Some(default) = object.get("default") {
             let nullable = object.get("nullable").and_then(Value::as_bool) == Some(true);
             if !(default.is_null() && nullable) {
-                check_default(object, default)
-                    .map_err(|problem| format!("at {name}: default {default} {problem}"))?;
+                check_default(object, default).map_err(|problem| {
+                    format!("at {}: default {default} {problem}", render(&walk.path))
+                })?;
             }
         }
         for key in ["allOf", "anyOf", "oneOf"] {
@@ -132,21 +174,17 @@ impl<'a> Checker<'a> {
                 .into_iter()
                 .flatten()
             {
-                self.schema(name, inner, visited)?;
+                self.schema(inner, walk)?;
             }
         }
         for key in ["not", "items", "additionalProperties"] {
             if let Some(inner) = object.get(key).filter(|v| v.is_object()) {
-                self.schema(name, inner, visited)?;
+                self.schema(inner, walk)?;
             }
         }
-        for (property, inner) in object
-            .get("properties")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-        {
-            self.schema(&format!("{name} → {property}"), inner, visited)?;
+        let properties = object.get("properties").and_then(Value::as_object);
+        for (property, inner) in properties.into_iter().flatten() {
+            walk.within([Key(property)], |walk| self.schema(inner, walk))?;
         }
         Ok(())
     }

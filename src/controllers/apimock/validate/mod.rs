@@ -89,7 +89,7 @@ fn render(path: &[Segment<'_>]) -> String {
 struct Checker<'a> {
     root: &'a Value,
     generation: Generation,
-    operation_ids: BTreeSet<String>,
+    operation_ids: BTreeSet<&'a str>,
     /// `$ref` targets already known to reach a value (each chain is walked once).
     reaching: std::cell::RefCell<BTreeSet<&'a str>>,
 }
@@ -313,6 +313,86 @@ mod tests {
         validate(&nullable, Generation::OpenApi30).unwrap();
     }
 
+    /// Every kind of place a schema sits is named in the message, key by key.
+    #[test]
+    fn a_bad_default_is_named_by_where_its_schema_sits() {
+        let bad = json!({"type": "integer", "default": "x"});
+        let in_media =
+            json!({"application/json": {"schema": {"type": "object", "properties": {"n": bad}}}});
+        let cases = [
+            (
+                v30(
+                    json!({}),
+                    json!({"schemas": {"S": {"allOf": [{"properties": {"n": bad}}]}}}),
+                ),
+                Generation::OpenApi30,
+                "components → schemas → S → n",
+            ),
+            (
+                v30(
+                    json!({}),
+                    json!({"parameters": {"P": {"name": "p", "in": "query", "schema": bad}}}),
+                ),
+                Generation::OpenApi30,
+                "components → parameters → P",
+            ),
+            (
+                v30(
+                    json!({"/a": {"parameters": [{"name": "p", "in": "query", "schema": bad}], "get": {"responses": ok()}}}),
+                    json!({}),
+                ),
+                Generation::OpenApi30,
+                "paths → /a → parameters → 0",
+            ),
+            (
+                v30(
+                    json!({"/a": {"post": {"requestBody": {"content": in_media}, "responses": ok()}}}),
+                    json!({}),
+                ),
+                Generation::OpenApi30,
+                "paths → /a → post → requestBody → content → application/json → schema → n",
+            ),
+            (
+                v30(
+                    json!({"/a": {"get": {"responses": {"200": {"description": "d", "content": in_media}}}}}),
+                    json!({}),
+                ),
+                Generation::OpenApi30,
+                "paths → /a → get → responses → 200 → content → application/json → schema → n",
+            ),
+            (
+                json!({"swagger": "2.0", "info": {"title": "t", "version": "1"}, "paths": {"/a": {"get": {"responses": {"200": {"description": "d", "schema": bad}}}}}}),
+                Generation::Swagger2,
+                "paths → /a → get → responses → 200 → schema",
+            ),
+            (
+                json!({"swagger": "2.0", "info": {"title": "t", "version": "1"}, "paths": {}, "definitions": {"D": {"type": "object", "properties": {"n": bad}}}}),
+                Generation::Swagger2,
+                "definitions → D → n",
+            ),
+        ];
+        for (document, generation, place) in cases {
+            let error = validate(&document, generation).unwrap_err().message;
+            assert!(
+                error.contains(&format!("at {place}: default \"x\" is not of type integer")),
+                "{place}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn named_schemas_are_checked_before_those_of_operations() {
+        let doc = v30(
+            json!({"/a": {"get": {"parameters": [{"name": "p", "in": "query", "schema": {"type": "string", "default": 1}}], "responses": ok()}}}),
+            json!({"schemas": {"S": {"type": "string", "default": 2}}}),
+        );
+        let error = validate(&doc, Generation::OpenApi30).unwrap_err().message;
+        assert!(
+            error.contains("at components → schemas → S: default 2"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn meta_schema_errors_say_where() {
         let doc = json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {"items": {}}});
@@ -324,7 +404,7 @@ mod tests {
     fn template_parameters_are_extracted() {
         assert_eq!(
             template_parameters("/a/{x}/b/{y}"),
-            BTreeSet::from(["x".to_owned(), "y".to_owned()])
+            BTreeSet::from(["x", "y"])
         );
         assert!(template_parameters("/a/{").is_empty());
     }

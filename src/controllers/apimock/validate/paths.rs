@@ -13,6 +13,7 @@ impl<'a> Checker<'a> {
             return Ok(());
         };
         for (template, item) in paths {
+            let template = template.as_str();
             let item = self.deref(item);
             let Some(item) = item.as_object() else {
                 continue;
@@ -38,10 +39,10 @@ impl<'a> Checker<'a> {
         method: &str,
         operation: &'a Value,
         shared: Option<&'a Value>,
-        in_template: &BTreeSet<String>,
+        in_template: &BTreeSet<&str>,
     ) -> Result<(), String> {
         if let Some(id) = operation.get("operationId").and_then(Value::as_str)
-            && !self.operation_ids.insert(id.to_owned())
+            && !self.operation_ids.insert(id)
         {
             return Err(format!(
                 "operationId '{id}' of {method} {template} is used by another operation too"
@@ -61,7 +62,7 @@ impl<'a> Checker<'a> {
                 if parameter.get("in").and_then(Value::as_str) == Some("path")
                     && let Some(name) = parameter.get("name").and_then(Value::as_str)
                 {
-                    declared.insert(name.to_owned());
+                    declared.insert(name);
                 }
             }
         }
@@ -106,14 +107,14 @@ impl<'a> Checker<'a> {
 }
 
 /// The names between braces in a path template: `/pets/{id}` → `{"id"}`.
-pub(super) fn template_parameters(template: &str) -> BTreeSet<String> {
+pub(super) fn template_parameters(template: &str) -> BTreeSet<&str> {
     let mut names = BTreeSet::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
         let Some(close) = after.find('}') else { break };
         if close > 0 {
-            names.insert(after[..close].to_owned());
+            names.insert(&after[..close]);
         }
         rest = &after[close + 1..];
     }
