@@ -19,7 +19,7 @@ mod metaschema;
 mod paths;
 mod refs;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
 
@@ -61,6 +61,7 @@ pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid>
         generation,
         operation_ids: BTreeSet::new(),
         reaching: std::cell::RefCell::new(BTreeSet::new()),
+        chain_ends: std::cell::RefCell::new(HashMap::new()),
     };
     checker
         .references(document, &mut Vec::new())
@@ -92,6 +93,8 @@ struct Checker<'a> {
     operation_ids: BTreeSet<&'a str>,
     /// `$ref` targets already known to reach a value (each chain is walked once).
     reaching: std::cell::RefCell<BTreeSet<&'a str>>,
+    /// Where `deref` ends for a first `$ref` target.
+    chain_ends: std::cell::RefCell<HashMap<&'a str, &'a Value>>,
 }
 
 const METHODS: [&str; 8] = [

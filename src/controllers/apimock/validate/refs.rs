@@ -1,6 +1,9 @@
 //! `$ref`s: every local reference must point at something, and a chain of references
 //! must end in a value (the mock gets one self-contained file).
 
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
 use serde_json::Value;
 
 use super::{Checker, Segment, render};
@@ -51,12 +54,15 @@ impl<'a> Checker<'a> {
     /// only the `$ref` at the top of each target is followed.
     fn reaches_a_value(&self, first: &'a str) -> Result<(), String> {
         let mut chain: Vec<&'a str> = Vec::new();
+        // The chain's links as a set too: a chain thousands of links long must not cost a
+        // scan of itself per link.
+        let mut on_chain: BTreeSet<&'a str> = BTreeSet::new();
         let mut target = first;
         loop {
             if self.reaching.borrow().contains(target) {
                 break;
             }
-            if chain.contains(&target) {
+            if !on_chain.insert(target) {
                 return Err(format!(
                     "is a cycle of references that never reaches a value ({} → {target})",
                     chain.join(" → ")
@@ -87,26 +93,65 @@ impl<'a> Checker<'a> {
             // document's root (whose fields would be read as a parameter's or a schema's).
             return Ok(&UNKNOWN);
         };
-        let decoded = percent_decode(fragment);
-        self.root
-            .pointer(&decoded)
-            .ok_or_else(|| "points at nothing in this document".to_owned())
+        let decoded = if fragment.contains('%') {
+            Cow::Owned(percent_decode(fragment))
+        } else {
+            Cow::Borrowed(fragment)
+        };
+        pointer(self.root, &decoded).ok_or_else(|| "points at nothing in this document".to_owned())
     }
 
-    /// Follows a `$ref` chain (bounded) to the object it names.
+    /// Follows a `$ref` chain (bounded) to the object it names. The end of each chain is
+    /// remembered by its first target: thousands of schemas may name one long chain.
     pub(super) fn deref(&self, value: &'a Value) -> &'a Value {
+        let Some(first) = value.get("$ref").and_then(Value::as_str) else {
+            return value;
+        };
+        if let Some(end) = self.chain_ends.borrow().get(first) {
+            return end;
+        }
         let mut current = value;
         for _ in 0..32 {
             match current.get("$ref").and_then(Value::as_str) {
                 Some(target) => match self.resolve(target) {
                     Ok(next) => current = next,
-                    Err(_) => return current,
+                    Err(_) => break,
                 },
-                None => return current,
+                None => break,
             }
         }
+        self.chain_ends.borrow_mut().insert(first, current);
         current
     }
+}
+
+/// What `serde_json::Value::pointer` finds at `pointer`, without its allocation per
+/// segment: a document is resolved thousands of times over while it is checked.
+fn pointer<'v>(root: &'v Value, pointer: &str) -> Option<&'v Value> {
+    if pointer.is_empty() {
+        return Some(root);
+    }
+    let rest = pointer.strip_prefix('/')?;
+    rest.split('/').try_fold(root, |at, token| {
+        let unescaped = if token.contains('~') {
+            Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+        } else {
+            Cow::Borrowed(token)
+        };
+        match at {
+            Value::Object(fields) => fields.get(unescaped.as_ref()),
+            Value::Array(items) => array_index(&unescaped).and_then(|index| items.get(index)),
+            _ => None,
+        }
+    })
+}
+
+/// An array index as JSON Pointer writes it: digits, without a sign or a leading zero.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() > 1) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 pub(crate) fn percent_decode(text: &str) -> String {
@@ -126,4 +171,113 @@ pub(crate) fn percent_decode(text: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::controllers::apimock::verdict::Generation;
+
+    #[test]
+    fn pointers_resolve_as_serde_json_resolves_them() {
+        let document = json!({
+            "a": {"b/c": 1, "d~e": 2, "": 3, "~1": 4, "0": 5},
+            "list": [10, [20, 21], {"x": 30}],
+            "%25": 6,
+        });
+        let pointers = [
+            "",
+            "/",
+            "/a",
+            "/a/",
+            "/a/b~1c",
+            "/a/d~0e",
+            "/a/",
+            "/a/~01",
+            "/a/0",
+            "/a/b/c",
+            "/list/0",
+            "/list/1/1",
+            "/list/2/x",
+            "/list/01",
+            "/list/+1",
+            "/list/-1",
+            "/list/3",
+            "/list/ 1",
+            "/list/1e0",
+            "a",
+            "#/a",
+            "/%25",
+            "/nothing",
+            "/a/~2",
+            "/list/18446744073709551616",
+        ];
+        for text in pointers {
+            assert_eq!(
+                pointer(&document, text),
+                document.pointer(text),
+                "pointer {text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_reference_chains_are_followed_and_long_cycles_refused() {
+        let chain = |links: usize, last: Value| {
+            let mut schemas = serde_json::Map::new();
+            for i in 0..links {
+                schemas.insert(
+                    format!("s{i}"),
+                    json!({"$ref": format!("#/components/schemas/s{}", i + 1)}),
+                );
+            }
+            schemas.insert(format!("s{links}"), last);
+            json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+                   "paths": {"/a": {"get": {"responses": {"200": {"description": "d",
+                       "content": {"application/json": {"schema": {"$ref": "#/components/schemas/s0"}}}}}}}},
+                   "components": {"schemas": schemas}})
+        };
+        super::super::validate(
+            &chain(3000, json!({"type": "string"})),
+            Generation::OpenApi30,
+        )
+        .unwrap();
+        let cycle = chain(3000, json!({"$ref": "#/components/schemas/s0"}));
+        let error = super::super::validate(&cycle, Generation::OpenApi30)
+            .unwrap_err()
+            .message;
+        assert!(error.contains("is a cycle of references"), "{error}");
+    }
+
+    #[test]
+    fn deref_stops_after_32_links_whether_or_not_it_remembers_the_chain() {
+        let mut schemas = serde_json::Map::new();
+        for i in 0..40 {
+            schemas.insert(
+                format!("s{i}"),
+                json!({"$ref": format!("#/components/schemas/s{}", i + 1)}),
+            );
+        }
+        schemas.insert("s40".to_owned(), json!({"type": "string"}));
+        let document = json!({"components": {"schemas": schemas}, "a": {"$ref": "#/components/schemas/s0"}, "b": {"$ref": "#/components/schemas/s0"}});
+        let checker = Checker {
+            root: &document,
+            generation: Generation::OpenApi30,
+            operation_ids: BTreeSet::new(),
+            reaching: std::cell::RefCell::new(BTreeSet::new()),
+            chain_ends: std::cell::RefCell::new(std::collections::HashMap::new()),
+        };
+        let thirty_second = &document["components"]["schemas"]["s31"];
+        assert_eq!(checker.deref(&document["a"]), thirty_second);
+        // The second holder of the same first target gets the remembered end.
+        assert!(std::ptr::eq(checker.deref(&document["b"]), thirty_second));
+        let end = &document["components"]["schemas"]["s40"];
+        assert!(std::ptr::eq(checker.deref(end), end));
+        assert!(std::ptr::eq(
+            checker.deref(&document["components"]["schemas"]["s39"]),
+            end
+        ));
+    }
 }
