@@ -40,12 +40,12 @@ impl<'a> Checker<'a> {
         };
         match self.generation {
             Generation::Swagger2 => {
-                self.named(["definitions"], |schema| Some(schema), &mut walk)?;
+                self.named(["definitions"], Some, &mut walk)?;
                 // Swagger 2.0 non-body parameters carry type/default themselves.
-                self.named(["parameters"], |parameter| Some(parameter), &mut walk)?;
+                self.named(["parameters"], Some, &mut walk)?;
             }
             Generation::OpenApi30 | Generation::OpenApi31 => {
-                self.named(["components", "schemas"], |schema| Some(schema), &mut walk)?;
+                self.named(["components", "schemas"], Some, &mut walk)?;
                 self.named(
                     ["components", "parameters"],
                     |parameter| parameter.get("schema"),
