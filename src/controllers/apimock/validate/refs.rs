@@ -101,27 +101,34 @@ impl<'a> Checker<'a> {
         pointer(self.root, &decoded).ok_or_else(|| "points at nothing in this document".to_owned())
     }
 
-    /// Follows a `$ref` chain (bounded) to the object it names. The end of each chain is
-    /// remembered by its first target: thousands of schemas may name one long chain.
+    /// Follows a `$ref` chain to the object it names: the end, or the last link that
+    /// resolves, or where a cycle closes (`references` refuses both before anything else
+    /// asks). The end is remembered for every link on the way, so thousands of schemas
+    /// naming one chain, or the links of one long chain, cost one walk of it in all.
     pub(super) fn deref(&self, value: &'a Value) -> &'a Value {
-        let Some(first) = value.get("$ref").and_then(Value::as_str) else {
-            return value;
-        };
-        if let Some(end) = self.chain_ends.borrow().get(first) {
-            return end;
-        }
         let mut current = value;
-        for _ in 0..32 {
-            match current.get("$ref").and_then(Value::as_str) {
-                Some(target) => match self.resolve(target) {
-                    Ok(next) => current = next,
-                    Err(_) => break,
-                },
-                None => break,
+        let mut links: Vec<&'a str> = Vec::new();
+        let mut on_chain: BTreeSet<&'a str> = BTreeSet::new();
+        let end = loop {
+            let Some(target) = current.get("$ref").and_then(Value::as_str) else {
+                break current;
+            };
+            if let Some(end) = self.chain_ends.borrow().get(target) {
+                break *end;
             }
-        }
-        self.chain_ends.borrow_mut().insert(first, current);
-        current
+            if !on_chain.insert(target) {
+                break current;
+            }
+            links.push(target);
+            match self.resolve(target) {
+                Ok(next) => current = next,
+                Err(_) => break current,
+            }
+        };
+        self.chain_ends
+            .borrow_mut()
+            .extend(links.into_iter().map(|link| (link, end)));
+        end
     }
 }
 
@@ -252,7 +259,7 @@ mod tests {
     }
 
     #[test]
-    fn deref_stops_after_32_links_whether_or_not_it_remembers_the_chain() {
+    fn deref_follows_a_chain_to_its_end_however_it_is_entered() {
         let mut schemas = serde_json::Map::new();
         for i in 0..40 {
             schemas.insert(
@@ -261,7 +268,14 @@ mod tests {
             );
         }
         schemas.insert("s40".to_owned(), json!({"type": "string"}));
-        let document = json!({"components": {"schemas": schemas}, "a": {"$ref": "#/components/schemas/s0"}, "b": {"$ref": "#/components/schemas/s0"}});
+        schemas.insert("c0".to_owned(), json!({"$ref": "#/components/schemas/c1"}));
+        schemas.insert("c1".to_owned(), json!({"$ref": "#/components/schemas/c0"}));
+        schemas.insert(
+            "gap".to_owned(),
+            json!({"$ref": "#/components/schemas/none"}),
+        );
+        let document = json!({"components": {"schemas": schemas},
+            "a": {"$ref": "#/components/schemas/s0"}, "b": {"$ref": "#/components/schemas/s0"}});
         let checker = Checker {
             root: &document,
             generation: Generation::OpenApi30,
@@ -269,15 +283,19 @@ mod tests {
             reaching: std::cell::RefCell::new(BTreeSet::new()),
             chain_ends: std::cell::RefCell::new(std::collections::HashMap::new()),
         };
-        let thirty_second = &document["components"]["schemas"]["s31"];
-        assert_eq!(checker.deref(&document["a"]), thirty_second);
-        // The second holder of the same first target gets the remembered end.
-        assert!(std::ptr::eq(checker.deref(&document["b"]), thirty_second));
-        let end = &document["components"]["schemas"]["s40"];
+        let schemas = &document["components"]["schemas"];
+        let end = &schemas["s40"];
+        assert!(std::ptr::eq(checker.deref(&schemas["s20"]), end));
+        // Entered before the links already walked, and again through a remembered link.
+        assert!(std::ptr::eq(checker.deref(&document["a"]), end));
+        assert!(std::ptr::eq(checker.deref(&document["b"]), end));
+        assert!(std::ptr::eq(checker.deref(&schemas["s39"]), end));
         assert!(std::ptr::eq(checker.deref(end), end));
+        // A cycle or a link to nothing stops the walk where it closes or breaks.
+        assert!(checker.deref(&schemas["c0"]).get("$ref").is_some());
         assert!(std::ptr::eq(
-            checker.deref(&document["components"]["schemas"]["s39"]),
-            end
+            checker.deref(&schemas["gap"]),
+            &schemas["gap"]
         ));
     }
 }
