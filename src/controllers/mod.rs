@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use self::registry::{CallOutcome, Prepared, Registry, parse_request};
+pub use self::registry::{CallOutcome, Prepared, Registry, SlowWork, parse_request};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
@@ -120,8 +120,9 @@ pub trait CompositeHooks: Send + Sync + 'static {
     /// The sync answer if it can be given without slow work (validating a definition
     /// not seen before, or anything else that can take more than a fraction of a
     /// millisecond): the server tries this on an async worker first for a small call.
-    /// `None` sends the call to a compute thread, where [`CompositeHooks::sync`] answers
-    /// it; so does the default, for a controller that has not checked its slow paths.
+    /// `None` sends the call where slow work may run (a compute thread, or for work on a
+    /// small request alone a task of its own), where [`CompositeHooks::sync`] answers it;
+    /// so does the default, for a controller that has not checked its slow paths.
     fn try_cached(
         &self,
         _request: &CompositeRequest,

@@ -231,6 +231,16 @@ pub struct Prepared {
     parent: ParentRef,
 }
 
+/// A call that needs slow work (see [`Prepared::attempt`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SlowWork {
+    /// The work depends on the request alone, so its cost is bounded by the request's
+    /// size: a controller that answers from the request alone (APIMock with an inline
+    /// definition) whose attempt looked up no source. Work that reads a source (a
+    /// snapshot to convert, a definition from git) is bounded by the source's limits.
+    pub bounded_by_request: bool,
+}
+
 enum Parsed {
     Composite(CompositeRequest),
     Decorator(DecoratorRequest),
@@ -260,14 +270,30 @@ impl Prepared {
     /// ([`CompositeHooks::try_cached`]); None when the call has to be
     /// [run](Prepared::run) where slow work is allowed.
     pub fn try_cached(&self, ctx: &Context) -> Option<CallOutcome> {
+        self.attempt(ctx).ok()
+    }
+
+    /// Like [`Prepared::try_cached`], telling, when the call needs slow work, whether that
+    /// work is bounded by the request's own bytes.
+    ///
+    /// # Errors
+    /// [`SlowWork`] when the call has to be [run](Prepared::run) where slow work is allowed.
+    pub fn attempt(&self, ctx: &Context) -> Result<CallOutcome, SlowWork> {
         let (Entry::Composite(c), Hook::Sync, Parsed::Composite(r)) =
             (&self.entry, self.hook, &self.request)
         else {
-            return None;
+            return Err(SlowWork {
+                bounded_by_request: false,
+            });
         };
         let (tried, read_a_source) = self.noting_sources(ctx, |ctx| c.try_cached(r, ctx));
-        let result = serialise(tried?);
-        Some(CallOutcome {
+        let Some(tried) = tried else {
+            return Err(SlowWork {
+                bounded_by_request: self.from_request && !read_a_source,
+            });
+        };
+        let result = serialise(tried);
+        Ok(CallOutcome {
             from_request_alone: self.from_request && result.is_ok() && !read_a_source,
             parent: self.parent.clone(),
             result,

@@ -34,7 +34,6 @@ use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::controllers::Registry;
@@ -297,7 +296,7 @@ pub struct Server {
     pub probe_addr: SocketAddr,
     probes: Arc<ProbeState>,
     hooks_serving: Serving,
-    probe_task: JoinHandle<std::io::Result<()>>,
+    probe_task: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
     probe_shutdown: tokio::sync::watch::Sender<bool>,
     settings: ServerSettings,
 }
@@ -367,8 +366,7 @@ impl Server {
         let hook_addr = hook_listener
             .local_addr()
             .map_err(listen("hooks", settings.listen))?;
-        let probe_listener = tokio::net::TcpListener::bind(settings.probe_listen)
-            .await
+        let probe_listener = std::net::TcpListener::bind(settings.probe_listen)
             .map_err(listen("probes", settings.probe_listen))?;
         let probe_addr = probe_listener
             .local_addr()
@@ -388,7 +386,8 @@ impl Server {
                 source,
             },
         })?;
-        let (probe_shutdown, probe_task) = serve_probes(probe_listener, probes.clone());
+        let (probe_shutdown, probe_task) = serve_probes(probe_listener, probes.clone())
+            .map_err(listen("probes", settings.probe_listen))?;
         probes.ready.store(true, Ordering::SeqCst);
         log_listening(&settings, hook_addr, probe_addr);
         Ok(Server {
@@ -431,20 +430,23 @@ impl Server {
                 source,
             })?;
         let _ = self.probe_shutdown.send(true);
-        finished("probe", self.probe_task.await)?;
+        match self.probe_task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(source)) => {
+                return Err(ServerError::Serve {
+                    what: "probe",
+                    source,
+                });
+            }
+            Err(_ended) => {
+                return Err(ServerError::Serve {
+                    what: "probe",
+                    source: std::io::Error::other("the probe thread ended without a result"),
+                });
+            }
+        }
         tracing::info!("shutdown complete");
         Ok(())
-    }
-}
-
-fn finished(
-    what: &'static str,
-    joined: Result<std::io::Result<()>, tokio::task::JoinError>,
-) -> Result<(), ServerError> {
-    match joined {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(source)) => Err(ServerError::Serve { what, source }),
-        Err(source) => Err(ServerError::Task { what, source }),
     }
 }
 
@@ -474,24 +476,40 @@ pub fn serve(
     Ok(Serving::start(listener, tls, connections.clone(), app)?)
 }
 
-/// Serves probes and metrics on `listener` until the returned sender says stop.
+/// Serves probes and metrics on `listener`, on a thread and runtime of their own, until the
+/// returned sender says stop (or is dropped); the receiver gets how serving ended. The
+/// kubelet's probes then never wait behind hook work on the async workers, however busy
+/// they are: a small call's slow work runs there (see `hooks::compute`).
 fn serve_probes(
-    listener: tokio::net::TcpListener,
+    listener: std::net::TcpListener,
     probes: Arc<ProbeState>,
-) -> (
+) -> std::io::Result<(
     tokio::sync::watch::Sender<bool>,
-    JoinHandle<std::io::Result<()>>,
-) {
+    tokio::sync::oneshot::Receiver<std::io::Result<()>>,
+)> {
+    listener.set_nonblocking(true)?;
     let (shutdown, mut stop) = tokio::sync::watch::channel(false);
+    let (done, finished) = tokio::sync::oneshot::channel();
     let app = probe_router(probes);
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
-    (shutdown, task)
+    let serve = move || -> std::io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                })
+                .await
+        })
+    };
+    std::thread::Builder::new()
+        .name("metahooks-probes".to_owned())
+        .spawn(move || {
+            let _ = done.send(serve());
+        })?;
+    Ok((shutdown, finished))
 }
 
 /// The start-up line: where the server listens and the limits it enforces.

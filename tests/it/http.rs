@@ -291,7 +291,8 @@ async fn a_timed_out_call_keeps_its_slot_until_its_work_ends() {
     let gate = Gate::default();
     let server = start_gated(settings, &gate).await;
     let base = format!("http://{}", server.hook_addr);
-    // A small body: every call is computed off the async workers, under the deadline.
+    // This controller's answers are not the request's alone: its work runs on a compute
+    // thread, under the deadline.
     let late = serde_json::to_vec(&hook_request("late")).unwrap();
     let (code, message) = error_of(post_raw(&base, "/slow/sync", late).await).await;
     assert_eq!(code, 503);
@@ -485,6 +486,75 @@ async fn etag_and_if_none_match() {
     assert_eq!(other.status(), 200);
     assert_ne!(other.headers()["etag"].to_str().unwrap(), etag);
     assert_ne!(other.text().await.unwrap(), body);
+}
+
+/// Notes the name of the thread each sync ran on.
+struct Where {
+    pure: bool,
+    threads: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl CompositeHooks for Where {
+    fn sync(&self, _: &CompositeRequest, _: &Context) -> Result<CompositeResponse, HookError> {
+        let name = std::thread::current().name().unwrap_or("").to_owned();
+        self.threads.lock().unwrap().push(name);
+        Ok(CompositeResponse::new(json!({}), vec![]))
+    }
+
+    fn finalize(
+        &self,
+        request: &CompositeRequest,
+        ctx: &Context,
+    ) -> Result<CompositeResponse, HookError> {
+        self.sync(request, ctx)
+    }
+
+    fn answers_only_from_request(&self) -> bool {
+        self.pure
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_slow_work_bounded_by_a_small_request_stays_off_the_compute_threads() {
+    let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let registry = [true, false]
+        .into_iter()
+        .fold(Registry::new(), |registry, pure| {
+            registry.composite(
+                if pure { "pure" } else { "impure" },
+                Where {
+                    pure,
+                    threads: threads.clone(),
+                },
+            )
+        });
+    let server = Server::start(support::local_settings(), registry, Clock::System)
+        .await
+        .expect("server starts");
+    let mut large = hook_request("large");
+    large["parent"]["metadata"]["annotations"] = json!({"pad": "x".repeat(70 * 1024)});
+    let cases = [
+        ("pure", hook_request("small"), false),
+        ("pure", large.clone(), true),
+        ("impure", hook_request("small"), true),
+        ("impure", large, true),
+    ];
+    for (controller, request, on_compute_thread) in cases {
+        let answer = post_raw(
+            &format!("http://{}", server.hook_addr),
+            &format!("/{controller}/sync"),
+            serde_json::to_vec(&request).unwrap(),
+        )
+        .await;
+        assert_eq!(answer.status(), 200);
+        let ran_on = threads.lock().unwrap().pop().expect("the sync ran");
+        assert_eq!(
+            ran_on.starts_with("metahooks-compute-"),
+            on_compute_thread,
+            "{controller}, {} bytes: ran on {ran_on}",
+            request.to_string().len()
+        );
+    }
 }
 
 /// Counts its syncs; says whether its answers depend on the request alone.

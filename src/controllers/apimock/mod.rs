@@ -485,7 +485,7 @@ mod tests {
         };
         assert!(
             prepared.try_cached(&ctx).is_none(),
-            "validating a new definition is slow work and must be left to a compute thread"
+            "validating a new definition is slow work and must be left to where slow work may run"
         );
         // The call then runs from its parsed request, as a full call would.
         let finished = prepared.run(&ctx).result;

@@ -1,7 +1,8 @@
 //! How much work a sync may do, for a controller that implements
 //! [`crate::controllers::CompositeHooks::try_cached`]: the same answer code runs with
 //! [`Effort::CachedOnly`] on an async worker and stops ([`Stop::NeedsSlowWork`]) where it
-//! would have to do slow work, or with [`Effort::Full`] on a compute thread.
+//! would have to do slow work, or with [`Effort::Full`] where slow work may run (a
+//! compute thread, or a task of its own when the work depends on a small request alone).
 
 use serde_json::Value;
 
