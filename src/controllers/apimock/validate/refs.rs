@@ -117,11 +117,15 @@ impl<'a> Checker<'a> {
                 break *end;
             }
             if !on_chain.insert(target) {
-                break current;
+                // Where a cycle closes depends on where it was entered: nothing to remember.
+                return current;
             }
-            links.push(target);
             match self.resolve(target) {
-                Ok(next) => current = next,
+                Ok(next) => {
+                    links.push(target);
+                    current = next;
+                }
+                // The links before this one end here, whoever holds the broken one.
                 Err(_) => break current,
             }
         };
