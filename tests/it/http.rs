@@ -488,32 +488,6 @@ async fn etag_and_if_none_match() {
     assert_ne!(other.text().await.unwrap(), body);
 }
 
-/// Notes the name of the thread each sync ran on.
-struct Where {
-    pure: bool,
-    threads: Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl CompositeHooks for Where {
-    fn sync(&self, _: &CompositeRequest, _: &Context) -> Result<CompositeResponse, HookError> {
-        let name = std::thread::current().name().unwrap_or("").to_owned();
-        self.threads.lock().unwrap().push(name);
-        Ok(CompositeResponse::new(json!({}), vec![]))
-    }
-
-    fn finalize(
-        &self,
-        request: &CompositeRequest,
-        ctx: &Context,
-    ) -> Result<CompositeResponse, HookError> {
-        self.sync(request, ctx)
-    }
-
-    fn answers_only_from_request(&self) -> bool {
-        self.pure
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_slow_work_bounded_by_a_small_request_stays_off_the_compute_threads() {
     let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -522,8 +496,9 @@ async fn only_slow_work_bounded_by_a_small_request_stays_off_the_compute_threads
         .fold(Registry::new(), |registry, pure| {
             registry.composite(
                 if pure { "pure" } else { "impure" },
-                Where {
+                Counted {
                     pure,
+                    syncs: Arc::default(),
                     threads: threads.clone(),
                 },
             )
@@ -557,10 +532,12 @@ async fn only_slow_work_bounded_by_a_small_request_stays_off_the_compute_threads
     }
 }
 
-/// Counts its syncs; says whether its answers depend on the request alone.
+/// Counts its syncs and notes the thread each ran on; says whether its answers depend on
+/// the request alone.
 struct Counted {
     pure: bool,
     syncs: Arc<std::sync::atomic::AtomicUsize>,
+    threads: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl CompositeHooks for Counted {
@@ -570,6 +547,8 @@ impl CompositeHooks for Counted {
         _: &Context,
     ) -> Result<CompositeResponse, HookError> {
         self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        self.threads.lock().unwrap().push(thread);
         Ok(CompositeResponse::new(
             json!({"seen": request.parent["metadata"]["name"]}),
             vec![],
@@ -601,6 +580,7 @@ async fn a_repeated_request_is_answered_from_memory_only_where_the_answer_is_the
             Counted {
                 pure: *pure,
                 syncs: syncs.clone(),
+                threads: Arc::default(),
             },
         );
     }
