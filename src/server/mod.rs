@@ -1,7 +1,8 @@
 //! The HTTP edge: the hook port (controllers under `/<controller>/<hook>`) and the probe
 //! port (`/healthz`, `/readyz`, `/metrics`). No controller logic lives here.
 //!
-//! [`hook_router`] and [`probe_router`] build the apps (tests drive them with `oneshot`);
+//! [`HookService`] answers the hook port (a hook's own path directly, the rest through
+//! [`hook_router`]) and [`probe_router`] the probe port;
 //! [`Server::start`] binds both ports and [`Server::run_until_signal`] handles SIGTERM:
 //! readiness turns 503 at once, hooks keep answering for the drain delay, then in-flight
 //! calls finish and the process exits.
@@ -10,6 +11,7 @@ mod answers;
 mod auth;
 mod compute;
 mod connections;
+mod dispatch;
 mod error;
 mod hooks;
 mod metrics;
@@ -19,6 +21,7 @@ mod tls;
 pub use auth::Auth;
 pub use compute::threads as compute_threads;
 pub use connections::Connections;
+pub use dispatch::HookService;
 pub use metrics::Metrics;
 pub use serving::Serving;
 pub use tls::TlsFiles;
@@ -376,7 +379,7 @@ impl Server {
             hook_listener,
             settings.tls.as_ref(),
             &hooks.connections,
-            hook_router(hooks.clone()),
+            HookService::new(hooks.clone()),
         )
         .map_err(|source| match source {
             ServeError::Tls(error) => ServerError::Tls(error),
@@ -470,7 +473,7 @@ pub fn serve(
     listener: std::net::TcpListener,
     tls: Option<&TlsFiles>,
     connections: &Connections,
-    app: Router,
+    app: impl serving::App,
 ) -> Result<Serving, ServeError> {
     let tls = tls.map(TlsFiles::server_config).transpose()?;
     Ok(Serving::start(listener, tls, connections.clone(), app)?)

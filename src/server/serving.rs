@@ -14,7 +14,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::response::Response;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
@@ -25,6 +26,33 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use super::connections::{Admitted, Connections};
+
+/// What can be served: a router, or the hook port's [`super::HookService`].
+pub trait App:
+    tower_service::Service<
+        axum::http::Request<Incoming>,
+        Response = Response,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> App for T where
+    T: tower_service::Service<
+            axum::http::Request<Incoming>,
+            Response = Response,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
 
 /// A router being served; stops when [`Serving::stop`] is called or it is dropped.
 pub struct Serving {
@@ -42,7 +70,7 @@ impl Serving {
         listener: std::net::TcpListener,
         tls: Option<Arc<rustls::ServerConfig>>,
         connections: Connections,
-        app: Router,
+        app: impl App,
     ) -> io::Result<Serving> {
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
@@ -88,10 +116,10 @@ fn http_builder() -> Builder<TokioExecutor> {
     builder
 }
 
-struct Accepting {
+struct Accepting<A> {
     tls: Option<TlsAcceptor>,
     connections: Connections,
-    app: Router,
+    app: A,
     http: Arc<Builder<TokioExecutor>>,
 }
 
@@ -109,7 +137,7 @@ fn out_of_resources(error: &io::Error) -> bool {
     )
 }
 
-impl Accepting {
+impl<A: App> Accepting<A> {
     async fn run(self, listener: TcpListener, mut stopped: oneshot::Receiver<Duration>) {
         let grace = loop {
             tokio::select! {
@@ -156,13 +184,14 @@ impl Accepting {
 
 /// Serves HTTP on one connection until it closes; asked to drain, it closes once its
 /// calls are answered.
-async fn serve<I>(
+async fn serve<I, A>(
     http: &Builder<TokioExecutor>,
     io: I,
-    service: super::connections::Timed<Router>,
+    service: super::connections::Timed<A>,
     admitted: &Admitted,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    A: App,
 {
     let connection = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     let mut connection = std::pin::pin!(connection);
