@@ -105,8 +105,17 @@ mod tests {
     use axum::http::{HeaderName, StatusCode, header};
     use http_body_util::BodyExt;
 
-    const FIXTURE: &[u8] =
-        include_bytes!("../../hooks-tests/apimock/definition-edited/request.json");
+    /// A sync request as Metacontroller sends it, from the golden fixtures (read when the
+    /// test runs: the image's build stage compiles the sources without them).
+    fn fixture() -> Bytes {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/hooks-tests/apimock/definition-edited/request.json"
+        );
+        std::fs::read(path)
+            .map(Bytes::from)
+            .unwrap_or_else(|error| panic!("{path}: {error}"))
+    }
 
     fn state() -> Arc<HookState> {
         let compute = compute::ComputePool::start(1, tokio::runtime::Handle::current())
@@ -157,7 +166,7 @@ mod tests {
         }
     }
 
-    fn request(method: Method, path: &str, body: &'static [u8]) -> Request<Body> {
+    fn request(method: Method, path: &str, body: Bytes) -> Request<Body> {
         let mut request = Request::new(Body::from(body));
         *request.method_mut() = method;
         *request.uri_mut() = path
@@ -170,22 +179,27 @@ mod tests {
     async fn every_call_is_answered_as_the_router_answers_it() {
         // Two servers' worth of state, so neither answer is the other's memo hit.
         let (direct, routed) = (state(), state());
-        let cases: [(Method, &str, &'static [u8]); 9] = [
-            (Method::POST, "/apimock/sync", FIXTURE),
-            (Method::POST, "/apimock/finalize", FIXTURE),
-            (Method::POST, "/configsync/sync", FIXTURE),
-            (Method::POST, "/apimock/sync", b"{not json"),
-            (Method::POST, "/ap%69mock/sync", FIXTURE),
-            (Method::POST, "/apimock/sync/", FIXTURE),
-            (Method::POST, "/nosuch/sync", FIXTURE),
-            (Method::GET, "/apimock/sync", b""),
-            (Method::PUT, "/apimock/sync", FIXTURE),
+        let fixture = fixture();
+        let cases = [
+            (Method::POST, "/apimock/sync", fixture.clone()),
+            (Method::POST, "/apimock/finalize", fixture.clone()),
+            (Method::POST, "/configsync/sync", fixture.clone()),
+            (
+                Method::POST,
+                "/apimock/sync",
+                Bytes::from_static(b"{not json"),
+            ),
+            (Method::POST, "/ap%69mock/sync", fixture.clone()),
+            (Method::POST, "/apimock/sync/", fixture.clone()),
+            (Method::POST, "/nosuch/sync", fixture.clone()),
+            (Method::GET, "/apimock/sync", Bytes::new()),
+            (Method::PUT, "/apimock/sync", fixture),
         ];
         let mut statuses = Vec::new();
         for (method, path, body) in cases {
             let through_service = seen(
                 HookService::new(direct.clone()),
-                request(method.clone(), path, body),
+                request(method.clone(), path, body.clone()),
             )
             .await;
             let through_router = seen(
@@ -203,5 +217,75 @@ mod tests {
                 "no case answered {status}: {statuses:?}"
             );
         }
+    }
+
+    /// Panics while trying to answer from what it remembers, which the server does on
+    /// the async worker, inside the call's own task: only the service's panic guard (or
+    /// the router's panic layer) stands between that panic and a dropped connection.
+    struct PanicsOnTheWorker;
+
+    impl crate::controllers::CompositeHooks for PanicsOnTheWorker {
+        fn sync(
+            &self,
+            _: &crate::protocol::CompositeRequest,
+            _: &crate::controllers::Context,
+        ) -> Result<crate::protocol::CompositeResponse, crate::error::HookError> {
+            Err(crate::error::HookError::Internal("not reached".to_owned()))
+        }
+
+        fn finalize(
+            &self,
+            request: &crate::protocol::CompositeRequest,
+            ctx: &crate::controllers::Context,
+        ) -> Result<crate::protocol::CompositeResponse, crate::error::HookError> {
+            self.sync(request, ctx)
+        }
+
+        fn try_cached(
+            &self,
+            _: &crate::protocol::CompositeRequest,
+            _: &crate::controllers::Context,
+        ) -> Option<Result<crate::protocol::CompositeResponse, crate::error::HookError>> {
+            panic!("a controller bug on the async worker")
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_in_the_call_is_a_500_with_a_json_body_either_way() {
+        let state = |registry| {
+            let compute = compute::ComputePool::start(1, tokio::runtime::Handle::current())
+                .unwrap_or_else(|error| panic!("compute thread: {error}"));
+            Arc::new(HookState::new(
+                registry,
+                Limits::default(),
+                None,
+                Clock::Fixed(jiff::Timestamp::UNIX_EPOCH),
+                compute,
+            ))
+        };
+        let registry = || Registry::new().composite("panics", PanicsOnTheWorker);
+        let body = Bytes::from_static(
+            br#"{"controller": {}, "parent": {"metadata": {"name": "p", "namespace": "n"}}, "children": {}}"#,
+        );
+        let direct = seen(
+            HookService::new(state(registry())),
+            request(Method::POST, "/panics/sync", body.clone()),
+        )
+        .await;
+        let routed = seen(
+            crate::server::hook_router(state(registry())),
+            request(Method::POST, "/panics/sync", body),
+        )
+        .await;
+        assert_eq!(direct, routed);
+        assert_eq!(direct.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let answer: serde_json::Value = serde_json::from_slice(&direct.body)
+            .unwrap_or_else(|error| panic!("the 500 has a JSON body: {error}"));
+        assert!(
+            answer["error"]
+                .as_str()
+                .is_some_and(|error| error.contains("internal fault")),
+            "{answer}"
+        );
     }
 }
