@@ -26,6 +26,10 @@ use super::{HookState, millis};
 use crate::controllers::{CallOutcome, ParentRef, Registry};
 use crate::error::HookError;
 use crate::protocol::Hook;
+use crate::telemetry::{AccessFields, AccessLine};
+
+/// What the access line of an answered call says.
+const ACCESS_MESSAGE: &str = "hook call";
 
 /// A hook this server has, resolved once when the router is built: each gets a path of
 /// its own, so a call finds its controller, its labels and its memo key without parsing
@@ -39,6 +43,8 @@ pub struct HookRoute {
     /// The key its calls are hashed under, for a controller whose answers are
     /// remembered by the request's bytes.
     memo: Option<RouteKey>,
+    /// What its access lines have in common.
+    access: &'static AccessFields,
 }
 
 impl HookRoute {
@@ -48,10 +54,17 @@ impl HookRoute {
         for name in registry.names() {
             let memo = registry.may_answer_from_request_alone(name);
             for hook in Hook::ALL {
+                let controller = super::metrics::label(name);
                 routes.push(HookRoute {
-                    controller: super::metrics::label(name),
+                    controller,
                     hook,
                     memo: memo.then(|| route_key(name, hook)),
+                    access: AccessFields::interned(
+                        module_path!(),
+                        ACCESS_MESSAGE,
+                        controller,
+                        hook.as_str(),
+                    ),
                 });
             }
         }
@@ -108,6 +121,10 @@ async fn called(
     let (parts, body) = request.into_parts();
     let headers = { parts }.headers;
     let (controller_label, hook_label) = labels(&state, &target);
+    let access = match &target {
+        Target::Hook(route) => Some(route.access),
+        Target::Unknown { .. } => None,
+    };
     // Everything logged while answering carries the call. Debug level: at info, making
     // the span (its fields formatted for the JSON layer) cost 13 % of steady-state
     // throughput (scripts/load.sh, 12 KiB), so info-level lines name the call themselves.
@@ -140,6 +157,7 @@ async fn called(
     log_call(
         controller_label,
         hook_label,
+        access,
         &parent,
         code,
         elapsed,
@@ -172,6 +190,7 @@ fn labels(state: &HookState, target: &Target) -> (&'static str, &'static str) {
 fn log_call(
     controller_label: &str,
     hook_label: &str,
+    access: Option<&AccessFields>,
     parent: &ParentRef,
     code: u16,
     elapsed: Duration,
@@ -197,15 +216,14 @@ fn log_call(
     match refusal {
         None => {
             let written = tracing::enabled!(tracing::Level::INFO)
-                && crate::telemetry::write_access_line(&crate::telemetry::AccessLine {
-                    target: module_path!(),
-                    message: "hook call",
-                    controller: controller_label,
-                    hook: hook_label,
-                    namespace: &parent.namespace,
-                    name: &parent.name,
-                    status: code,
-                    duration: elapsed,
+                && access.is_some_and(|fields| {
+                    crate::telemetry::write_access_line(&AccessLine {
+                        fields,
+                        namespace: &parent.namespace,
+                        name: &parent.name,
+                        status: code,
+                        duration: elapsed,
+                    })
                 });
             if !written {
                 access_line!(info, "hook call");

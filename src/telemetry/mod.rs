@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 
-pub use json::AccessLine;
+pub use json::{AccessFields, AccessLine};
 pub use queue::Flush;
 use queue::LogQueue;
 
