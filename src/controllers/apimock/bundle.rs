@@ -11,6 +11,7 @@ use super::definition::{Invalid, MAX_DEFINITION_BYTES, parse_document};
 use super::validate::percent_decode;
 use sha2::{Digest, Sha256};
 
+use crate::controllers::common::conditions::quoted;
 use crate::controllers::common::file_keys;
 use crate::controllers::common::reason::Reason;
 use crate::hash::sha256_hex;
@@ -157,7 +158,7 @@ pub fn gather(files: &BTreeMap<String, Content>, root: &str) -> Result<(Bundle, 
                 relative_target(&path, file).map_err(|why| {
                     Invalid::new(
                         Reason::ReferenceRefused,
-                        format!("{path}: $ref {reference:?} {why}"),
+                        format!("{path}: $ref {} {why}", quoted(&reference)),
                     )
                 })?
             };
@@ -168,7 +169,10 @@ pub fn gather(files: &BTreeMap<String, Content>, root: &str) -> Result<(Bundle, 
                 if gathered.document(&target).pointer(&pointer).is_none() {
                     return Err(Invalid::new(
                         Reason::InvalidReference,
-                        format!("{path}: $ref {reference:?} points at nothing in {target}"),
+                        format!(
+                            "{path}: $ref {} points at nothing in {target}",
+                            quoted(&reference)
+                        ),
                     ));
                 }
             }
@@ -223,8 +227,12 @@ impl Gathering<'_> {
             return Ok(());
         }
         let named = || match from {
-            Some((file, reference)) => format!("{file}: $ref {reference:?} names {path}, which"),
-            None => path.to_owned(),
+            Some((file, reference)) => format!(
+                "{file}: $ref {} names {}, which",
+                quoted(reference),
+                quoted(path)
+            ),
+            None => quoted(path),
         };
         let text = match self.available.get(path) {
             Some(Content::Text(text)) => text,
@@ -241,6 +249,19 @@ impl Gathering<'_> {
                 ));
             }
         };
+        // A path that cannot be a ConfigMap key is refused before its references are
+        // walked: each reference inside a file copies and compares that file's path, so a
+        // path of 100 KB named by 50,000 references cost half a second before the keys
+        // were checked at the end.
+        file_keys::key_of(path).map_err(|why| {
+            Invalid::new(
+                Reason::UnsupportedFileName,
+                match from {
+                    Some((file, reference)) => format!("{file}: $ref {}: {why}", quoted(reference)),
+                    None => why,
+                },
+            )
+        })?;
         self.bytes += path.len() + text.len();
         if self.bytes > MAX_DEFINITION_BYTES {
             return Err(Invalid::new(
@@ -554,5 +575,45 @@ mod tests {
         available.insert("x/y.yaml".to_owned(), Content::Binary(vec![0xff, 0xfe]));
         let binary = gather(&available, "openapi.yaml").err();
         assert!(binary.is_some_and(|e| e.message.contains("not UTF-8")));
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_a_key_is_refused_before_its_references_are_walked() {
+        // Walking a file's references copies and compares its path once per reference:
+        // a 100 KB path named by 50,000 of them cost half a second. The file below also
+        // names a file that does not exist; walked, that would be the refusal.
+        let deep = format!("{}x.yaml", "d".repeat(250).repeat(2) + "/");
+        let root = format!(
+            "openapi: 3.0.3\ninfo: {{title: t, version: '1'}}\npaths: {{}}\ncomponents:\n  schemas:\n    A: {{$ref: '{deep}#/a'}}\n"
+        );
+        let files = files(&[
+            ("openapi.yaml", &root),
+            (&deep, "a: {$ref: 'missing.yaml'}\n"),
+        ]);
+        let Err(refused) = gather(&files, "openapi.yaml") else {
+            panic!(
+                "a path of {} characters cannot be a ConfigMap key",
+                deep.len()
+            );
+        };
+        assert_eq!(
+            refused.reason,
+            Reason::UnsupportedFileName,
+            "{}",
+            refused.message
+        );
+        assert!(
+            refused.message.starts_with("openapi.yaml: $ref "),
+            "{}",
+            refused.message
+        );
+        // The path is named, in part: a message has room for what is wrong, not for the
+        // whole of what an attacker wrote.
+        assert!(refused.message.len() < 1_000, "{}", refused.message);
+        assert!(
+            refused.message.contains("characters in all"),
+            "{}",
+            refused.message
+        );
     }
 }

@@ -109,8 +109,48 @@ pub fn observed(parent: &Value) -> Vec<Condition> {
         .unwrap_or_default()
 }
 
+/// The longest message a condition may carry: `metav1.Condition`'s limit and our CRDs'
+/// (`maxLength` counts characters; a message cut to this many bytes is within it). The
+/// API server refuses a whole status with one longer message, and the parent would
+/// then show nothing at all.
+pub const MAX_MESSAGE_BYTES: usize = 32 * 1024;
+
+/// `text` quoted for a message, with at most [`QUOTED_CHARS`] of its characters: names
+/// and references come from CRs and repositories, and one can be as long as the file
+/// that holds it.
+pub fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!(
+            "{:?}… ({} characters in all)",
+            &text[..cut],
+            text.chars().count()
+        ),
+    }
+}
+
+/// How much of a quoted name or reference a message shows.
+pub const QUOTED_CHARS: usize = 200;
+
+/// `message` within [`MAX_MESSAGE_BYTES`], cut on a character boundary with a note of
+/// how long it was.
+fn within_limit(mut message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let note = format!("… (cut: {} bytes in all)", message.len());
+    let mut cut = MAX_MESSAGE_BYTES - note.len();
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    message.truncate(cut);
+    message.push_str(&note);
+    message
+}
+
 /// Turns decided conditions into status conditions, keeping each one's transition time
 /// from `previous` unless its status flipped (or it is new), in which case it gets `now`.
+/// A message longer than the API server accepts is cut (see [`MAX_MESSAGE_BYTES`]).
 pub fn settle(
     decided: Vec<Decided>,
     previous: &[Condition],
@@ -133,7 +173,7 @@ pub fn settle(
                 type_: d.type_.as_str().to_owned(),
                 status: status.to_owned(),
                 reason: d.reason.as_str().to_owned(),
-                message: d.message,
+                message: within_limit(d.message),
                 last_transition_time,
                 observed_generation: generation,
             }
@@ -217,5 +257,64 @@ mod tests {
     fn formats_whole_seconds() {
         let ts: jiff::Timestamp = "2026-11-30T10:00:01.75Z".parse().unwrap();
         assert_eq!(format_time(ts), "2026-11-30T10:00:01Z");
+    }
+
+    #[test]
+    fn a_message_is_cut_to_what_the_api_server_accepts() {
+        let decided = |message: String| {
+            vec![Decided::new(
+                ConditionType::Validated,
+                false,
+                Reason::InvalidDocument,
+                message,
+            )]
+        };
+        let settled = |message: String| {
+            settle(decided(message), &[], "2020-01-01T00:00:00Z", None)
+                .remove(0)
+                .message
+        };
+        // Two-byte characters across the cut: it must land between them.
+        let long = format!("a.yaml: {}", "é".repeat(40_000));
+        let cut = settled(long.clone());
+        assert!(cut.len() <= MAX_MESSAGE_BYTES, "{} bytes", cut.len());
+        assert!(
+            cut.len() > MAX_MESSAGE_BYTES - 64,
+            "as much as fits is kept"
+        );
+        assert!(cut.starts_with("a.yaml: é"));
+        assert!(
+            cut.ends_with(&format!("… (cut: {} bytes in all)", long.len())),
+            "{}",
+            &cut[cut.len() - 40..]
+        );
+        // The schema our CRDs declare agrees (maxLength counts characters).
+        let limit = conditions_schema(&mut schemars::SchemaGenerator::default())
+            .as_value()
+            .pointer("/items/properties/message/maxLength")
+            .and_then(Value::as_u64);
+        assert_eq!(limit, Some(MAX_MESSAGE_BYTES as u64));
+        let exact = "x".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(
+            settled(exact.clone()),
+            exact,
+            "a message that fits is kept whole"
+        );
+    }
+
+    #[test]
+    fn a_long_name_is_quoted_in_part() {
+        assert_eq!(quoted("pets.yaml"), "\"pets.yaml\"");
+        let long = "d/".repeat(1_000);
+        let shown = quoted(&long);
+        assert!(
+            shown.starts_with(&format!("{:?}", &long[..QUOTED_CHARS])),
+            "{shown}"
+        );
+        assert!(shown.ends_with("… (2000 characters in all)"), "{shown}");
+        assert_eq!(
+            quoted(&"é".repeat(QUOTED_CHARS)),
+            format!("{:?}", "é".repeat(QUOTED_CHARS))
+        );
     }
 }

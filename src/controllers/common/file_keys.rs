@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::conditions::quoted;
+
 /// The longest key the API server accepts.
 const MAX_KEY_LEN: usize = 253;
 
@@ -21,12 +23,15 @@ pub fn key_of(path: &str) -> Result<String, String> {
             .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
     if !allowed || key == "." || key.starts_with("..") {
         return Err(format!(
-            "{path:?} cannot be a ConfigMap key (letters, digits, '-', '_', '.' and '/' only, not starting with '..')"
+            "{} cannot be a ConfigMap key (letters, digits, '-', '_', '.' and '/' only, not starting with '..')",
+            quoted(path)
         ));
     }
     if key.len() > MAX_KEY_LEN {
         return Err(format!(
-            "{path:?} cannot be a ConfigMap key: as {key:?} it has {} characters, more than {MAX_KEY_LEN}",
+            "{} cannot be a ConfigMap key: as {} it has {} characters, more than {MAX_KEY_LEN}",
+            quoted(path),
+            quoted(&key),
             key.len()
         ));
     }
