@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::conditions::quoted;
+
 /// Why an env file cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {problem}")]
@@ -40,7 +42,8 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvLineError> {
             return Err(EnvLineError {
                 line: line_number,
                 problem: format!(
-                    "{name:?} is not a usable variable name (letters, digits and '_', not starting with a digit)"
+                    "{} is not a usable variable name (letters, digits and '_', not starting with a digit)",
+                    quoted(name)
                 ),
             });
         }
@@ -48,7 +51,7 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvLineError> {
         if let Err(problem) = check_env_value(&value) {
             return Err(EnvLineError {
                 line: line_number,
-                problem: format!("the value of {name} {problem}"),
+                problem: format!("the value of {} {problem}", quoted(name)),
             });
         }
         vars.insert(name.to_owned(), value);
@@ -126,5 +129,21 @@ mod tests {
         assert!(error.problem.contains("U+0000"), "{error}");
         assert!(parse("C=\u{1b}[31m\n").is_err());
         assert_eq!(parse("T=a\tb\n").unwrap()["T"], "a\tb");
+    }
+
+    #[test]
+    fn a_long_name_is_quoted_in_part() {
+        // A fetched file is an attacker's: a name can be as long as the file.
+        for (text, length) in [
+            (format!("{}-x=1\n", "N".repeat(100_000)), 100_002),
+            (format!("{}=a\u{1}b\n", "N".repeat(100_000)), 100_000),
+        ] {
+            let Err(error) = parse(&text) else {
+                panic!("refused");
+            };
+            assert!(error.problem.len() < 500, "{}", error.problem);
+            let note = format!("… ({length} characters in all)");
+            assert!(error.problem.contains(&note), "{}", error.problem);
+        }
     }
 }
