@@ -49,7 +49,7 @@ for replicas in $replica_counts; do
     hook=$(port); probe=$(port)
     "$bin" serve --listen "127.0.0.1:$hook" --probe-listen "127.0.0.1:$probe" \
       --shutdown-delay-seconds 0 --allow-scheme git --allow-private-addresses \
-      --cache-dir "$work/cache-$replicas-$r" >"$work/server-$replicas-$r.log" 2>&1 & pids+=($!); servers+=($!)
+      --log-level info,metahooks=debug --cache-dir "$work/cache-$replicas-$r" >"$work/server-$replicas-$r.log" 2>&1 & pids+=($!); servers+=($!)
     until curl -fs "http://127.0.0.1:$probe/readyz" >/dev/null 2>&1; do sleep 0.05; done
     urls+=(--hooks-url "http://127.0.0.1:$hook")
   done

@@ -57,8 +57,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// `metahooks serve`: the hook server (and the push receivers when configured) until
 /// SIGTERM or Ctrl-C.
 fn serve(args: &metahooks::cli::ServeArgs) -> anyhow::Result<()> {
-    // Held to the end: dropping it writes out the log lines still queued.
-    let _log = metahooks::telemetry::init(args.log_format)?;
+    // Held to the end: dropping it writes out the log lines still buffered.
+    let _log = metahooks::telemetry::init(args.log_format, &args.log_level)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

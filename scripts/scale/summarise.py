@@ -41,7 +41,7 @@ def server_times(logs):
     for log in logs:
         per_hook = {}
         for line in open(log, errors="replace"):
-            if '"hook call' not in line:
+            if '"hook call' not in line and '"hook answer' not in line:
                 continue
             try:
                 record = json.loads(line)

@@ -87,6 +87,7 @@ pub fn serve_settings_with_receivers(
             header_read_timeout: Duration::from_secs(args.header_read_timeout_seconds),
             idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
             max_connections,
+            max_header_bytes: args.max_header_bytes,
             compute_threads: args.compute_threads,
         },
         auth,

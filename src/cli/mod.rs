@@ -89,7 +89,8 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub body_read_timeout_seconds: u64,
-    /// Seconds a new connection may take to send its first request's headers; then it is closed.
+    /// Seconds a new connection may take to send its first request's headers (a TLS
+    /// handshake included); then it is closed.
     #[arg(
         long,
         env = "METAHOOKS_HEADER_READ_TIMEOUT_SECONDS",
@@ -104,6 +105,10 @@ pub struct ServeArgs {
     /// Open hook connections at most; more are closed as soon as they are accepted.
     #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Bytes of one request's head (request line and headers) at most; a connection
+    /// sending more is closed. Open connections × this bounds what heads can hold.
+    #[arg(long, env = "METAHOOKS_MAX_HEADER_BYTES", default_value_t = 64 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
+    pub max_header_bytes: usize,
     /// Threads hook answers are computed on (validation, building children); 0 chooses
     /// one per core the process may use.
     #[arg(long, env = "METAHOOKS_COMPUTE_THREADS", default_value_t = 0)]
@@ -158,6 +163,11 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "METAHOOKS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+    /// Log level, or filter directives such as `metahooks=debug,warn`. At info a hook call
+    /// is logged when its answer creates or deletes children, refused or failed; at debug
+    /// every call.
+    #[arg(long, env = "METAHOOKS_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
     /// Settings of the controllers served.
     #[command(flatten)]
     pub controllers: ControllerArgs,

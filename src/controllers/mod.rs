@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use self::registry::{CallOutcome, Prepared, Registry, SlowWork, parse_request};
+pub use self::registry::{CallOutcome, Changes, Prepared, Registry, SlowWork, parse_request};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,

@@ -1,7 +1,7 @@
 //! The registry: controllers by URL name, and one call made from request bytes to
 //! answer bytes (find the controller, parse the request, run the hook, serialise).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,7 +13,10 @@ use serde_json::Value;
 use super::{CompositeHooks, Context, ControllerSettings, DecoratorHooks, ParentRef, ParentType};
 use super::{apimock, common, configsync, monitoredservice};
 use crate::error::HookError;
-use crate::protocol::{CompositeRequest, CustomizeRequest, DecoratorRequest, Hook};
+use crate::protocol::{
+    CompositeRequest, CompositeResponse, CustomizeRequest, DecoratorRequest, DecoratorResponse,
+    Hook, ObjectMap, TypeKey, object_name,
+};
 use crate::source::{NoSources, SourceRequest, SourceState, Sources};
 
 #[derive(Clone)]
@@ -32,6 +35,58 @@ pub struct CallOutcome {
     /// from the request, and this call read no source), so the same request may be
     /// answered with the same bytes again.
     pub from_request_alone: bool,
+    /// What the answer changes among the children (None for a customize answer or none).
+    pub changes: Option<Changes>,
+}
+
+/// What an answer changes among the children (or a decorator's attachments), told from
+/// the names it asks for and the names it was sent: for the log line of a call that
+/// changes what exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Children asked for that do not exist yet.
+    pub created: usize,
+    /// Existing children the answer leaves out (Metacontroller deletes them).
+    pub deleted: usize,
+}
+
+impl Changes {
+    /// Whether nothing is created or deleted.
+    pub fn is_empty(&self) -> bool {
+        self.created == 0 && self.deleted == 0
+    }
+
+    /// The changes from `observed` to `desired`, each object named by its kind, API
+    /// version and name.
+    fn between(observed: &ObjectMap, desired: Option<&[Value]>) -> Changes {
+        let existing: BTreeSet<(String, String, &str)> = observed
+            .0
+            .iter()
+            .filter_map(|(key, objects)| Some((TypeKey::parse(key)?, objects)))
+            .flat_map(|(key, objects)| {
+                objects.values().map(move |object| {
+                    let name = object_name(object).unwrap_or_default();
+                    (key.kind.clone(), key.api_version.clone(), name)
+                })
+            })
+            .collect();
+        let wanted: BTreeSet<(String, String, &str)> = desired
+            .unwrap_or_default()
+            .iter()
+            .map(|object| {
+                let field = |key| {
+                    let text = object.get(key).and_then(Value::as_str).unwrap_or_default();
+                    text.to_owned()
+                };
+                let name = object_name(object).unwrap_or_default();
+                (field("kind"), field("apiVersion"), name)
+            })
+            .collect();
+        Changes {
+            created: wanted.difference(&existing).count(),
+            deleted: existing.difference(&wanted).count(),
+        }
+    }
 }
 
 impl CallOutcome {
@@ -40,6 +95,7 @@ impl CallOutcome {
             parent,
             result: Err(error),
             from_request_alone: false,
+            changes: None,
         }
     }
 }
@@ -292,8 +348,13 @@ impl Prepared {
                 bounded_by_request: self.from_request && !read_a_source,
             });
         };
+        let changes = tried
+            .as_ref()
+            .ok()
+            .map(|response| Changes::between(&r.children, response.children.as_deref()));
         let result = serialise(tried);
         Ok(CallOutcome {
+            changes,
             from_request_alone: self.from_request && result.is_ok() && !read_a_source,
             parent: self.parent.clone(),
             result,
@@ -321,25 +382,43 @@ impl Prepared {
     }
 
     fn dispatch(&self, ctx: &Context) -> CallOutcome {
-        let result = match (&self.entry, self.hook, &self.request) {
-            (Entry::Composite(c), _, Parsed::Customize(r)) => serialise(c.customize(r)),
-            (Entry::Decorator(d), _, Parsed::Customize(r)) => serialise(d.customize(r)),
+        let composite = |answer: Result<CompositeResponse, HookError>, r: &CompositeRequest| {
+            let changes = answer
+                .as_ref()
+                .ok()
+                .map(|response| Changes::between(&r.children, response.children.as_deref()));
+            (serialise(answer), changes)
+        };
+        let decorator = |answer: Result<DecoratorResponse, HookError>, r: &DecoratorRequest| {
+            let changes = answer
+                .as_ref()
+                .ok()
+                .map(|response| Changes::between(&r.attachments, response.attachments.as_deref()));
+            (serialise(answer), changes)
+        };
+        let (result, changes) = match (&self.entry, self.hook, &self.request) {
+            (Entry::Composite(c), _, Parsed::Customize(r)) => (serialise(c.customize(r)), None),
+            (Entry::Decorator(d), _, Parsed::Customize(r)) => (serialise(d.customize(r)), None),
             (Entry::Composite(c), Hook::Finalize, Parsed::Composite(r)) => {
-                serialise(c.finalize(r, ctx))
+                composite(c.finalize(r, ctx), r)
             }
-            (Entry::Composite(c), _, Parsed::Composite(r)) => serialise(c.sync(r, ctx)),
+            (Entry::Composite(c), _, Parsed::Composite(r)) => composite(c.sync(r, ctx), r),
             (Entry::Decorator(d), Hook::Finalize, Parsed::Decorator(r)) => {
-                serialise(d.finalize(r, ctx))
+                decorator(d.finalize(r, ctx), r)
             }
-            (Entry::Decorator(d), _, Parsed::Decorator(r)) => serialise(d.sync(r, ctx)),
-            _ => Err(HookError::Internal(
-                "a request was parsed for another kind of controller".to_owned(),
-            )),
+            (Entry::Decorator(d), _, Parsed::Decorator(r)) => decorator(d.sync(r, ctx), r),
+            _ => (
+                Err(HookError::Internal(
+                    "a request was parsed for another kind of controller".to_owned(),
+                )),
+                None,
+            ),
         };
         CallOutcome {
             parent: self.parent.clone(),
             result,
             from_request_alone: false,
+            changes,
         }
     }
 }

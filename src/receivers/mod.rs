@@ -81,13 +81,12 @@ pub async fn start(
         in_flight: Semaphore::new(MAX_IN_FLIGHT),
     });
     let app = router(state);
-    let limits = crate::server::Limits::default();
+    let limits = crate::server::Limits::default().connection_limits();
+    let slots = crate::server::Slots::new(limits.max_connections);
     let serving =
-        crate::server::serve(listener, None, &limits.connections(), app).map_err(|error| {
-            match error {
-                crate::server::ServeError::Listener(error) => error,
-                other => std::io::Error::other(other),
-            }
+        crate::server::serve(listener, None, limits, slots, app).map_err(|error| match error {
+            crate::server::ServeError::Listener(error) => error,
+            other => std::io::Error::other(other),
         })?;
     tracing::info!(%addr, "push receivers listening");
     Ok(Receivers {

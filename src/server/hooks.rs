@@ -1,13 +1,14 @@
 //! The hook endpoint: authenticate, take an in-flight slot, read the body (hashing it),
 //! send the remembered answer for those bytes or compute one under a deadline, add the
-//! ETag, log one line and count it.
+//! ETag, log and count the call.
 //!
-//! Order matters for what an attacker can cost us: the slot is taken *before* the body is
-//! read (so memory follows `--max-in-flight` × body limit, not the number of connections),
-//! and the slot is moved into the computation (so a call that timed out keeps counting
-//! against the limit until its work really stops). tower's concurrency layers release
-//! their permit when the response future ends, which is exactly what must not happen
-//! here, so the slot is held by hand.
+//! The in-flight slot is taken *before* the body is read (so memory follows
+//! `--max-in-flight` × body limit, not the number of connections) and is shared by the
+//! computation and the response body: it is free again only when the work has really
+//! stopped (a call answered 503 at its deadline keeps counting until its work ends) and
+//! the answer has been sent or dropped (a client that does not read its answers cannot
+//! pile them up). tower's concurrency layers free their permit when the response future
+//! ends, before either, which is why the slot is held here.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,17 +24,13 @@ use tracing::Instrument;
 use super::answers::{CallHasher, Remembered, RouteKey, route_key};
 use super::error::CallError;
 use super::{HookState, millis};
-use crate::controllers::{CallOutcome, ParentRef, Registry};
+use crate::controllers::{CallOutcome, Changes, ParentRef, Registry};
 use crate::error::HookError;
 use crate::protocol::Hook;
-use crate::telemetry::{AccessFields, AccessLine};
-
-/// What the access line of an answered call says.
-const ACCESS_MESSAGE: &str = "hook call";
 
 /// A hook this server has, resolved once when the router is built: each gets a path of
 /// its own, so a call finds its controller, its labels and its memo key without parsing
-/// the path (axum's path parameters cost a call ~3,000 instructions, callgrind).
+/// the path.
 #[derive(Debug, Clone, Copy)]
 pub struct HookRoute {
     /// The controller's name, which is also its metrics label.
@@ -43,8 +40,6 @@ pub struct HookRoute {
     /// The key its calls are hashed under, for a controller whose answers are
     /// remembered by the request's bytes.
     memo: Option<RouteKey>,
-    /// What its access lines have in common.
-    access: &'static AccessFields,
 }
 
 impl HookRoute {
@@ -54,17 +49,10 @@ impl HookRoute {
         for name in registry.names() {
             let memo = registry.may_answer_from_request_alone(name);
             for hook in Hook::ALL {
-                let controller = super::metrics::label(name);
                 routes.push(HookRoute {
-                    controller,
+                    controller: super::metrics::label(name),
                     hook,
                     memo: memo.then(|| route_key(name, hook)),
-                    access: AccessFields::interned(
-                        module_path!(),
-                        ACCESS_MESSAGE,
-                        controller,
-                        hook.as_str(),
-                    ),
                 });
             }
         }
@@ -110,24 +98,39 @@ pub async fn handle_other(
     called(state, target, request).await
 }
 
+/// How a call ended, for the response, the metrics and the log.
+struct Answered {
+    parent: ParentRef,
+    result: Result<Response, CallError>,
+    /// What a computed answer changes (None: remembered, refused or failed).
+    changes: Option<Changes>,
+    /// The in-flight slot, held until the response body is gone.
+    slot: Option<Slot>,
+}
+
+/// An in-flight slot shared by a call's work and its response.
+type Slot = Arc<OwnedSemaphorePermit>;
+
+impl Answered {
+    fn refused(error: impl Into<CallError>) -> Answered {
+        Answered {
+            parent: ParentRef::default(),
+            result: Err(error.into()),
+            changes: None,
+            slot: None,
+        }
+    }
+}
+
 async fn called(
     state: Arc<HookState>,
     target: Target,
     request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
-    // Taken apart rather than extracted as `HeaderMap`, which would copy the headers;
-    // the rest of the head is dropped here rather than carried through the call.
     let (parts, body) = request.into_parts();
-    let headers = { parts }.headers;
+    let headers = parts.headers;
     let (controller_label, hook_label) = labels(&state, &target);
-    let access = match &target {
-        Target::Hook(route) => Some(route.access),
-        Target::Unknown { .. } => None,
-    };
-    // Everything logged while answering carries the call. Debug level: at info, making
-    // the span (its fields formatted for the JSON layer) cost 13 % of steady-state
-    // throughput (scripts/load.sh, 12 KiB), so info-level lines name the call themselves.
     let span = tracing::debug_span!(
         "hook",
         controller = controller_label,
@@ -135,18 +138,16 @@ async fn called(
         parent.namespace = tracing::field::Empty,
         parent.name = tracing::field::Empty,
     );
-    let (parent, result) = answer(&state, target, &headers, body, started)
+    let answered = answer(&state, target, &headers, body, started)
         .instrument(span.clone())
         .await;
-    span.record("parent.namespace", &*parent.namespace);
-    span.record("parent.name", &*parent.name);
-    // Why the call was refused, for the access line (Metacontroller only logs a status).
-    let mut refusal: Option<(&'static str, String)> = None;
-    let response = match result {
-        Ok(response) => response,
+    span.record("parent.namespace", &*answered.parent.namespace);
+    span.record("parent.name", &*answered.parent.name);
+    let (response, refusal) = match answered.result {
+        Ok(response) => (response, None),
         Err(error) => {
-            refusal = Some((error.reason(), error.to_string()));
-            error.into_response()
+            let refusal = (error.reason(), error.to_string());
+            (error.into_response(), Some(refusal))
         }
     };
     let code = response.status().as_u16();
@@ -155,15 +156,28 @@ async fn called(
         .metrics
         .record(controller_label, hook_label, code, elapsed);
     log_call(
-        controller_label,
-        hook_label,
-        access,
-        &parent,
+        (controller_label, hook_label),
+        &answered.parent,
         code,
         elapsed,
+        answered.changes,
         refusal,
     );
-    response
+    match answered.slot {
+        Some(slot) => held_until_sent(response, slot),
+        None => response,
+    }
+}
+
+/// The response with `slot` held until hyper has sent its body or dropped it.
+fn held_until_sent(response: Response, slot: Slot) -> Response {
+    response.map(|body| {
+        Body::new(body.map_frame(move |frame| {
+            // The closure owns the slot, so it lives exactly as long as the body.
+            let _held = &slot;
+            frame
+        }))
+    })
 }
 
 /// The metrics labels of a call. Only registered names become labels: a caller cannot
@@ -185,25 +199,26 @@ fn labels(state: &HookState, target: &Target) -> (&'static str, &'static str) {
     }
 }
 
-/// One access line per call; its level says whose the problem is: none (info), the
-/// caller's (a bad body, a wrong path, overload: a warning) or ours (an error).
+/// Every call is logged at debug, as Kubernetes controllers log each sync; an answer
+/// that creates or deletes children is logged at info, a caller's mistake (a bad body, a
+/// wrong path, overload) as a warning and a fault of ours as an error. Each line names
+/// the call itself: the span is only entered at debug.
 fn log_call(
-    controller_label: &str,
-    hook_label: &str,
-    access: Option<&AccessFields>,
+    (controller, hook): (&'static str, &'static str),
     parent: &ParentRef,
     code: u16,
     elapsed: Duration,
+    changes: Option<Changes>,
     refusal: Option<(&'static str, String)>,
 ) {
     // Milliseconds to the microsecond: a number, without float noise.
     let duration_ms = elapsed.as_micros() as f64 / 1000.0;
     // tracing's levels are fixed per call site, hence the macro.
-    macro_rules! access_line {
+    macro_rules! line {
         ($level:ident, $message:literal $(, $field:ident = $value:expr)*) => {
             tracing::$level!(
-                controller = controller_label,
-                hook = hook_label,
+                controller,
+                hook,
                 parent.namespace = &*parent.namespace,
                 parent.name = &*parent.name,
                 status = code,
@@ -213,38 +228,26 @@ fn log_call(
             )
         };
     }
-    match refusal {
-        None => {
-            let written = tracing::enabled!(tracing::Level::INFO)
-                && access.is_some_and(|fields| {
-                    crate::telemetry::write_access_line(&AccessLine {
-                        fields,
-                        namespace: &parent.namespace,
-                        name: &parent.name,
-                        status: code,
-                        duration: elapsed,
-                    })
-                });
-            if !written {
-                access_line!(info, "hook call");
-            }
-        }
-        Some((reason, message)) if code < 500 => {
-            access_line!(
-                warn,
-                "hook call refused",
-                reason = reason,
-                error = message.as_str()
-            )
-        }
-        Some((reason, message)) => {
-            access_line!(
-                error,
-                "hook call failed",
-                reason = reason,
-                error = message.as_str()
-            )
-        }
+    match (refusal, changes) {
+        (None, Some(changes)) if !changes.is_empty() => line!(
+            info,
+            "hook answer changes the children",
+            created = changes.created,
+            deleted = changes.deleted
+        ),
+        (None, _) => line!(debug, "hook call"),
+        (Some((reason, error)), _) if code < 500 => line!(
+            warn,
+            "hook call refused",
+            reason = reason,
+            error = error.as_str()
+        ),
+        (Some((reason, error)), _) => line!(
+            error,
+            "hook call failed",
+            reason = reason,
+            error = error.as_str()
+        ),
     }
 }
 
@@ -254,47 +257,61 @@ async fn answer(
     headers: &HeaderMap,
     body: Body,
     started: Instant,
-) -> (ParentRef, Result<Response, CallError>) {
-    let no_parent = ParentRef::default();
-    let (route, permit) = match admit(state, target, headers) {
+) -> Answered {
+    let (route, slot) = match admit(state, target, headers) {
         Ok(admitted) => admitted,
-        Err(error) => return (no_parent, Err(error)),
+        Err(error) => return Answered::refused(error),
     };
+    let slot = Arc::new(slot);
     // Only answers of a controller that may answer from the request alone are
     // remembered, so only its calls need the key.
     let mut hasher = route.memo.as_ref().map(CallHasher::new);
     let body = match read_body(state, headers, body, hasher.as_mut()).await {
         Ok(body) => body,
-        Err(error) => return (no_parent, Err(error)),
+        Err(error) => return Answered::refused(error),
     };
     let key = hasher.map(|hasher| hasher.finish());
     if let Some(remembered) = key.as_ref().and_then(|key| state.answers.get(key)) {
-        drop(permit);
-        return (remembered.parent.clone(), Ok(send(&remembered, headers)));
+        return Answered {
+            parent: remembered.parent.clone(),
+            result: Ok(send(&remembered, headers)),
+            changes: None,
+            slot: Some(slot),
+        };
     }
     let deadline = started + state.limits.deadline;
-    // Boxed: the computation's future is most of what a call would otherwise carry (and
-    // copy at every move) although a memo hit never starts it.
-    let computed = Box::pin(compute(state, route, body.joined(), permit, deadline));
-    let outcome = match computed.await {
+    let outcome = match compute(state, route, body.joined(), slot.clone(), deadline).await {
         Ok(outcome) => outcome,
-        Err(error) => return (no_parent, Err(error)),
+        Err(error) => return Answered::refused(error),
     };
     let CallOutcome {
         parent,
         result,
         from_request_alone,
+        changes,
     } = outcome;
     let bytes = match result {
         Ok(bytes) => bytes,
-        Err(error) => return (parent, Err(error.into())),
+        Err(error) => {
+            return Answered {
+                parent,
+                result: Err(error.into()),
+                changes: None,
+                slot: None,
+            };
+        }
     };
     let answer = Remembered::new(parent.clone(), Bytes::from(bytes));
     let response = send(&answer, headers);
     if let (Some(key), true) = (key, from_request_alone) {
         state.answers.insert(key, Arc::new(answer));
     }
-    (parent, Ok(response))
+    Answered {
+        parent,
+        result: Ok(response),
+        changes,
+        slot: Some(slot),
+    }
 }
 
 /// Lets a call in: authenticated, to a hook this server has, with an in-flight slot
@@ -413,7 +430,7 @@ async fn compute(
     state: &Arc<HookState>,
     route: HookRoute,
     body: Bytes,
-    permit: OwnedSemaphorePermit,
+    slot: Slot,
     deadline: Instant,
 ) -> Result<CallOutcome, CallError> {
     let registry = state.registry.clone();
@@ -426,10 +443,7 @@ async fn compute(
         match state.registry.prepare(route.controller, route.hook, &body) {
             Err(answered) => return Ok(answered),
             Ok(prepared) => match prepared.attempt(&ctx) {
-                Ok(outcome) => {
-                    drop(permit);
-                    return Ok(outcome);
-                }
+                Ok(outcome) => return Ok(outcome),
                 Err(slow) => (Some(prepared), slow.bounded_by_request),
             },
         }
@@ -439,7 +453,7 @@ async fn compute(
     let span = tracing::Span::current();
     let work = move || {
         let _entered = span.enter();
-        let _permit = permit;
+        let _slot = slot;
         if Instant::now() >= deadline {
             return None;
         }
@@ -472,10 +486,6 @@ async fn compute(
 }
 
 /// The answer as a response: 304 when the caller already holds these bytes.
-///
-/// Built field by field: axum's tuple of status, headers and `Bytes` first gives the
-/// response `application/octet-stream` and then replaces it, which cost a memo hit 860
-/// instructions where this costs under half (callgrind, 12 KiB).
 fn send(answer: &Remembered, request_headers: &HeaderMap) -> Response {
     let matches = request_headers
         .get(header::IF_NONE_MATCH)
@@ -496,4 +506,34 @@ fn send(answer: &Remembered, request_headers: &HeaderMap) -> Response {
         .headers_mut()
         .insert(header::ETAG, answer.etag.clone());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_slot_is_held_until_the_response_body_is_gone() {
+        let slots = Arc::new(tokio::sync::Semaphore::new(1));
+        let slot = Arc::new(slots.clone().try_acquire_owned().unwrap());
+        let response = held_until_sent(Response::new(Body::from("answer")), slot);
+        assert_eq!(slots.available_permits(), 0, "taken while the body exists");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"answer");
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "free once the body is consumed"
+        );
+
+        let slot = Arc::new(slots.clone().try_acquire_owned().unwrap());
+        let unsent = held_until_sent(Response::new(Body::from("never read")), slot);
+        assert_eq!(slots.available_permits(), 0);
+        drop(unsent);
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "free once the body is dropped"
+        );
+    }
 }

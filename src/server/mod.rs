@@ -1,17 +1,15 @@
 //! The HTTP edge: the hook port (controllers under `/<controller>/<hook>`) and the probe
 //! port (`/healthz`, `/readyz`, `/metrics`). No controller logic lives here.
 //!
-//! [`HookService`] answers the hook port (a hook's own path directly, the rest through
-//! [`hook_router`]) and [`probe_router`] the probe port;
-//! [`Server::start`] binds both ports and [`Server::run_until_signal`] handles SIGTERM:
+//! [`hook_router`] answers the hook port and [`probe_router`] the probe port, both served
+//! by [`Serving`] with the same per-connection bounds; [`Server::start`] binds both ports
+//! and [`Server::run_until_signal`] handles SIGTERM:
 //! readiness turns 503 at once, hooks keep answering for the drain delay, then in-flight
 //! calls finish and the process exits.
 
 mod answers;
 mod auth;
 mod compute;
-mod connections;
-mod dispatch;
 mod error;
 mod hooks;
 mod metrics;
@@ -20,10 +18,8 @@ mod tls;
 
 pub use auth::Auth;
 pub use compute::threads as compute_threads;
-pub use connections::Connections;
-pub use dispatch::HookService;
 pub use metrics::Metrics;
-pub use serving::Serving;
+pub use serving::{ConnectionLimits, Serving, Slots};
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
@@ -62,6 +58,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Open hook connections beyond this are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// Bytes of one request's head at most (request line and headers).
+    pub max_header_bytes: usize,
     /// Threads hook answers are computed on; 0 chooses one per core.
     pub compute_threads: usize,
 }
@@ -79,22 +77,23 @@ impl Default for Limits {
             // so Metacontroller closes idle connections before we do and never races us.
             idle_timeout: Duration::from_secs(120),
             max_connections: 1024,
+            // Go's client sends a few hundred bytes of headers; 1,024 connections × 64 KiB
+            // bound what heads in flight can hold to 64 MiB.
+            max_header_bytes: 64 * 1024,
             compute_threads: 0,
         }
     }
 }
 
 impl Limits {
-    /// Connection slots and timeouts by these limits. Starts the task that checks
-    /// connection deadlines, so it is called within a Tokio runtime.
-    pub fn connections(&self) -> Connections {
-        connections::Connections::start(
-            self.max_connections,
-            connections::Timeouts {
-                first_request: self.header_read_timeout,
-                idle: self.idle_timeout,
-            },
-        )
+    /// What one hook connection may hold.
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections,
+            first_request: self.header_read_timeout,
+            idle: self.idle_timeout,
+            max_header_bytes: self.max_header_bytes,
+        }
     }
 }
 
@@ -135,7 +134,7 @@ pub struct HookState {
     /// Call counts and latencies for `/metrics`.
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
-    connections: Connections,
+    connections: Slots,
     compute: compute::ComputePool,
     answers: answers::AnswerMemo,
     routes: Vec<hooks::HookRoute>,
@@ -157,7 +156,7 @@ impl HookState {
             routes: hooks::HookRoute::all(&registry),
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
-            connections: limits.connections(),
+            connections: Slots::new(limits.max_connections),
             limits,
             auth,
             clock,
@@ -175,8 +174,8 @@ impl HookState {
 
 /// The hook routes (`POST /{controller}/{hook}`) over `state`: a path of its own for each
 /// registered hook, and one for every other pair of segments (answered 404, or the hook
-/// when its path came percent-escaped). The body limit is applied by the handler as it
-/// reads, so no body-limit layer is needed.
+/// when its path came percent-escaped). The body limit and the in-flight slots are
+/// applied by the handler as it reads (see `hooks`), so no layer does either.
 pub fn hook_router(state: Arc<HookState>) -> Router {
     let mut router = Router::new();
     for route in &state.routes {
@@ -299,8 +298,7 @@ pub struct Server {
     pub probe_addr: SocketAddr,
     probes: Arc<ProbeState>,
     hooks_serving: Serving,
-    probe_task: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
-    probe_shutdown: tokio::sync::watch::Sender<bool>,
+    probes_serving: ProbeServing,
     settings: ServerSettings,
 }
 
@@ -378,8 +376,9 @@ impl Server {
         let hooks_serving = serve(
             hook_listener,
             settings.tls.as_ref(),
-            &hooks.connections,
-            HookService::new(hooks.clone()),
+            settings.limits.connection_limits(),
+            hooks.connections.clone(),
+            hook_router(hooks.clone()),
         )
         .map_err(|source| match source {
             ServeError::Tls(error) => ServerError::Tls(error),
@@ -389,7 +388,7 @@ impl Server {
                 source,
             },
         })?;
-        let (probe_shutdown, probe_task) = serve_probes(probe_listener, probes.clone())
+        let probes_serving = serve_probes(probe_listener, probes.clone())
             .map_err(listen("probes", settings.probe_listen))?;
         probes.ready.store(true, Ordering::SeqCst);
         log_listening(&settings, hook_addr, probe_addr);
@@ -398,8 +397,7 @@ impl Server {
             probe_addr,
             probes,
             hooks_serving,
-            probe_task,
-            probe_shutdown,
+            probes_serving,
             settings,
         })
     }
@@ -432,22 +430,12 @@ impl Server {
                 what: "hook",
                 source,
             })?;
-        let _ = self.probe_shutdown.send(true);
-        match self.probe_task.await {
-            Ok(Ok(())) => {}
-            Ok(Err(source)) => {
-                return Err(ServerError::Serve {
-                    what: "probe",
-                    source,
-                });
-            }
-            Err(_ended) => {
-                return Err(ServerError::Serve {
-                    what: "probe",
-                    source: std::io::Error::other("the probe thread ended without a result"),
-                });
-            }
-        }
+        self.probes_serving
+            .stop()
+            .map_err(|source| ServerError::Serve {
+                what: "probe",
+                source,
+            })?;
         tracing::info!("shutdown complete");
         Ok(())
     }
@@ -464,55 +452,72 @@ pub enum ServeError {
     Listener(#[from] std::io::Error),
 }
 
-/// Serves `app` on `listener`, over TLS with `tls`, each connection admitted by
-/// `connections` (see [`Limits::connections`]).
+/// Serves `app` on `listener`, over TLS with `tls`, each connection bounded by `limits`
+/// and holding one of `slots`.
 ///
 /// # Errors
 /// The TLS files cannot serve, or the listener cannot be used.
 pub fn serve(
     listener: std::net::TcpListener,
     tls: Option<&TlsFiles>,
-    connections: &Connections,
-    app: impl serving::App,
+    limits: ConnectionLimits,
+    slots: Slots,
+    app: Router,
 ) -> Result<Serving, ServeError> {
     let tls = tls.map(TlsFiles::server_config).transpose()?;
-    Ok(Serving::start(listener, tls, connections.clone(), app)?)
+    Ok(Serving::start(listener, tls, limits, slots, app)?)
 }
 
-/// Serves probes and metrics on `listener`, on a thread and runtime of their own, until the
-/// returned sender says stop (or is dropped); the receiver gets how serving ended. The
-/// kubelet's probes then never wait behind hook work on the async workers, however busy
-/// they are: a small call's slow work runs there (see `hooks::compute`).
+/// The probe port being served on a thread and runtime of its own, so the kubelet's
+/// probes never wait behind hook work on the async workers, however busy they are.
+struct ProbeServing {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl ProbeServing {
+    /// Stops serving and waits for the thread.
+    fn stop(self) -> std::io::Result<()> {
+        let _ = self.stop.send(());
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the probe thread panicked")))
+    }
+}
+
+/// Serves probes and metrics on `listener` with [`ConnectionLimits::PROBES`] until stopped.
 fn serve_probes(
     listener: std::net::TcpListener,
     probes: Arc<ProbeState>,
-) -> std::io::Result<(
-    tokio::sync::watch::Sender<bool>,
-    tokio::sync::oneshot::Receiver<std::io::Result<()>>,
-)> {
-    listener.set_nonblocking(true)?;
-    let (shutdown, mut stop) = tokio::sync::watch::channel(false);
-    let (done, finished) = tokio::sync::oneshot::channel();
-    let app = probe_router(probes);
-    let serve = move || -> std::io::Result<()> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener)?;
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|stop| *stop).await;
-                })
-                .await
-        })
+) -> std::io::Result<ProbeServing> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let limits = ConnectionLimits::PROBES;
+    let serving = {
+        // Entered, not blocked on: the caller may itself be running on a runtime.
+        let _entered = runtime.enter();
+        Serving::start(
+            listener,
+            None,
+            limits,
+            Slots::new(limits.max_connections),
+            probe_router(probes),
+        )?
     };
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("metahooks-probes".to_owned())
         .spawn(move || {
-            let _ = done.send(serve());
+            runtime.block_on(async move {
+                let _ = stopped.await;
+                serving
+                    .stop(Duration::from_secs(1))
+                    .await
+                    .map_err(std::io::Error::other)
+            })
         })?;
-    Ok((shutdown, finished))
+    Ok(ProbeServing { stop, thread })
 }
 
 /// The start-up line: where the server listens and the limits it enforces.

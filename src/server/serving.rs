@@ -1,57 +1,83 @@
-//! Serving a router on a listener: each connection takes a slot and is watched by its
-//! deadlines ([`Connections`]), speaks TLS when configured, and is served by hyper
-//! (HTTP/1.1, or HTTP/2 when the client opens with its preface, as Go's client does
-//! after choosing `h2` by ALPN). Stopping drains: no new connections, open ones close
-//! once their calls are answered, and whatever is still open after the grace period is
-//! cut off.
+//! Serving a router on a listener with hyper-util's server: HTTP/1.1, or HTTP/2 when a
+//! TLS client chooses `h2` by ALPN (as Go's client does), TLS through tokio-rustls, and a
+//! graceful drain on stop.
 //!
-//! Written on hyper directly rather than through a server crate: axum-server's
-//! connection loop and service wrappers polled three shutdown futures and allocated a
-//! request extension map on every call, 2,500 of the 68,400 instructions a memo hit
-//! cost (callgrind, 12 KiB); here a call costs what hyper and the router cost.
+//! What one connection may hold is bounded here, the same way on every port:
+//! - a slot of [`ConnectionLimits::max_connections`]: a connection accepted while every
+//!   slot is taken is closed before a byte of it is read;
+//! - memory for a request head: hyper's read buffer ([`ConnectionLimits::max_header_bytes`]),
+//!   HTTP/2's header list likewise;
+//! - time: the TLS handshake and the first request's headers within
+//!   [`ConnectionLimits::first_request`]; after that hyper's header-read timer, which it
+//!   arms whenever a kept-alive connection waits for its next request, at
+//!   [`ConnectionLimits::idle`].
+//!
+//! hyper has one timer for "waiting for a request head", so the first request's shorter
+//! deadline is the one thing kept here: a connection that never sends anything would
+//! otherwise hold its slot for the idle timeout, which must stay above Go's 90 s client
+//! idle time so that Metacontroller, not us, closes idle connections.
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::response::Response;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::service::TowerToHyperService;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
 
-use super::connections::{Admitted, Connections};
-
-/// What can be served: a router, or the hook port's [`super::HookService`].
-pub trait App:
-    tower_service::Service<
-        axum::http::Request<Incoming>,
-        Response = Response,
-        Error = std::convert::Infallible,
-        Future: Send + 'static,
-    > + Clone
-    + Send
-    + Sync
-    + 'static
-{
+/// What one connection may hold (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Open connections at most; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// From accepting a connection to its first request's headers (TLS included).
+    pub first_request: Duration,
+    /// From one answer to the next request's headers on a kept-alive connection.
+    pub idle: Duration,
+    /// Bytes of one request head at most (hyper's read buffer, HTTP/2's header list).
+    pub max_header_bytes: usize,
 }
 
-impl<T> App for T where
-    T: tower_service::Service<
-            axum::http::Request<Incoming>,
-            Response = Response,
-            Error = std::convert::Infallible,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + Sync
-        + 'static
-{
+impl ConnectionLimits {
+    /// Small bounds for the probe port: a kubelet and a Prometheus scraper, nobody else.
+    pub const PROBES: ConnectionLimits = ConnectionLimits {
+        max_connections: 64,
+        first_request: Duration::from_secs(5),
+        idle: Duration::from_secs(120),
+        max_header_bytes: 16 * 1024,
+    };
+}
+
+/// The connection slots of one port; clones share them.
+#[derive(Clone)]
+pub struct Slots {
+    semaphore: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Slots {
+    /// `max` slots, all free.
+    pub fn new(max: usize) -> Slots {
+        Slots {
+            semaphore: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// Connections open right now.
+    pub fn open(&self) -> usize {
+        self.max.saturating_sub(self.semaphore.available_permits())
+    }
+
+    fn take(&self) -> Option<OwnedSemaphorePermit> {
+        self.semaphore.clone().try_acquire_owned().ok()
+    }
 }
 
 /// A router being served; stops when [`Serving::stop`] is called or it is dropped.
@@ -61,25 +87,27 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// Serves `app` on `listener` (over TLS with `tls`), each connection admitted by
-    /// `connections`.
+    /// Serves `app` on `listener` (over TLS with `tls`), each connection bounded by
+    /// `limits` and holding one of `slots`. Must be called within a Tokio runtime.
     ///
     /// # Errors
     /// The listener cannot be handed to Tokio.
     pub fn start(
         listener: std::net::TcpListener,
         tls: Option<Arc<rustls::ServerConfig>>,
-        connections: Connections,
-        app: impl App,
+        limits: ConnectionLimits,
+        slots: Slots,
+        app: axum::Router,
     ) -> io::Result<Serving> {
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
         let (stop, stopped) = oneshot::channel();
         let accepting = Accepting {
             tls: tls.map(TlsAcceptor::from),
-            connections,
+            http: Arc::new(http_builder(&limits)),
+            limits,
+            slots,
             app,
-            http: Arc::new(http_builder()),
         };
         let task = tokio::spawn(accepting.run(listener, stopped));
         Ok(Serving {
@@ -108,19 +136,27 @@ impl Drop for Serving {
     }
 }
 
-/// hyper's server half: HTTP/1.1 and HTTP/2, no timers of its own (time is bounded per
-/// connection by [`Connections`]).
-fn http_builder() -> Builder<TokioExecutor> {
+fn http_builder(limits: &ConnectionLimits) -> Builder<TokioExecutor> {
     let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().header_read_timeout(None);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle)
+        // hyper's floor for its read buffer is 8 KiB.
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     builder
 }
 
-struct Accepting<A> {
+struct Accepting {
     tls: Option<TlsAcceptor>,
-    connections: Connections,
-    app: A,
     http: Arc<Builder<TokioExecutor>>,
+    limits: ConnectionLimits,
+    slots: Slots,
+    app: axum::Router,
 }
 
 /// After an accept that failed for want of resources (file descriptors, memory), the loop
@@ -137,74 +173,111 @@ fn out_of_resources(error: &io::Error) -> bool {
     )
 }
 
-impl<A: App> Accepting<A> {
+impl Accepting {
     async fn run(self, listener: TcpListener, mut stopped: oneshot::Receiver<Duration>) {
+        let graceful = GracefulShutdown::new();
+        let mut connections = JoinSet::new();
         let grace = loop {
             tokio::select! {
                 grace = &mut stopped => break grace.unwrap_or(Duration::ZERO),
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => self.admit(stream),
+                    Ok((stream, _)) => self.admit(stream, graceful.watcher(), &mut connections),
                     Err(error) if out_of_resources(&error) => {
                         tracing::warn!(%error, "cannot accept a connection");
                         tokio::time::sleep(ACCEPT_RETRY).await;
                     }
                     Err(error) => tracing::debug!(%error, "a connection went away before it was accepted"),
                 },
+                // Finished connections are reaped as they end, so the set stays small.
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         };
         drop(listener);
-        self.connections.drain(grace).await;
+        // Open connections close once their calls are answered; after the grace period
+        // the rest are cut off (dropping the set aborts their tasks).
+        let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+        connections.shutdown().await;
     }
 
     /// Serves `stream` on a task of its own, or closes it unread when no slot is free.
-    fn admit(&self, stream: TcpStream) {
-        let Some(admitted) = self.connections.admit() else {
+    fn admit(&self, stream: TcpStream, watcher: Watcher, connections: &mut JoinSet<()>) {
+        let Some(slot) = self.slots.take() else {
+            tracing::warn!(
+                max_connections = self.limits.max_connections,
+                "every connection slot is taken; closing a new connection"
+            );
             return;
         };
         // Answers are written whole; a last small segment must not wait for an ACK.
         let _ = stream.set_nodelay(true);
-        let tls = self.tls.clone();
-        let service = admitted.timed(self.app.clone());
-        let http = self.http.clone();
-        tokio::spawn(async move {
-            let liveness = admitted.liveness.clone();
-            let connection = async {
-                match tls {
-                    Some(tls) => match tls.accept(stream).await {
-                        Ok(stream) => serve(&http, stream, service, &admitted).await,
-                        Err(error) => tracing::debug!(%error, "TLS handshake failed"),
-                    },
-                    None => serve(&http, stream, service, &admitted).await,
-                }
-            };
-            liveness.until_cut_off(connection).await;
+        let connection = Connection {
+            tls: self.tls.clone(),
+            http: self.http.clone(),
+            app: self.app.clone(),
+            first_request: self.limits.first_request,
+        };
+        connections.spawn(async move {
+            let _slot = slot;
+            connection.serve(stream, watcher).await;
         });
     }
 }
 
-/// Serves HTTP on one connection until it closes; asked to drain, it closes once its
-/// calls are answered.
-async fn serve<I, A>(
-    http: &Builder<TokioExecutor>,
-    io: I,
-    service: super::connections::Timed<A>,
-    admitted: &Admitted,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    A: App,
-{
-    let connection = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
-    let mut connection = std::pin::pin!(connection);
-    let mut draining = false;
-    let served = std::future::poll_fn(|cx| {
-        if !draining && admitted.liveness.is_draining() {
-            draining = true;
-            connection.as_mut().graceful_shutdown();
+struct Connection {
+    tls: Option<TlsAcceptor>,
+    http: Arc<Builder<TokioExecutor>>,
+    app: axum::Router,
+    first_request: Duration,
+}
+
+impl Connection {
+    async fn serve(self, stream: TcpStream, watcher: Watcher) {
+        let deadline = tokio::time::Instant::now() + self.first_request;
+        match self.tls.clone() {
+            Some(tls) => match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
+                Ok(Ok(stream)) => self.http(stream, watcher, deadline).await,
+                Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                Err(_) => tracing::debug!("TLS handshake not finished in time"),
+            },
+            None => self.http(stream, watcher, deadline).await,
         }
-        connection.as_mut().poll(cx)
-    })
-    .await;
-    // A client that goes away mid-call is its own business.
+    }
+
+    /// Serves HTTP until the connection closes; closes it at `deadline` unless a request
+    /// has come in by then.
+    async fn http<I>(self, io: I, watcher: Watcher, deadline: tokio::time::Instant)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let first = Arc::new(Notify::new());
+        let service = {
+            let first = first.clone();
+            let app = self.app;
+            hyper::service::service_fn(move |request| {
+                first.notify_one();
+                app.clone().oneshot(request)
+            })
+        };
+        let connection = watcher.watch(
+            self.http
+                .serve_connection(TokioIo::new(io), service)
+                .into_owned(),
+        );
+        let mut connection = std::pin::pin!(connection);
+        tokio::select! {
+            served = &mut connection => return log_end(served),
+            () = first.notified() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::debug!("no request in time; closing the connection");
+                return;
+            }
+        }
+        log_end(connection.await);
+    }
+}
+
+/// A client that goes away mid-call is its own business.
+fn log_end(served: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
     if let Err(error) = served {
         tracing::debug!(%error, "connection ended with an error");
     }

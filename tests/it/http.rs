@@ -1010,3 +1010,76 @@ async fn emulate_calls_an_https_hook_server_signed_by_a_private_ca() {
         text(&untrusted)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_over_the_limit_is_refused_and_the_port_serves_on() {
+    let mut settings = support::local_settings();
+    settings.limits.max_header_bytes = 8192;
+    let server = start(settings).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut large = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    let padding = "a".repeat(32 * 1024);
+    let head = format!("POST /probe/sync HTTP/1.1\r\nhost: x\r\nx-padding: {padding}\r\n\r\n");
+    // The server may close before it has read all of it.
+    let _ = large.write_all(head.as_bytes()).await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), large.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "a head over the limit ends the connection");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "refused, never answered: {answer}"
+    );
+    let fine = post_raw(
+        &format!("http://{}", server.hook_addr),
+        "/probe/sync",
+        serde_json::to_vec(&hook_request("after")).unwrap(),
+    )
+    .await;
+    assert_eq!(fine.status(), 200);
+}
+
+/// The probe port is reachable from any pod the NetworkPolicy admits: it is bounded like
+/// the hook port (a cap on connections, a deadline for the first request), so stalled
+/// connections cannot pile up on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_port_caps_connections_and_closes_stalled_ones() {
+    let server = start(support::local_settings()).await;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cap = metahooks::server::ConnectionLimits::PROBES.max_connections;
+    let mut stalled = Vec::new();
+    for _ in 0..cap {
+        let mut connection = tokio::net::TcpStream::connect(server.probe_addr)
+            .await
+            .unwrap();
+        connection
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        stalled.push(connection);
+    }
+    // One more is closed unread while every slot is taken (or, if one stalled
+    // connection was already cut off, served); either way it is never left hanging.
+    let mut extra = tokio::net::TcpStream::connect(server.probe_addr)
+        .await
+        .unwrap();
+    let _ = extra
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), extra.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection over the cap is closed");
+    // Each stalled connection is closed by the first-request deadline.
+    for mut connection in stalled {
+        let mut rest = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(60), connection.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "a stalled probe connection is closed");
+    }
+    let health = reqwest::get(format!("http://{}/healthz", server.probe_addr))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}

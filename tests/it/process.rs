@@ -98,7 +98,14 @@ impl Drop for Serving {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_logs_json_and_drains_on_sigterm() {
     let mut command = Command::new(binary());
-    command.args(["serve", "--shutdown-delay-seconds", "5"]);
+    // Every hook call at debug; the rest (hyper's own lines) at info.
+    command.args([
+        "serve",
+        "--shutdown-delay-seconds",
+        "5",
+        "--log-level",
+        "info,metahooks=debug",
+    ]);
     let mut served = Serving::start(command, false);
     let (hook_port, probe_port) = (served.hooks.clone(), served.probes.clone());
 
@@ -190,9 +197,23 @@ async fn serve_logs_json_and_drains_on_sigterm() {
     let calls: Vec<Value> = lines
         .iter()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["message"] == "hook call" && l["controller"] == "apimock")
+        .filter(|l| {
+            l["controller"] == "apimock"
+                && l["hook"] == "sync"
+                && l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("hook "))
+        })
         .collect();
     assert_eq!(calls.len(), 2, "one JSON line per hook call: {lines:#?}");
+    // The first answer creates the mock's children, which is worth an info line; the
+    // same call again changes nothing and is logged at debug.
+    assert_eq!(calls[0]["message"], "hook answer changes the children");
+    assert_eq!(calls[0]["level"], "INFO");
+    assert_eq!(calls[0]["created"], 3, "ConfigMap, Deployment, Service");
+    assert_eq!(calls[0]["deleted"], 0);
+    assert_eq!(calls[1]["message"], "hook call");
+    assert_eq!(calls[1]["level"], "DEBUG");
     let line = &calls[0];
     assert_eq!(line["controller"], "apimock");
     assert_eq!(line["hook"], "sync");

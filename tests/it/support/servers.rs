@@ -382,9 +382,10 @@ pub async fn serve_app(app: axum::Router, tls: Option<&Pki>) -> u16 {
     let port = listener.local_addr().unwrap().port();
     match tls {
         Some(pki) => {
-            let connections = metahooks::server::Limits::default().connections();
+            let limits = metahooks::server::Limits::default().connection_limits();
+            let slots = metahooks::server::Slots::new(limits.max_connections);
             let serving =
-                metahooks::server::serve(listener, Some(&pki.server_files()), &connections, app)
+                metahooks::server::serve(listener, Some(&pki.server_files()), limits, slots, app)
                     .unwrap();
             // Served for as long as the test runs.
             std::mem::forget(serving);
