@@ -1,9 +1,10 @@
 //! The controllers metahooks serves, and the seam that plugs one into the server.
 //!
 //! A controller is pure logic: it gets a parsed Metacontroller request plus a
-//! [`Context`] (the clock reading and server-wide settings) and returns a response. It
-//! never does I/O. Adding a controller is one module here and one line in
-//! [`Registry::standard`].
+//! [`Context`] (the clock reading, a read-only view of the sources, the server's memo of
+//! expensive steps) and returns a response with what it read and wants of the sources
+//! ([`Answer`]). It never does I/O, starts nothing and keeps no memo. Adding a controller
+//! is one module here and one line in [`Registry::standard`].
 
 pub mod apimock;
 pub mod common;
@@ -18,13 +19,15 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use self::registry::{CallOutcome, Changes, Prepared, Registry, SlowWork, parse_request};
+use self::common::reading::SourceUse;
+use self::common::steps::Steps;
+pub use self::registry::{CallOutcome, Changes, Registry, parse_request};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
     DecoratorResponse,
 };
-use crate::source::{NoSources, Sources};
+use crate::source::{NoSources, SourceView};
 
 /// Server-wide settings controllers read (from `serve`/`render` flags).
 #[derive(Debug, Clone)]
@@ -35,8 +38,8 @@ pub struct ControllerSettings {
     pub docs_image: String,
     /// What CRs may expose through their children (`--ingress-host`, …).
     pub policy: common::policy::ExposurePolicy,
-    /// Large definitions validated at once (`serve` passes its compute threads; 0: one
-    /// per core, at most 8).
+    /// Steps on large inputs (validating a large definition) run at once (`serve` passes
+    /// its compute threads; 0: one per core, at most 8).
     pub heavy_validations: usize,
 }
 
@@ -56,8 +59,10 @@ impl Default for ControllerSettings {
 pub struct Context {
     /// The time to stamp on conditions that appear or flip in this answer.
     pub now: jiff::Timestamp,
-    /// The config-source cache (read side; never blocks).
-    pub sources: Arc<dyn Sources>,
+    /// What the source engine holds (read-only; never blocks, never schedules).
+    pub sources: Arc<dyn SourceView>,
+    /// The server's memo of expensive pure steps.
+    pub steps: Arc<Steps>,
     /// When the server stops waiting for this answer; work that would only start after
     /// it is not started (None: no deadline, as for `render`).
     pub deadline: Option<std::time::Instant>,
@@ -69,6 +74,7 @@ impl Context {
         Context {
             now,
             sources: Arc::new(NoSources),
+            steps: Arc::new(Steps::default()),
             deadline: None,
         }
     }
@@ -79,6 +85,27 @@ impl std::fmt::Debug for Context {
         f.debug_struct("Context")
             .field("now", &self.now)
             .finish_non_exhaustive()
+    }
+}
+
+/// A sync's answer, and what it read of the sources and asks of them: the server hands
+/// the asks to the engine, and remembers the answer for as long as the engine holds what
+/// was read.
+#[derive(Debug, Clone)]
+pub struct Answer<R> {
+    /// The response to send.
+    pub response: R,
+    /// Each source the answer read, with what it saw and what it asks for.
+    pub sources: Vec<SourceUse>,
+}
+
+impl<R> Answer<R> {
+    /// An answer that read no source.
+    pub fn from_request(response: R) -> Answer<R> {
+        Answer {
+            response,
+            sources: Vec::new(),
+        }
     }
 }
 
@@ -93,7 +120,7 @@ pub trait CompositeHooks: Send + Sync + 'static {
         &self,
         request: &CompositeRequest,
         ctx: &Context,
-    ) -> Result<CompositeResponse, HookError>;
+    ) -> Result<Answer<CompositeResponse>, HookError>;
 
     /// The answer while the parent is being deleted: `finalized: true` once it may go.
     ///
@@ -116,28 +143,6 @@ pub trait CompositeHooks: Send + Sync + 'static {
     fn parent_types(&self) -> &'static [ParentType] {
         &[]
     }
-
-    /// The sync answer if it can be given without slow work (validating a definition
-    /// not seen before, or anything else that can take more than a fraction of a
-    /// millisecond): the server tries this on an async worker first for a small call.
-    /// `None` sends the call where slow work may run (a compute thread, or for work on a
-    /// small request alone a task of its own), where [`CompositeHooks::sync`] answers it;
-    /// so does the default, for a controller that has not checked its slow paths.
-    fn try_cached(
-        &self,
-        _request: &CompositeRequest,
-        _ctx: &Context,
-    ) -> Option<Result<CompositeResponse, HookError>> {
-        None
-    }
-
-    /// Whether an answer depends on the request bytes alone (not on sources, not on
-    /// the clock beyond stamping transition times), so that the same request may get
-    /// the same answer again from a memo. A repeated request then carries the
-    /// transition time of its first answer, which is when the condition did change.
-    fn answers_only_from_request(&self) -> bool {
-        false
-    }
 }
 
 /// Hooks of a DecoratorController (target → attachments).
@@ -151,7 +156,7 @@ pub trait DecoratorHooks: Send + Sync + 'static {
         &self,
         request: &DecoratorRequest,
         ctx: &Context,
-    ) -> Result<DecoratorResponse, HookError>;
+    ) -> Result<Answer<DecoratorResponse>, HookError>;
 
     /// The answer while the target is being deleted or stops matching.
     ///

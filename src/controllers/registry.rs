@@ -1,23 +1,24 @@
 //! The registry: controllers by URL name, and one call made from request bytes to
-//! answer bytes (find the controller, parse the request, run the hook, serialise).
+//! answer bytes (find the controller, parse the request, run the hook, serialise, hand
+//! what the answer asks of the sources to the engine).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{CompositeHooks, Context, ControllerSettings, DecoratorHooks, ParentRef, ParentType};
-use super::{apimock, common, configsync, monitoredservice};
+use super::common::reading::SourceUse;
+use super::common::steps::Steps;
+use super::{CompositeHooks, Context, ControllerSettings, DecoratorHooks};
+use super::{ParentRef, ParentType, apimock, common, configsync, monitoredservice};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, DecoratorRequest, DecoratorResponse,
     Hook, ObjectMap, TypeKey, object_name,
 };
-use crate::source::{NoSources, SourceRequest, SourceState, Sources};
+use crate::source::{Interest, NoSources, Sources};
 
 #[derive(Clone)]
 enum Entry {
@@ -31,10 +32,9 @@ pub struct CallOutcome {
     pub parent: ParentRef,
     /// The serialised answer, or why there is none.
     pub result: Result<Vec<u8>, HookError>,
-    /// The answer depended on the request bytes alone (its controller says it answers
-    /// from the request, and this call read no source), so the same request may be
-    /// answered with the same bytes again.
-    pub from_request_alone: bool,
+    /// The sources the answer read and what it saw of them: the same request may be
+    /// answered with the same bytes for as long as the engine holds the same.
+    pub sources: Vec<SourceUse>,
     /// What the answer changes among the children (None for a customize answer or none).
     pub changes: Option<Changes>,
 }
@@ -94,17 +94,19 @@ impl CallOutcome {
         CallOutcome {
             parent,
             result: Err(error),
-            from_request_alone: false,
+            sources: Vec::new(),
             changes: None,
         }
     }
 }
 
-/// Controllers by URL name (`/<name>/<hook>`), and the source engine they share.
+/// Controllers by URL name (`/<name>/<hook>`), the source engine they share, and the
+/// memo of expensive steps their calls share.
 #[derive(Clone)]
 pub struct Registry {
     entries: BTreeMap<String, Entry>,
     sources: Arc<dyn Sources>,
+    steps: Arc<Steps>,
 }
 
 impl Default for Registry {
@@ -112,6 +114,7 @@ impl Default for Registry {
         Registry {
             entries: BTreeMap::new(),
             sources: Arc::new(NoSources),
+            steps: Arc::new(Steps::default()),
         }
     }
 }
@@ -125,6 +128,10 @@ impl Registry {
     /// Every controller metahooks ships, under its URL name.
     pub fn standard(settings: ControllerSettings) -> Registry {
         Registry::new()
+            .with_steps(Steps::new(
+                common::steps::DEFAULT_BYTES,
+                settings.heavy_validations,
+            ))
             .composite("apimock", apimock::ApiMockHooks::new(&settings))
             .composite(
                 "monitoredservice",
@@ -139,9 +146,31 @@ impl Registry {
         self
     }
 
+    /// The memo of expensive steps calls share.
+    pub fn with_steps(mut self, steps: Steps) -> Registry {
+        self.steps = Arc::new(steps);
+        self
+    }
+
     /// The source engine controllers read through (push receivers trigger it too).
     pub fn sources(&self) -> Arc<dyn Sources> {
         self.sources.clone()
+    }
+
+    /// Hands what an answer asks of its sources to the engine (again, for an answer sent
+    /// from memory: the parents still want their sources kept fresh).
+    pub fn want(&self, used: &[SourceUse]) {
+        if used.is_empty() {
+            return;
+        }
+        let interests: Vec<Interest> = used.iter().map(|u| u.interest.clone()).collect();
+        self.sources.want(&interests);
+    }
+
+    /// Whether every source in `used` is held as it was seen, so that an answer built
+    /// from them still holds.
+    pub fn still_holds(&self, used: &[SourceUse]) -> bool {
+        used.iter().all(|u| u.still_holds(self.sources.as_ref()))
     }
 
     /// The context of one call at `now`.
@@ -149,6 +178,7 @@ impl Registry {
         Context {
             now,
             sources: self.sources.clone(),
+            steps: self.steps.clone(),
             deadline: None,
         }
     }
@@ -198,37 +228,38 @@ impl Registry {
         }
     }
 
-    /// Whether `controller`'s answers may depend on the request alone, so that a caller
-    /// may remember them by the request's bytes (see [`CallOutcome::from_request_alone`]).
-    pub fn may_answer_from_request_alone(&self, controller: &str) -> bool {
-        matches!(self.entries.get(controller), Some(Entry::Composite(c)) if c.answers_only_from_request())
+    /// Parses `body` as the request type of that controller and hook, runs the hook,
+    /// serialises its answer and hands what it asks of the sources to the engine.
+    pub fn call(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
+        let outcome = self.answer(controller, hook, body, ctx);
+        self.want(&outcome.sources);
+        outcome
     }
 
-    /// Parses `body` as the request type of that controller and hook, runs the hook and
-    /// serialises its answer.
-    pub fn call(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
+    /// As [`Registry::call`], leaving what the answer asks of the sources to the caller
+    /// ([`Registry::want`]): the server hands it over once it has remembered the answer.
+    pub fn answer(&self, controller: &str, hook: Hook, body: &[u8], ctx: &Context) -> CallOutcome {
         match self.prepare(controller, hook, body) {
             Ok(prepared) => prepared.run(ctx),
-            Err(answered) => answered,
+            Err(refused) => *refused,
         }
     }
 
-    /// Finds the controller and parses the request, to be run with [`Prepared::run`] (or
-    /// tried with [`Prepared::try_cached`]); an unknown controller or a body that is not
-    /// a hook request is answered at once (`Err`).
-    pub fn prepare(
+    /// Finds the controller and parses the request; an unknown controller or a body that
+    /// is not a hook request is answered at once (`Err`).
+    fn prepare(
         &self,
         controller: &str,
         hook: Hook,
         body: &[u8],
-    ) -> Result<Prepared, CallOutcome> {
+    ) -> Result<Prepared, Box<CallOutcome>> {
+        let failed = |parent, error| Box::new(CallOutcome::refused(parent, error));
         let Some(entry) = self.entries.get(controller) else {
-            return Err(CallOutcome::refused(
+            return Err(failed(
                 ParentRef::default(),
                 self.not_found(format!("/{controller}/{hook}")),
             ));
         };
-        let failed = CallOutcome::refused;
         let request = match (entry, hook) {
             (_, Hook::Customize) => {
                 Parsed::Customize(parse_request(body).map_err(|e| failed(ParentRef::default(), e))?)
@@ -266,35 +297,21 @@ impl Registry {
                 )),
             ));
         }
-        let from_request = self.may_answer_from_request_alone(controller);
         Ok(Prepared {
             entry: entry.clone(),
             hook,
             request,
-            from_request,
             parent,
         })
     }
 }
 
 /// A hook call with its request parsed, ready to run.
-pub struct Prepared {
+struct Prepared {
     entry: Entry,
     hook: Hook,
     request: Parsed,
-    /// The controller may answer from the request alone.
-    from_request: bool,
     parent: ParentRef,
-}
-
-/// A call that needs slow work (see [`Prepared::attempt`]).
-#[derive(Debug, Clone, Copy)]
-pub struct SlowWork {
-    /// The work depends on the request alone, so its cost is bounded by the request's
-    /// size: a controller that answers from the request alone (APIMock with an inline
-    /// definition) whose attempt looked up no source. Work that reads a source (a
-    /// snapshot to convert, a definition from git) is bounded by the source's limits.
-    pub bounded_by_request: bool,
 }
 
 enum Parsed {
@@ -314,152 +331,82 @@ impl Parsed {
 }
 
 impl Prepared {
-    /// Runs the call and serialises its answer, noting whether the answer depended on
-    /// the request alone.
-    pub fn run(&self, ctx: &Context) -> CallOutcome {
-        let (mut outcome, read_a_source) = self.noting_sources(ctx, |ctx| self.dispatch(ctx));
-        outcome.from_request_alone = self.from_request && outcome.result.is_ok() && !read_a_source;
-        outcome
-    }
-
-    /// The answer if the controller can give it without slow work
-    /// ([`CompositeHooks::try_cached`]); None when the call has to be
-    /// [run](Prepared::run) where slow work is allowed.
-    pub fn try_cached(&self, ctx: &Context) -> Option<CallOutcome> {
-        self.attempt(ctx).ok()
-    }
-
-    /// Like [`Prepared::try_cached`], telling, when the call needs slow work, whether that
-    /// work is bounded by the request's own bytes.
-    ///
-    /// # Errors
-    /// [`SlowWork`] when the call has to be [run](Prepared::run) where slow work is allowed.
-    pub fn attempt(&self, ctx: &Context) -> Result<CallOutcome, SlowWork> {
-        let (Entry::Composite(c), Hook::Sync, Parsed::Composite(r)) =
-            (&self.entry, self.hook, &self.request)
-        else {
-            return Err(SlowWork {
-                bounded_by_request: false,
-            });
+    /// Runs the call and serialises its answer, with what it read of the sources (not
+    /// yet handed to the engine: see [`Registry::want`]).
+    fn run(&self, ctx: &Context) -> CallOutcome {
+        let composite = |response: &CompositeResponse, r: &CompositeRequest| {
+            Some(Changes::between(&r.children, response.children.as_deref()))
         };
-        let (tried, read_a_source) = self.noting_sources(ctx, |ctx| c.try_cached(r, ctx));
-        let Some(tried) = tried else {
-            return Err(SlowWork {
-                bounded_by_request: self.from_request && !read_a_source,
-            });
+        let decorator = |response: &DecoratorResponse, r: &DecoratorRequest| {
+            Some(Changes::between(
+                &r.attachments,
+                response.attachments.as_deref(),
+            ))
         };
-        let changes = tried
-            .as_ref()
-            .ok()
-            .map(|response| Changes::between(&r.children, response.children.as_deref()));
-        let result = serialise(tried);
-        Ok(CallOutcome {
+        let answered = match (&self.entry, self.hook, &self.request) {
+            (Entry::Composite(c), _, Parsed::Customize(r)) => c
+                .customize(r)
+                .map(|response| Answered::of(&response, Vec::new(), None)),
+            (Entry::Decorator(d), _, Parsed::Customize(r)) => d
+                .customize(r)
+                .map(|response| Answered::of(&response, Vec::new(), None)),
+            (Entry::Composite(c), Hook::Finalize, Parsed::Composite(r)) => c
+                .finalize(r, ctx)
+                .map(|response| Answered::of(&response, Vec::new(), composite(&response, r))),
+            (Entry::Composite(c), _, Parsed::Composite(r)) => c.sync(r, ctx).map(|answer| {
+                let changes = composite(&answer.response, r);
+                Answered::of(&answer.response, answer.sources, changes)
+            }),
+            (Entry::Decorator(d), Hook::Finalize, Parsed::Decorator(r)) => d
+                .finalize(r, ctx)
+                .map(|response| Answered::of(&response, Vec::new(), decorator(&response, r))),
+            (Entry::Decorator(d), _, Parsed::Decorator(r)) => d.sync(r, ctx).map(|answer| {
+                let changes = decorator(&answer.response, r);
+                Answered::of(&answer.response, answer.sources, changes)
+            }),
+            _ => Err(HookError::Internal(
+                "a request was parsed for another kind of controller".to_owned(),
+            )),
+        };
+        let Answered {
+            bytes,
+            sources,
             changes,
-            from_request_alone: self.from_request && result.is_ok() && !read_a_source,
-            parent: self.parent.clone(),
-            result,
-        })
-    }
-
-    /// Runs `call`, telling whether it read a source: an answer that did depends on more
-    /// than the request (an APIMock with `definitionFrom.git`). Sources are watched only
-    /// for a controller that may answer from the request alone (for the others it does
-    /// not matter, and the answer counts as having read one).
-    fn noting_sources<R>(&self, ctx: &Context, call: impl FnOnce(&Context) -> R) -> (R, bool) {
-        if !self.from_request {
-            return (call(ctx), true);
-        }
-        let noting = Arc::new(NotingSources {
-            inner: ctx.sources.clone(),
-            looked: AtomicBool::new(false),
+        } = answered.unwrap_or_else(|error| Answered {
+            bytes: Err(error),
+            sources: Vec::new(),
+            changes: None,
         });
-        let noted = Context {
-            sources: noting.clone(),
-            ..ctx.clone()
-        };
-        let answer = call(&noted);
-        (answer, noting.looked.load(Ordering::Relaxed))
-    }
-
-    fn dispatch(&self, ctx: &Context) -> CallOutcome {
-        let composite = |answer: Result<CompositeResponse, HookError>, r: &CompositeRequest| {
-            let changes = answer
-                .as_ref()
-                .ok()
-                .map(|response| Changes::between(&r.children, response.children.as_deref()));
-            (serialise(answer), changes)
-        };
-        let decorator = |answer: Result<DecoratorResponse, HookError>, r: &DecoratorRequest| {
-            let changes = answer
-                .as_ref()
-                .ok()
-                .map(|response| Changes::between(&r.attachments, response.attachments.as_deref()));
-            (serialise(answer), changes)
-        };
-        let (result, changes) = match (&self.entry, self.hook, &self.request) {
-            (Entry::Composite(c), _, Parsed::Customize(r)) => (serialise(c.customize(r)), None),
-            (Entry::Decorator(d), _, Parsed::Customize(r)) => (serialise(d.customize(r)), None),
-            (Entry::Composite(c), Hook::Finalize, Parsed::Composite(r)) => {
-                composite(c.finalize(r, ctx), r)
-            }
-            (Entry::Composite(c), _, Parsed::Composite(r)) => composite(c.sync(r, ctx), r),
-            (Entry::Decorator(d), Hook::Finalize, Parsed::Decorator(r)) => {
-                decorator(d.finalize(r, ctx), r)
-            }
-            (Entry::Decorator(d), _, Parsed::Decorator(r)) => decorator(d.sync(r, ctx), r),
-            _ => (
-                Err(HookError::Internal(
-                    "a request was parsed for another kind of controller".to_owned(),
-                )),
-                None,
-            ),
-        };
+        let sources = if bytes.is_ok() { sources } else { Vec::new() };
         CallOutcome {
             parent: self.parent.clone(),
-            result,
-            from_request_alone: false,
+            result: bytes,
+            sources,
             changes,
         }
     }
 }
 
-fn serialise<Resp: Serialize>(answer: Result<Resp, HookError>) -> Result<Vec<u8>, HookError> {
-    answer.and_then(|response| {
-        serde_json::to_vec(&response)
-            .map_err(|e| HookError::Internal(format!("cannot serialise the response: {e}")))
-    })
+/// A controller's answer, serialised.
+struct Answered {
+    bytes: Result<Vec<u8>, HookError>,
+    sources: Vec<SourceUse>,
+    changes: Option<Changes>,
 }
 
-/// The context's sources, noting whether a call looked anything up.
-struct NotingSources {
-    inner: Arc<dyn Sources>,
-    looked: AtomicBool,
-}
-
-impl Sources for NotingSources {
-    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
-        self.looked.store(true, Ordering::Relaxed);
-        self.inner.lookup(request, interval)
-    }
-
-    fn lookup_holding(
-        &self,
-        request: &SourceRequest,
-        interval: Duration,
-        running: Option<&str>,
-    ) -> SourceState {
-        self.looked.store(true, Ordering::Relaxed);
-        self.inner.lookup_holding(request, interval, running)
-    }
-
-    fn refresh(
-        &self,
-        request: &SourceRequest,
-        interval: Duration,
-        token: &str,
-    ) -> crate::source::Refresh {
-        self.looked.store(true, Ordering::Relaxed);
-        self.inner.refresh(request, interval, token)
+impl Answered {
+    fn of(
+        response: &impl Serialize,
+        sources: Vec<SourceUse>,
+        changes: Option<Changes>,
+    ) -> Answered {
+        let bytes = serde_json::to_vec(response)
+            .map_err(|e| HookError::Internal(format!("cannot serialise the response: {e}")));
+        Answered {
+            bytes,
+            sources,
+            changes,
+        }
     }
 }
 
@@ -490,86 +437,4 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
         }
     };
     Err(HookError::BadRequest(error))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::CompositeResponse;
-
-    /// Answers with the parent's name, looking a source up when that name is "reads";
-    /// says it answers from the request alone when `pure`.
-    struct Test {
-        pure: bool,
-    }
-
-    impl CompositeHooks for Test {
-        fn sync(
-            &self,
-            request: &CompositeRequest,
-            ctx: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            let name = &request.parent["metadata"]["name"];
-            if name == "reads" {
-                let source = SourceRequest {
-                    location: crate::source::Location::Http {
-                        url: "https://example.com/config.yaml".to_owned(),
-                    },
-                    namespace: "team".to_owned(),
-                    credentials: None,
-                    tls: None,
-                };
-                ctx.sources.lookup(&source, Duration::from_secs(60));
-            }
-            Ok(CompositeResponse::new(
-                serde_json::json!({ "name": name }),
-                Vec::new(),
-            ))
-        }
-
-        fn finalize(
-            &self,
-            request: &CompositeRequest,
-            ctx: &Context,
-        ) -> Result<CompositeResponse, HookError> {
-            self.sync(request, ctx)
-        }
-
-        fn answers_only_from_request(&self) -> bool {
-            self.pure
-        }
-    }
-
-    fn body(name: &str) -> Vec<u8> {
-        serde_json::json!({"parent": {"metadata": {"name": name}}})
-            .to_string()
-            .into_bytes()
-    }
-
-    #[test]
-    fn an_answer_is_from_the_request_alone_only_for_a_pure_controller_that_read_no_source() {
-        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
-        for pure in [true, false] {
-            let registry = Registry::new().composite("c", Test { pure });
-            assert_eq!(registry.may_answer_from_request_alone("c"), pure);
-            let outcome = registry.call("c", Hook::Sync, &body("a"), &ctx);
-            assert!(outcome.result.is_ok());
-            assert_eq!(outcome.from_request_alone, pure, "pure: {pure}");
-        }
-        let registry = Registry::new().composite("r", Test { pure: true });
-        assert!(
-            registry
-                .call("r", Hook::Sync, &body("a"), &ctx)
-                .from_request_alone
-        );
-        assert!(
-            !registry
-                .call("r", Hook::Sync, &body("reads"), &ctx)
-                .from_request_alone,
-            "an answer that read a source depends on more than the request"
-        );
-        let refused = registry.call("r", Hook::Sync, b"not json", &ctx);
-        assert!(refused.result.is_err() && !refused.from_request_alone);
-        assert!(!Registry::new().may_answer_from_request_alone("missing"));
-    }
 }

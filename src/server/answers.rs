@@ -2,9 +2,10 @@
 //!
 //! Metacontroller resyncs every parent on a timer and repeats the same request byte for
 //! byte while nothing changed; hashing a request costs far less than parsing it, so an
-//! answer that depended on the request alone is kept with its ETag and sent again as it
-//! is. What a hit costs beyond reading the body is one BLAKE3 pass and one lookup, which
-//! is all `examples/limit_server.rs --floor` does.
+//! answer is kept with its ETag and what it read of its sources, and sent again as it is
+//! for as long as the source engine holds what it read. What a hit costs beyond reading
+//! the body is one BLAKE3 pass, one lookup and a look at each source read, which is
+//! about all `examples/limit_server.rs --floor` does.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use axum::http::HeaderValue;
 
 use crate::controllers::ParentRef;
 use crate::controllers::common::memo::Memo;
+use crate::controllers::common::reading::SourceUse;
 use crate::protocol::Hook;
 
 /// Bytes of answers remembered at most, and the number of answers that is sized for.
@@ -22,19 +24,25 @@ const ANSWER_ENTRIES: u64 = 4096;
 /// The key of one call: which hook of which controller, and the request's bytes.
 pub type CallKey = [u8; 32];
 
-/// An answer as it is sent: its body, the ETag of that body, and whom it was about (for
-/// the access line).
+/// An answer as it is sent: its body, the ETag of that body, whom it was about (for the
+/// log line) and what it read of its sources (it holds while they are held the same).
 pub struct Remembered {
     pub parent: ParentRef,
     pub body: Bytes,
     pub etag: HeaderValue,
+    pub sources: Vec<SourceUse>,
 }
 
 impl Remembered {
     /// `body` with its ETag computed once.
-    pub fn new(parent: ParentRef, body: Bytes) -> Remembered {
+    pub fn new(parent: ParentRef, body: Bytes, sources: Vec<SourceUse>) -> Remembered {
         let etag = etag_of(&body);
-        Remembered { parent, body, etag }
+        Remembered {
+            parent,
+            body,
+            etag,
+            sources,
+        }
     }
 }
 
@@ -52,7 +60,13 @@ impl Default for AnswerMemo {
 }
 
 fn weight(_key: &CallKey, answer: &Arc<Remembered>) -> u64 {
-    (answer.body.len() + answer.parent.name.len() + answer.parent.namespace.len() + 64) as u64
+    let sources: usize = answer
+        .sources
+        .iter()
+        .map(|used| used.interest.request.location.url().len() + 512)
+        .sum();
+    (answer.body.len() + answer.parent.name.len() + answer.parent.namespace.len() + sources + 64)
+        as u64
 }
 
 impl AnswerMemo {

@@ -37,9 +37,8 @@ pub struct HookRoute {
     pub controller: &'static str,
     /// The hook.
     pub hook: Hook,
-    /// The key its calls are hashed under, for a controller whose answers are
-    /// remembered by the request's bytes.
-    memo: Option<RouteKey>,
+    /// The key its calls are hashed under (answers are remembered by the request's bytes).
+    key: RouteKey,
 }
 
 impl HookRoute {
@@ -47,12 +46,11 @@ impl HookRoute {
     pub fn all(registry: &Registry) -> Vec<HookRoute> {
         let mut routes = Vec::new();
         for name in registry.names() {
-            let memo = registry.may_answer_from_request_alone(name);
             for hook in Hook::ALL {
                 routes.push(HookRoute {
                     controller: super::metrics::label(name),
                     hook,
-                    memo: memo.then(|| route_key(name, hook)),
+                    key: route_key(name, hook),
                 });
             }
         }
@@ -263,15 +261,18 @@ async fn answer(
         Err(error) => return Answered::refused(error),
     };
     let slot = Arc::new(slot);
-    // Only answers of a controller that may answer from the request alone are
-    // remembered, so only its calls need the key.
-    let mut hasher = route.memo.as_ref().map(CallHasher::new);
-    let body = match read_body(state, headers, body, hasher.as_mut()).await {
+    let mut hasher = CallHasher::new(&route.key);
+    let body = match read_body(state, headers, body, &mut hasher).await {
         Ok(body) => body,
         Err(error) => return Answered::refused(error),
     };
-    let key = hasher.map(|hasher| hasher.finish());
-    if let Some(remembered) = key.as_ref().and_then(|key| state.answers.get(key)) {
+    let key = hasher.finish();
+    // A remembered answer holds while the engine holds what it read of its sources; its
+    // parent still wants them kept fresh.
+    if let Some(remembered) = state.answers.get(&key)
+        && state.registry.still_holds(&remembered.sources)
+    {
+        state.registry.want(&remembered.sources);
         return Answered {
             parent: remembered.parent.clone(),
             result: Ok(send(&remembered, headers)),
@@ -287,7 +288,7 @@ async fn answer(
     let CallOutcome {
         parent,
         result,
-        from_request_alone,
+        sources,
         changes,
     } = outcome;
     let bytes = match result {
@@ -301,11 +302,10 @@ async fn answer(
             };
         }
     };
-    let answer = Remembered::new(parent.clone(), Bytes::from(bytes));
+    state.registry.want(&sources);
+    let answer = Arc::new(Remembered::new(parent.clone(), Bytes::from(bytes), sources));
     let response = send(&answer, headers);
-    if let (Some(key), true) = (key, from_request_alone) {
-        state.answers.insert(key, Arc::new(answer));
-    }
+    state.answers.insert(key, answer);
     Answered {
         parent,
         result: Ok(response),
@@ -370,7 +370,7 @@ async fn read_body(
     state: &HookState,
     headers: &HeaderMap,
     body: Body,
-    mut hasher: Option<&mut CallHasher>,
+    hasher: &mut CallHasher,
 ) -> Result<ReadBody, CallError> {
     let limit = state.limits.body_bytes;
     let declared = headers
@@ -386,9 +386,7 @@ async fn read_body(
         let mut pieces: Vec<Bytes> = Vec::new();
         while let Some(frame) = body.frame().await {
             if let Ok(piece) = frame?.into_data() {
-                if let Some(hasher) = hasher.as_deref_mut() {
-                    hasher.update(&piece);
-                }
+                hasher.update(&piece);
                 pieces.push(piece);
             }
         }
@@ -408,21 +406,9 @@ async fn read_body(
     }
 }
 
-/// Bodies up to this size are answered on the async workers: first from what the controller
-/// already worked out (a memo hit: parsing and serialising 64 KiB takes well under a
-/// millisecond), and when that needs slow work that depends on the request alone (an
-/// inline APIMock definition to validate), as a task of its own. Handing a call to a
-/// compute thread costs two thread wake-ups, most of the price of a steady-state sync and
-/// a fifth of an edited 31 KiB definition's; work bounded by 64 KiB of request is short:
-/// the most costly hostile 64 KiB definitions we know (alias expansion, `$ref` chains)
-/// take 3–5 ms to refuse or validate, an honest one about 3 ms.
-const ON_WORKER_BYTES: usize = 64 * 1024;
-
-/// Runs the controller: for a body of at most [`ON_WORKER_BYTES`], first on this async
-/// worker restricted to cheap work and, when that needs slow work bounded by the request,
-/// as a task of its own on the async workers; any other work (slow work that reads a
-/// source, a larger body) on a compute thread. Slow work never runs in this task, which
-/// stays free to answer 503 at the deadline.
+/// Runs the controller on a compute thread under the call's deadline (see
+/// `compute.rs`: a hook computation is CPU work only), so that slow work never holds up
+/// an async worker, which stays free to answer 503 at the deadline.
 /// The in-flight slot travels with the work: a call answered 503 at its deadline still
 /// counts until its computation ends, and work that had not started by its deadline is
 /// skipped rather than done for nobody.
@@ -436,20 +422,6 @@ async fn compute(
     let registry = state.registry.clone();
     let mut ctx = state.registry.context(state.clock.now());
     ctx.deadline = Some(deadline);
-    // The request is parsed once: a cheap attempt that needs slow work hands its parsed
-    // request to the work below, which stays on the async workers when its cost is
-    // bounded by this small body.
-    let (prepared, on_worker) = if body.len() <= ON_WORKER_BYTES {
-        match state.registry.prepare(route.controller, route.hook, &body) {
-            Err(answered) => return Ok(answered),
-            Ok(prepared) => match prepared.attempt(&ctx) {
-                Ok(outcome) => return Ok(outcome),
-                Err(slow) => (Some(prepared), slow.bounded_by_request),
-            },
-        }
-    } else {
-        (None, false)
-    };
     let span = tracing::Span::current();
     let work = move || {
         let _entered = span.enter();
@@ -457,28 +429,15 @@ async fn compute(
         if Instant::now() >= deadline {
             return None;
         }
-        Some(match prepared {
-            Some(prepared) => prepared.run(&ctx),
-            None => registry.call(route.controller, route.hook, &body, &ctx),
-        })
+        Some(registry.answer(route.controller, route.hook, &body, &ctx))
     };
-    // Spawned from this worker, the task usually runs next on the same thread.
-    let finished = if on_worker {
-        let task = tokio::spawn(async move { work() });
-        tokio::time::timeout_at(deadline.into(), task)
-            .await
-            .map(|joined| joined.map_err(drop))
-    } else {
-        tokio::time::timeout_at(deadline.into(), state.compute.run(work))
-            .await
-            .map(|ran| ran.map_err(drop))
-    };
+    let finished = tokio::time::timeout_at(deadline.into(), state.compute.run(work)).await;
     match finished {
         Ok(Ok(Some(outcome))) => Ok(outcome),
         Ok(Ok(None)) | Err(_) => Err(CallError::DeadlineExceeded {
             deadline_ms: millis(state.limits.deadline),
         }),
-        Ok(Err(())) => Err(HookError::Internal(
+        Ok(Err(_panicked)) => Err(HookError::Internal(
             "the hook server hit an internal fault while computing the answer".to_owned(),
         )
         .into()),

@@ -1,11 +1,13 @@
 //! Sources whose answers a test sets: controllers' fetch branches (pending, failed,
-//! fresh, newer elsewhere) run without a git or HTTP server, and every lookup is noted.
+//! fresh, newer elsewhere) run without a git or HTTP server, and every source a call asks
+//! for is noted.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Content, FetchError, Snapshot, SourceRequest, SourceState, Sources};
+use super::Sources;
+use super::{Content, FetchError, Interest, Snapshot, SourceRequest, SourceState, SourceView};
 
 /// Answers by URL; a URL nobody set is pending (a fetch in progress), as a real engine
 /// answers the first lookup of a remote.
@@ -49,7 +51,8 @@ impl FakeSources {
         state.pending = false;
     }
 
-    /// Every lookup so far: the URL and the interval asked for.
+    /// Every source asked for so far: the URL and the interval (zero for a fetch now
+    /// because what runs is newer).
     pub fn lookups(&self) -> Vec<(String, Duration)> {
         lock(&self.lookups).clone()
     }
@@ -73,17 +76,28 @@ pub fn snapshot(
     }
 }
 
-impl Sources for FakeSources {
-    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
-        let url = request.location.url().to_owned();
-        lock(&self.lookups).push((url.clone(), interval));
+impl SourceView for FakeSources {
+    fn state(&self, request: &SourceRequest, _: Duration, _: Option<&str>) -> SourceState {
         lock(&self.states)
-            .get(&url)
+            .get(request.location.url())
             .cloned()
             .unwrap_or(SourceState {
                 pending: true,
                 ..SourceState::default()
             })
+    }
+}
+
+impl Sources for FakeSources {
+    fn want(&self, interests: &[Interest]) {
+        let mut lookups = lock(&self.lookups);
+        for interest in interests {
+            let url = interest.request.location.url().to_owned();
+            lookups.push((url.clone(), interest.interval));
+            if interest.behind {
+                lookups.push((url, Duration::ZERO));
+            }
+        }
     }
 }
 

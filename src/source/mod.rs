@@ -433,31 +433,98 @@ pub struct SourceState {
     pub resync_within: Option<u64>,
 }
 
-/// The read side of the engine that controllers get in their context.
-pub trait Sources: Send + Sync {
-    /// Answers from the cache without waiting; schedules a fetch when the entry is
-    /// missing or older than `interval`.
-    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState;
+impl SourceState {
+    /// What an answer built from this state depends on: the same `Seen` later means the
+    /// same answer.
+    pub fn seen(&self) -> Seen {
+        Seen {
+            revision: self.snapshot.as_ref().map(|s| s.revision.clone()),
+            error: self.error.clone(),
+            pending: self.pending,
+            resync_within: self.resync_within,
+        }
+    }
+}
 
-    /// As `lookup`, for a parent that already runs revision `running` (read back from
-    /// its observed ConfigMap): an engine that let its copy of that revision go need not
-    /// read it again for this parent.
-    fn lookup_holding(
+/// What a call read of a source ([`SourceState::seen`]), to tell later whether the
+/// engine still holds the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// The revision of the snapshot held (None: none held).
+    pub revision: Option<String>,
+    /// The latest fetch's error.
+    pub error: Option<FetchError>,
+    /// Whether a fetch ran or was due.
+    pub pending: bool,
+    /// The push receivers' resync bound.
+    pub resync_within: Option<u64>,
+}
+
+/// What controllers see of the engine during a call: answers from what it holds now,
+/// never scheduling anything. What a call wants done ([`Interest`]) goes back to the
+/// engine through [`Sources::want`] once the call has answered.
+pub trait SourceView: Send + Sync {
+    /// What the engine holds for `request`, as a parent asking at `interval` (and running
+    /// revision `running`, read back from its observed ConfigMap) sees it: `pending`
+    /// when a fetch runs or is due, so the parent asks again soon.
+    fn state(
         &self,
         request: &SourceRequest,
         interval: Duration,
         running: Option<&str>,
-    ) -> SourceState {
-        let _ = running;
-        self.lookup(request, interval)
-    }
+    ) -> SourceState;
 
-    /// Fetches `request`'s remote now, not at the next interval, unless a fetch started
-    /// after `token` was first asked for; `Handled` once such a fetch has finished. An
-    /// engine that does not schedule (a fixed test engine) handles it at once.
-    fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
-        let _ = (token, self.lookup(request, interval));
+    /// Where the "fetch now" `token` of `request`'s remote stands: `Handled` once a fetch
+    /// that started after it was first asked for has finished. An engine that does not
+    /// schedule (a fixed test engine) has handled every token.
+    fn token(&self, request: &SourceRequest, token: &str) -> Refresh {
+        let _ = (request, token);
         Refresh::Handled
+    }
+}
+
+/// What one call asks of the engine for one source: keep it fresh at `interval`, note
+/// that the parent runs `running`, fetch now for a new `fetch_now` token, or fetch now
+/// because what runs is newer than the engine's copy (`behind`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interest {
+    /// The source.
+    pub request: SourceRequest,
+    /// How often the parent wants it polled.
+    pub interval: Duration,
+    /// The revision the parent runs (so a copy let go need not be read again for it).
+    pub running: Option<String>,
+    /// A "fetch now" token not handled yet.
+    pub fetch_now: Option<String>,
+    /// Another replica fetched a newer copy of the same ref: fetch now.
+    pub behind: bool,
+}
+
+impl Interest {
+    /// Keep `request` fresh at `interval`.
+    pub fn keep(request: &SourceRequest, interval: Duration) -> Interest {
+        Interest {
+            request: request.clone(),
+            interval,
+            running: None,
+            fetch_now: None,
+            behind: false,
+        }
+    }
+}
+
+/// The engine: the view controllers read, and what calls and receivers ask of it.
+pub trait Sources: SourceView {
+    /// Records what a call asked for: each source's interest is refreshed (sources
+    /// nobody asks for are forgotten after a few intervals) and a fetch starts for any
+    /// that is due, missing, asked to fetch now or behind.
+    fn want(&self, interests: &[Interest]);
+
+    /// Asks for `request` and reads it: [`Sources::want`] then [`SourceView::state`].
+    /// For tools and tests that poll an engine directly.
+    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
+        self.want(&[Interest::keep(request, interval)]);
+        self.state(request, interval, None)
     }
 
     /// A push receiver heard that `repository` ([`repository::normalise`]d) changed:
@@ -473,7 +540,7 @@ pub trait Sources: Send + Sync {
     }
 }
 
-/// Where a "fetch now" request stands ([`Sources::refresh`]).
+/// Where a "fetch now" request stands ([`SourceView::token`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refresh {
     /// A fetch that started after the request was first made has finished: whatever
@@ -490,8 +557,8 @@ pub const REQUESTED_AT: &str = "sources.metahooks.io/requested-at";
 /// No sources at all: every lookup is an error. For controllers that fetch nothing.
 pub struct NoSources;
 
-impl Sources for NoSources {
-    fn lookup(&self, _: &SourceRequest, _: Duration) -> SourceState {
+impl SourceView for NoSources {
+    fn state(&self, _: &SourceRequest, _: Duration, _: Option<&str>) -> SourceState {
         SourceState {
             error: Some(FetchError::Other(
                 "this server has no source engine".to_owned(),
@@ -499,4 +566,8 @@ impl Sources for NoSources {
             ..SourceState::default()
         }
     }
+}
+
+impl Sources for NoSources {
+    fn want(&self, _: &[Interest]) {}
 }

@@ -4,13 +4,16 @@
 
 use crate::support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use metahooks::controllers::{CompositeHooks, Context, Registry};
+use metahooks::controllers::common::reading::Reads;
+use metahooks::controllers::{Answer, CompositeHooks, Context, Registry};
 use metahooks::error::HookError;
 use metahooks::protocol::{CompositeRequest, CompositeResponse};
 use metahooks::server::{Auth, Clock, Limits, Server, ServerSettings, TlsFiles};
+use metahooks::source::fake::FakeSources;
 use serde_json::{Value, json};
 
 /// Answers with the parent's name in status; `gate` and `fail` provoke the error paths.
@@ -73,17 +76,17 @@ impl CompositeHooks for Probe {
         &self,
         request: &CompositeRequest,
         _: &Context,
-    ) -> Result<CompositeResponse, HookError> {
+    ) -> Result<Answer<CompositeResponse>, HookError> {
         if let Some(gate) = &self.gate {
             gate.pass();
         }
         match self.fail {
             Some("panic") => panic!("test controller panics"),
             Some(message) => Err(HookError::Internal(message.to_owned())),
-            None => Ok(CompositeResponse::new(
+            None => Ok(Answer::from_request(CompositeResponse::new(
                 json!({"seen": request.parent["metadata"]["name"]}),
                 vec![],
-            )),
+            ))),
         }
     }
 
@@ -92,7 +95,8 @@ impl CompositeHooks for Probe {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        self.sync(request, ctx).map(|r| r.with_finalized(true))
+        self.sync(request, ctx)
+            .map(|answer| answer.response.with_finalized(true))
     }
 }
 
@@ -489,70 +493,79 @@ async fn etag_and_if_none_match() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_slow_work_bounded_by_a_small_request_stays_off_the_compute_threads() {
+async fn answers_are_computed_on_the_compute_threads() {
     let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let registry = [true, false]
-        .into_iter()
-        .fold(Registry::new(), |registry, pure| {
-            registry.composite(
-                if pure { "pure" } else { "impure" },
-                Counted {
-                    pure,
-                    syncs: Arc::default(),
-                    threads: threads.clone(),
-                },
-            )
-        });
+    let registry = Registry::new().composite(
+        "counted",
+        Counted {
+            reads: None,
+            syncs: Arc::default(),
+            threads: threads.clone(),
+        },
+    );
     let server = Server::start(support::local_settings(), registry, Clock::System)
         .await
         .expect("server starts");
     let mut large = hook_request("large");
     large["parent"]["metadata"]["annotations"] = json!({"pad": "x".repeat(70 * 1024)});
-    let cases = [
-        ("pure", hook_request("small"), false),
-        ("pure", large.clone(), true),
-        ("impure", hook_request("small"), true),
-        ("impure", large, true),
-    ];
-    for (controller, request, on_compute_thread) in cases {
+    for request in [hook_request("small"), large] {
         let answer = post_raw(
             &format!("http://{}", server.hook_addr),
-            &format!("/{controller}/sync"),
+            "/counted/sync",
             serde_json::to_vec(&request).unwrap(),
         )
         .await;
         assert_eq!(answer.status(), 200);
         let ran_on = threads.lock().unwrap().pop().expect("the sync ran");
-        assert_eq!(
+        assert!(
             ran_on.starts_with("metahooks-compute-"),
-            on_compute_thread,
-            "{controller}, {} bytes: ran on {ran_on}",
+            "{} bytes: ran on {ran_on}",
             request.to_string().len()
         );
     }
 }
 
-/// Counts its syncs and notes the thread each ran on; says whether its answers depend on
-/// the request alone.
+/// Counts its syncs and notes the thread each ran on; reads the source at `reads` when
+/// given, answering with the revision it saw.
 struct Counted {
-    pure: bool,
+    reads: Option<&'static str>,
     syncs: Arc<std::sync::atomic::AtomicUsize>,
     threads: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn source_at(url: &str) -> metahooks::source::SourceRequest {
+    metahooks::source::SourceRequest {
+        location: metahooks::source::Location::Http {
+            url: url.to_owned(),
+        },
+        namespace: "ns".to_owned(),
+        credentials: None,
+        tls: None,
+    }
 }
 
 impl CompositeHooks for Counted {
     fn sync(
         &self,
         request: &CompositeRequest,
-        _: &Context,
-    ) -> Result<CompositeResponse, HookError> {
+        ctx: &Context,
+    ) -> Result<Answer<CompositeResponse>, HookError> {
         self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let thread = std::thread::current().name().unwrap_or("").to_owned();
         self.threads.lock().unwrap().push(thread);
-        Ok(CompositeResponse::new(
-            json!({"seen": request.parent["metadata"]["name"]}),
+        let mut reads = Reads::new(ctx.sources.as_ref());
+        let revision = self.reads.map(|url| {
+            let state = reads.lookup(&source_at(url), Duration::from_secs(60), None);
+            state.snapshot.map(|s| s.revision.clone())
+        });
+        let response = CompositeResponse::new(
+            json!({"seen": request.parent["metadata"]["name"], "revision": revision}),
             vec![],
-        ))
+        );
+        Ok(Answer {
+            response,
+            sources: reads.finish(),
+        })
     }
 
     fn finalize(
@@ -560,25 +573,25 @@ impl CompositeHooks for Counted {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<CompositeResponse, HookError> {
-        self.sync(request, ctx)
-    }
-
-    fn answers_only_from_request(&self) -> bool {
-        self.pure
+        self.sync(request, ctx).map(|answer| answer.response)
     }
 }
 
+/// A repeated request is answered from memory for as long as the sources its answer read
+/// are held the same, and the parent's wish to keep them fresh still reaches the engine.
 #[tokio::test]
-async fn a_repeated_request_is_answered_from_memory_only_where_the_answer_is_the_requests_alone() {
-    let counters =
-        [true, false].map(|pure| (pure, Arc::new(std::sync::atomic::AtomicUsize::new(0))));
-    let mut registry = Registry::new();
-    for (pure, syncs) in &counters {
-        let name = if *pure { "pure" } else { "impure" };
+async fn a_repeated_request_is_answered_from_memory_while_what_it_read_is_unchanged() {
+    const URL: &str = "https://example.com/config.env";
+    let sources = Arc::new(FakeSources::default());
+    sources.serve(URL, "r1", &[("config.env", "A=1\n")], true, None);
+    let counters = [None, Some(URL)].map(|reads| (reads, Arc::new(AtomicUsize::new(0))));
+    let mut registry = Registry::new().with_sources(sources.clone());
+    for (reads, syncs) in &counters {
+        let name = if reads.is_some() { "reader" } else { "pure" };
         registry = registry.composite(
             name,
             Counted {
-                pure: *pure,
+                reads: *reads,
                 syncs: syncs.clone(),
                 threads: Arc::default(),
             },
@@ -588,34 +601,64 @@ async fn a_repeated_request_is_answered_from_memory_only_where_the_answer_is_the
         .await
         .expect("server starts");
     let client = reqwest::Client::new();
-    for (pure, syncs) in &counters {
-        let name = if *pure { "pure" } else { "impure" };
-        let post = |hook: &str, parent: &str| {
-            client
-                .post(format!("http://{}/{name}/{hook}", server.hook_addr))
-                .json(&hook_request(parent))
-                .send()
-        };
-        let first = post("sync", "a").await.unwrap();
+    let post = |name: &str, hook: &str, parent: &str| {
+        client
+            .post(format!("http://{}/{name}/{hook}", server.hook_addr))
+            .json(&hook_request(parent))
+            .send()
+    };
+    let syncs = |index: usize| counters[index].1.load(Ordering::SeqCst);
+    for (index, name) in ["pure", "reader"].into_iter().enumerate() {
+        let first = post(name, "sync", "a").await.unwrap();
         let tag = first.headers()["etag"].clone();
         let first = first.text().await.unwrap();
-        let again = post("sync", "a").await.unwrap();
+        let again = post(name, "sync", "a").await.unwrap();
         assert_eq!(
             again.headers()["etag"],
             tag,
             "{name}: the same bytes, the same tag"
         );
         assert_eq!(again.text().await.unwrap(), first, "{name}");
-        let other = post("sync", "b").await.unwrap().text().await.unwrap();
+        assert_eq!(syncs(index), 1, "{name}: the second call was remembered");
+        let other = post(name, "sync", "b").await.unwrap().text().await.unwrap();
         assert_ne!(
             other, first,
             "{name}: another request is answered on its own"
         );
-        post("finalize", "a").await.unwrap();
-        let syncs = syncs.load(std::sync::atomic::Ordering::SeqCst);
-        // sync a, (sync a again unless remembered), sync b, finalize a (its own hook).
-        assert_eq!(syncs, if *pure { 3 } else { 4 }, "{name}");
+        post(name, "finalize", "a").await.unwrap();
+        assert_eq!(syncs(index), 3, "{name}: finalize is a hook of its own");
     }
+    let asked = sources.lookups().len();
+    let remembered = post("reader", "sync", "a")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(remembered.contains("r1"), "{remembered}");
+    assert_eq!(syncs(1), 3, "remembered while the source is unchanged");
+    assert_eq!(
+        sources.lookups().len(),
+        asked + 1,
+        "an answer sent from memory still asks for its source to be kept fresh"
+    );
+    // The source changes: the remembered answer no longer holds.
+    sources.serve(URL, "r2", &[("config.env", "A=2\n")], true, None);
+    let fresh = post("reader", "sync", "a")
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(fresh.contains("r2"), "{fresh}");
+    assert_eq!(syncs(1), 4);
+    let pure = post("pure", "sync", "a").await.unwrap();
+    assert_eq!(pure.status(), 200);
+    assert_eq!(
+        syncs(0),
+        3,
+        "an answer that read no source holds whatever the sources do"
+    );
 }
 
 #[tokio::test]

@@ -10,9 +10,9 @@ use super::spec::DefinitionStatus;
 use super::{ApiMockHooks, Call, bundle, held};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::{ConditionType, Decided};
-use crate::controllers::common::effort::{Effort, Stop};
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::revisions::{Seen, running_is_newer};
+use crate::controllers::common::steps::{Step, StepKey};
 use crate::error::HookError;
 
 /// The definition the children are built from, and the verdict on the wanted one.
@@ -85,10 +85,9 @@ impl ApiMockHooks {
         call: &Call<'r>,
         reading: &origin::Reading<'r>,
         ctx: &Context,
-        effort: Effort,
-    ) -> Result<Decision<'r>, Stop> {
+    ) -> Result<Decision<'r>, HookError> {
         let wanted = match &reading.candidate {
-            Some(Ok(candidate)) => Ok((candidate, self.analysis_of(candidate, ctx, effort)?)),
+            Some(Ok(candidate)) => Ok((candidate, analysis_of(candidate, ctx)?)),
             Some(Err(invalid)) => Err(Some(invalid.clone())),
             None => Err(None),
         };
@@ -107,13 +106,13 @@ impl ApiMockHooks {
                         revision: reading.revision.clone(),
                         made_at: reading.made_at,
                     };
-                    return self.fresh_or_newer_held(call, fresh, validated, ctx, effort);
+                    return self.fresh_or_newer_held(call, fresh, validated, ctx);
                 }
                 Err(invalid) => Some(invalid.clone()),
             },
             Err(invalid) => invalid,
         };
-        let last_good = self.last_good(call, ctx, effort)?;
+        let last_good = self.last_good(call, ctx)?;
         Ok(Decision {
             validated: validated_keeping(invalid, last_good.as_ref()),
             served: last_good,
@@ -130,10 +129,9 @@ impl ApiMockHooks {
         fresh: ServedDefinition<'r>,
         validated: Decided,
         ctx: &Context,
-        effort: Effort,
-    ) -> Result<Decision<'r>, Stop> {
+    ) -> Result<Decision<'r>, HookError> {
         let running = if held_is_newer(call, &fresh) {
-            self.last_good(call, ctx, effort)?
+            self.last_good(call, ctx)?
         } else {
             None
         };
@@ -156,8 +154,7 @@ impl ApiMockHooks {
         &self,
         call: &Call<'r>,
         ctx: &Context,
-        effort: Effort,
-    ) -> Result<Option<ServedDefinition<'r>>, Stop> {
+    ) -> Result<Option<ServedDefinition<'r>>, HookError> {
         let Some(config_map) = call
             .request
             .children
@@ -168,7 +165,7 @@ impl ApiMockHooks {
         let Some(candidate) = held::candidate(config_map) else {
             return Ok(None);
         };
-        let analysis = self.analysis_of(&candidate, ctx, effort)?;
+        let analysis = analysis_of(&candidate, ctx)?;
         Ok(analysis.outcome.is_ok().then(|| ServedDefinition {
             analysis,
             candidate,
@@ -176,64 +173,50 @@ impl ApiMockHooks {
             made_at: held::made_at(config_map),
         }))
     }
+}
 
-    /// The memoised analysis of a definition, of one file or several.
-    fn analysis_of(
-        &self,
-        candidate: &Candidate<'_>,
-        ctx: &Context,
-        effort: Effort,
-    ) -> Result<Arc<Analysis>, Stop> {
-        match candidate {
-            Candidate::Text(text) => self.analysis(text, ctx, effort),
-            Candidate::Bundle(bundle) if bundle.is_single() => {
-                self.analysis(bundle.root_text(), ctx, effort)
+/// The remembered analysis of a definition, of one file or several.
+fn analysis_of(candidate: &Candidate<'_>, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
+    match candidate {
+        Candidate::Text(text) => analysis(text, ctx),
+        Candidate::Bundle(bundle) if bundle.is_single() => analysis(bundle.root_text(), ctx),
+        Candidate::Bundle(bundle) => {
+            let mut hasher = blake3::Hasher::new();
+            bundle.for_each_part(|part| {
+                hasher.update(part);
+            });
+            let key = StepKey {
+                step: Step::BundleAnalysis,
+                input: *hasher.finalize().as_bytes(),
+            };
+            if let Some(hit) = ctx.steps.get(&key) {
+                return Ok(hit);
             }
-            Candidate::Bundle(bundle) => {
-                let mut hasher = blake3::Hasher::new();
-                hasher.update(b"bundle\0");
-                bundle.for_each_part(|part| {
-                    hasher.update(part);
-                });
-                let key = *hasher.finalize().as_bytes();
-                if let Some(hit) = self.memo.remembered(&key) {
-                    return Ok(hit);
-                }
-                if effort == Effort::CachedOnly {
-                    return Err(Stop::NeedsSlowWork);
-                }
-                let root = self.analysis(bundle.root_text(), ctx, effort)?;
-                let outcome = match (&root.outcome, bundle::recheck(bundle)) {
-                    (Ok(summary), Ok(elsewhere)) => Ok(definition::Summary {
-                        operations: summary.operations.saturating_add(elsewhere),
-                        ..summary.clone()
-                    }),
-                    (Err(invalid), _) => Err(invalid.clone()),
-                    (_, Err(invalid)) => Err(invalid),
-                };
-                Ok(self.memo.remember(
-                    key,
-                    Analysis {
-                        sha256: bundle.sha256(),
-                        format: root.format,
-                        outcome,
-                    },
-                ))
-            }
+            let root = analysis(bundle.root_text(), ctx)?;
+            let outcome = match (&root.outcome, bundle::recheck(bundle)) {
+                (Ok(summary), Ok(elsewhere)) => Ok(definition::Summary {
+                    operations: summary.operations.saturating_add(elsewhere),
+                    ..summary.clone()
+                }),
+                (Err(invalid), _) => Err(invalid.clone()),
+                (_, Err(invalid)) => Err(invalid),
+            };
+            Ok(ctx
+                .steps
+                .remember(key, definition::analysis_weight, || Analysis {
+                    sha256: bundle.sha256(),
+                    format: root.format,
+                    outcome,
+                }))
         }
-    }
-
-    /// The memoised analysis of a definition. Validating one not seen before is the only
-    /// slow step of an APIMock hook, so that is where a cached-only call stops.
-    fn analysis(&self, text: &str, ctx: &Context, effort: Effort) -> Result<Arc<Analysis>, Stop> {
-        if effort == Effort::CachedOnly {
-            return self.memo.lookup(text).ok_or(Stop::NeedsSlowWork);
-        }
-        self.memo
-            .analyze_by(text, ctx.deadline)
-            .ok_or_else(|| Stop::Failed(saturated()))
     }
 }
+
+/// The remembered analysis of a definition's text.
+fn analysis(text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
+    definition::remembered_analysis(&ctx.steps, text, ctx.deadline).ok_or_else(saturated)
+}
+
 /// True when the observed ConfigMap holds the same ref of the source as `fresh`, made
 /// later (by its revision and source-time annotations).
 fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>) -> bool {

@@ -1,26 +1,23 @@
 //! Reading an APIMock definition: size check, YAML/JSON parse, version detection,
-//! validation and a short summary, memoised by content hash.
+//! validation and a short summary, remembered by content hash in the server's step memo.
 //!
 //! Metacontroller calls sync on every resync and child change with an unchanged
-//! definition, so the expensive part runs once per distinct document; the memo is
-//! bounded and holds summaries, never parsed documents.
+//! definition, so the expensive part runs once per distinct document; what is remembered
+//! is a summary, never a parsed document.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::validate;
 pub use super::verdict::{Generation, Invalid};
-use crate::controllers::common::memo::Memo;
 use crate::controllers::common::reason::Reason;
+use crate::controllers::common::steps::{Step, StepKey, Steps};
 use crate::hash::sha256_hex;
 
 /// A definition is held in a ConfigMap, so it can be no larger than one's content.
 pub const MAX_DEFINITION_BYTES: usize = crate::apiserver::CONFIG_MAP_CONTENT_BYTES;
-
-/// Memo capacity: distinct definitions remembered.
-const MEMO_ENTRIES: u64 = 256;
 
 /// How the definition text is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +62,8 @@ pub struct Analysis {
     pub outcome: Result<Summary, Invalid>,
 }
 
-/// Parses and validates a definition. Pure; callers normally go through [`AnalysisMemo`].
+/// Parses and validates a definition. Pure; callers normally go through
+/// [`remembered_analysis`].
 pub fn analyze(text: &str) -> Analysis {
     let sha256 = sha256_hex(text.as_bytes());
     let format = sniff_format(text);
@@ -285,148 +283,30 @@ fn summarize(document: &Value, generation: Generation) -> Summary {
     }
 }
 
-/// Bounded memo of analyses. Keyed by BLAKE3 (several GB/s, collision-resistant)
-/// rather than SHA-256, because the key is computed on every sync of every parent while
-/// the SHA-256 shown to users is only needed once per distinct document.
-pub struct AnalysisMemo {
-    analyses: Memo<MemoKey, Arc<Analysis>>,
-    heavy: Arc<HeavySlots>,
+/// The analysis of `text`, remembered by the server's step memo (keyed by BLAKE3, several
+/// GB/s, rather than the SHA-256 shown to users, which is only computed once per
+/// distinct document). A large definition is validated in a heavy slot taken before
+/// `deadline` (None when none came free: nobody waits for the answer any more).
+pub fn remembered_analysis(
+    steps: &Steps,
+    text: &str,
+    deadline: Option<std::time::Instant>,
+) -> Option<Arc<Analysis>> {
+    let key = StepKey {
+        step: Step::Analysis,
+        input: *blake3::hash(text.as_bytes()).as_bytes(),
+    };
+    steps.remember_heavy(key, text.len(), deadline, analysis_weight, || analyze(text))
 }
 
-impl Default for AnalysisMemo {
-    fn default() -> AnalysisMemo {
-        AnalysisMemo::with_heavy_slots(0)
-    }
-}
-
-/// The key of a memoised analysis (a BLAKE3 hash).
-pub type MemoKey = [u8; 32];
-
-/// Definitions above this size are validated in one of a few "heavy" slots: validating a
-/// near-limit document takes ~170 MiB for a moment, so peak memory follows the number of
-/// cores, not the number of calls in flight.
-const HEAVY_BYTES: usize = 64 * 1024;
-
-/// A counting gate over the heavy slots.
-struct HeavySlots {
-    used: Mutex<usize>,
-    freed: std::sync::Condvar,
-    capacity: usize,
-}
-
-/// A heavy slot, given back when dropped.
-struct HeavySlot(Arc<HeavySlots>);
-
-impl HeavySlots {
-    /// Waits for a slot until `deadline` (forever without one); None when it passed.
-    fn take(self: &Arc<Self>, deadline: Option<std::time::Instant>) -> Option<HeavySlot> {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        while *used >= self.capacity {
-            used = match deadline {
-                None => self.freed.wait(used).unwrap_or_else(|e| e.into_inner()),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    self.freed
-                        .wait_timeout(used, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
-        }
-        *used += 1;
-        Some(HeavySlot(self.clone()))
-    }
-}
-
-impl Drop for HeavySlot {
-    fn drop(&mut self) {
-        let slots = &self.0;
-        let mut used = slots.used.lock().unwrap_or_else(|e| e.into_inner());
-        *used = used.saturating_sub(1);
-        slots.freed.notify_one();
-    }
-}
-
-impl AnalysisMemo {
-    /// A memo whose large definitions are validated `slots` at a time (0: one per core,
-    /// at most 8). The server passes its compute-thread count: more could not run at once.
-    pub fn with_heavy_slots(slots: usize) -> AnalysisMemo {
-        let capacity = match slots {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
-            n => n,
-        };
-        AnalysisMemo {
-            analyses: Memo::entries(MEMO_ENTRIES),
-            heavy: Arc::new(HeavySlots {
-                used: Mutex::new(0),
-                freed: std::sync::Condvar::new(),
-                capacity,
-            }),
-        }
-    }
-
-    /// The analysis of `text`, waiting for a heavy slot as long as it takes.
-    pub fn analyze(&self, text: &str) -> Arc<Analysis> {
-        // Without a deadline the slot is always had (waiting as long as it takes).
-        match self.analyze_by(text, None) {
-            Some(analysis) => analysis,
-            None => Arc::new(analyze(text)),
-        }
-    }
-
-    /// The analysis of `text` if it was made before; never validates.
-    pub fn lookup(&self, text: &str) -> Option<Arc<Analysis>> {
-        let key: MemoKey = *blake3::hash(text.as_bytes()).as_bytes();
-        self.analyses.get(&key)
-    }
-
-    /// Like [`AnalysisMemo::analyze`], but a large document that cannot get a heavy slot before
-    /// `deadline` is not validated at all (None).
-    pub fn analyze_by(
-        &self,
-        text: &str,
-        deadline: Option<std::time::Instant>,
-    ) -> Option<Arc<Analysis>> {
-        let key: MemoKey = *blake3::hash(text.as_bytes()).as_bytes();
-        if let Some(hit) = self.analyses.get(&key) {
-            return Some(hit);
-        }
-        let _slot = if text.len() > HEAVY_BYTES {
-            Some(self.heavy.take(deadline)?)
-        } else {
-            None
-        };
-        let sha256 = sha256_hex(text.as_bytes());
-        // Computed outside the lock: a slow document must not block other parents.
-        let format = sniff_format(text);
-        let analysis = Arc::new(Analysis {
-            outcome: check(text, format),
-            sha256: sha256.clone(),
-            format,
-        });
-        self.analyses.insert(key, analysis.clone());
-        Some(analysis)
-    }
-
-    /// An analysis remembered under `key` (a caller's own hash of what it analysed).
-    pub fn remembered(&self, key: &MemoKey) -> Option<Arc<Analysis>> {
-        self.analyses.get(key)
-    }
-
-    /// Remembers `analysis` under `key`.
-    pub fn remember(&self, key: MemoKey, analysis: Analysis) -> Arc<Analysis> {
-        let analysis = Arc::new(analysis);
-        self.analyses.insert(key, analysis.clone());
-        analysis
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.analyses.len()
-    }
+/// What an analysis holds: its summary's strings (a title can be most of a 1 MiB
+/// document) or its error's message.
+pub fn analysis_weight(analysis: &Analysis) -> u64 {
+    let held = match &analysis.outcome {
+        Ok(summary) => summary.openapi.len() + summary.version.len() + summary.title.len(),
+        Err(invalid) => invalid.message.len(),
+    };
+    (analysis.sha256.len() + held) as u64
 }
 
 #[cfg(test)]
@@ -571,53 +451,16 @@ mod tests {
     }
 
     #[test]
-    fn large_definitions_wait_for_a_heavy_slot_until_the_deadline() {
-        // A memo of its own: no other test can take or free these slots.
-        let memo = AnalysisMemo::with_heavy_slots(2);
-        let held: Vec<HeavySlot> = (0..2)
-            .map(|_| {
-                memo.heavy
-                    .take(None)
-                    .unwrap_or_else(|| panic!("a slot without deadline"))
-            })
-            .collect();
-        let now = std::time::Instant::now();
-        assert!(
-            memo.heavy.take(Some(now)).is_none(),
-            "all slots busy: no work after the deadline"
+    fn an_analysis_is_remembered_and_weighs_what_it_holds() {
+        let steps = Steps::default();
+        let first = remembered_analysis(&steps, PETS, None);
+        let again = remembered_analysis(&steps, PETS, None);
+        assert!(matches!((&first, &again), (Some(a), Some(b)) if Arc::ptr_eq(a, b)));
+        let long_title = format!(
+            "openapi: 3.0.3\ninfo: {{title: '{}', version: '1'}}\npaths: {{}}\n",
+            "t".repeat(100_000)
         );
-        let big = format!(
-            "openapi: 3.0.0\ninfo: {{title: t, version: '1'}}\npaths: {{}}\nx-pad: '{}'\n",
-            "a".repeat(HEAVY_BYTES)
-        );
-        assert!(memo.analyze_by(&big, Some(now)).is_none());
-        let small = "openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n";
-        assert!(
-            memo.analyze_by(small, Some(now)).is_some(),
-            "a small definition needs no slot"
-        );
-        drop(held);
-        let analysis = memo
-            .analyze_by(&big, Some(now + std::time::Duration::from_secs(60)))
-            .unwrap_or_else(|| panic!("a slot came free"));
-        assert!(analysis.outcome.is_ok(), "{:?}", analysis.outcome);
-    }
-
-    #[test]
-    fn memo_returns_the_same_analysis_and_stays_bounded() {
-        let memo = AnalysisMemo::default();
-        let first = memo.analyze(PETS);
-        let second = memo.analyze(PETS);
-        assert!(Arc::ptr_eq(&first, &second));
-        for i in 0..(MEMO_ENTRIES + 10) {
-            memo.analyze(&format!(
-                "openapi: 3.0.0\ninfo: {{title: t{i}, version: '1'}}\npaths: {{}}\n"
-            ));
-        }
-        let held = memo.len() as u64;
-        assert!(
-            held <= MEMO_ENTRIES && held > MEMO_ENTRIES / 2,
-            "{held} held"
-        );
+        let weight = analysis_weight(&analyze(&long_title));
+        assert!(weight > 100_000, "the title is counted: {weight}");
     }
 }

@@ -17,28 +17,25 @@ mod status;
 mod validate;
 pub mod verdict;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use self::children::{DEFINITION_HASH_ANNOTATION, Plan};
 use self::decide::{Decision, definition_status};
-use self::definition::AnalysisMemo;
 use self::origin::Origin;
 use self::status::{Facts, SourceFacts};
 use crate::controllers::common::conditions::{ConditionType, Decided, format_time};
-use crate::controllers::common::effort::{self, Effort, Stop};
 use crate::controllers::common::keep::{observed_children, observed_status};
-use crate::controllers::common::memo::{Memo, key_of};
 use crate::controllers::common::names::check_dns1035_label;
 use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
-use crate::controllers::{CompositeHooks, Context, ControllerSettings};
+use crate::controllers::{Answer, CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, RelatedResourceRule,
@@ -50,40 +47,12 @@ pub const DEFAULT_MOCK_IMAGE: &str = "stoplight/prism:5.14.2";
 /// Swagger UI, served next to the mock with `spec.docs.enabled`.
 pub const DEFAULT_DOCS_IMAGE: &str = "swaggerapi/swagger-ui:v5.17.14";
 
-/// The APIMock controller, with its memos.
+/// The APIMock controller.
 pub struct ApiMockHooks {
     mock_image: String,
     docs_image: String,
     /// What the operator lets a CR expose.
     policy: ExposurePolicy,
-    memo: AnalysisMemo,
-    /// Built children by the hash of everything they depend on: most syncs repeat the
-    /// last answer, and building four objects through typed structs costs more than
-    /// parsing them.
-    built: Memo<[u8; 32], Arc<Vec<Value>>>,
-    /// Keys of children built once and not remembered (yet): see `children`.
-    built_once: Memo<[u8; 32], ()>,
-    /// Definitions read from source snapshots, by source, revision and root.
-    read_memo: Memo<[u8; 32], origin::Read>,
-}
-
-/// Children sets the memo is sized for.
-const BUILT_ENTRIES: u64 = 1024;
-/// Bytes of definitions held in the children memo at most (each entry carries its
-/// definition in the ConfigMap): a count alone would let 1024 near-1-MiB definitions
-/// pin a gigabyte.
-const BUILT_BYTES: u64 = 64 * 1024 * 1024;
-
-/// An entry's weight: the definition its ConfigMap holds plus the other objects.
-fn built_weight(_key: &[u8; 32], children: &Arc<Vec<Value>>) -> u64 {
-    let definition: usize = children
-        .iter()
-        .filter_map(|child| child.get("data").and_then(Value::as_object))
-        .flat_map(|data| data.values())
-        .filter_map(Value::as_str)
-        .map(str::len)
-        .sum();
-    (definition + 4096) as u64
 }
 
 impl ApiMockHooks {
@@ -93,14 +62,6 @@ impl ApiMockHooks {
             mock_image: settings.mock_image.clone(),
             docs_image: settings.docs_image.clone(),
             policy: settings.policy.clone(),
-            memo: AnalysisMemo::with_heavy_slots(settings.heavy_validations),
-            built: Memo::weighted(BUILT_ENTRIES, BUILT_BYTES, built_weight),
-            built_once: Memo::entries(4 * BUILT_ENTRIES),
-            read_memo: Memo::weighted(
-                origin::READ_ENTRIES,
-                origin::READ_BYTES,
-                origin::read_weight,
-            ),
         }
     }
 }
@@ -110,9 +71,9 @@ impl ApiMockHooks {
         &self,
         request: &CompositeRequest,
         ctx: &Context,
-        effort: Effort,
+        reads: &mut Reads<'_>,
         asked: &mut refresh::Outcome,
-    ) -> Result<CompositeResponse, Stop> {
+    ) -> Result<CompositeResponse, HookError> {
         let parent = &request.parent;
         let name = object_name(parent).unwrap_or_default();
         let namespace = object_namespace(parent).unwrap_or("default");
@@ -129,22 +90,22 @@ impl ApiMockHooks {
         let spec = match self.checked_spec(parent, name, namespace) {
             Ok(spec) => spec,
             Err((validated, serving_observed)) => {
-                return Ok(call.keep_running(validated, None, serving_observed)?);
+                return call.keep_running(validated, None, serving_observed);
             }
         };
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
             Err(Problem { reason, message }) => {
                 let validated = Decided::new(ConditionType::Validated, false, reason, message);
-                return Ok(call.keep_running(validated, None, true)?);
+                return call.keep_running(validated, None, true);
             }
         };
-        if let Some(outcome) = ask_for_refresh(&origin, ctx, parent) {
+        if let Some(outcome) = ask_for_refresh(&origin, reads, parent) {
             *asked = outcome;
         }
-        let reading = self.read(&origin, &request.related, namespace, ctx);
-        let decision = self.decide(&call, &reading, ctx, effort)?;
-        let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, ctx);
+        let reading = origin::read(&origin, &request.related, namespace, ctx, reads);
+        let decision = self.decide(&call, &reading, ctx)?;
+        let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, reads);
         let source = origin::describe(&origin)
             .zip(fetched)
             .map(|(description, fetched)| SourceFacts {
@@ -171,9 +132,9 @@ impl ApiMockHooks {
         validated: Decided,
         source: Option<SourceFacts>,
         namespace: &str,
-    ) -> Result<CompositeResponse, Stop> {
+    ) -> Result<CompositeResponse, HookError> {
         let name = call.name;
-        let children = self.children(&Plan {
+        let children = children::build(&Plan {
             name,
             spec,
             served: served.files(),
@@ -229,8 +190,12 @@ impl ApiMockHooks {
 }
 
 /// For a fetched origin: asks the source engine to fetch now when the parent asks for
-/// it ([`refresh::ask`]), before the lookup so the lookup sees the fetch pending.
-fn ask_for_refresh(origin: &Origin<'_>, ctx: &Context, parent: &Value) -> Option<refresh::Outcome> {
+/// it ([`refresh::ask`]).
+fn ask_for_refresh(
+    origin: &Origin<'_>,
+    reads: &mut Reads<'_>,
+    parent: &Value,
+) -> Option<refresh::Outcome> {
     let Origin::Fetched {
         request, interval, ..
     } = origin
@@ -238,7 +203,7 @@ fn ask_for_refresh(origin: &Origin<'_>, ctx: &Context, parent: &Value) -> Option
         return None;
     };
     Some(refresh::ask(
-        ctx.sources.as_ref(),
+        reads,
         request,
         Duration::from_secs(*interval),
         parent,
@@ -256,21 +221,14 @@ impl CompositeHooks for ApiMockHooks {
         &self,
         request: &CompositeRequest,
         ctx: &Context,
-    ) -> Result<CompositeResponse, HookError> {
-        effort::full_sync(&request.parent, |effort, asked| {
-            self.answer(request, ctx, effort, asked)
-        })
-    }
-
-    /// The sync answer from remembered analyses only: None when a definition has not
-    /// been validated yet (validation is the one slow step of an APIMock sync).
-    fn try_cached(
-        &self,
-        request: &CompositeRequest,
-        ctx: &Context,
-    ) -> Option<Result<CompositeResponse, HookError>> {
-        effort::cached_sync(&request.parent, |effort, asked| {
-            self.answer(request, ctx, effort, asked)
+    ) -> Result<Answer<CompositeResponse>, HookError> {
+        let mut reads = Reads::new(ctx.sources.as_ref());
+        let response = refresh::recording(&request.parent, |asked| {
+            self.answer(request, ctx, &mut reads, asked)
+        })?;
+        Ok(Answer {
+            response,
+            sources: reads.finish(),
         })
     }
 
@@ -316,10 +274,6 @@ impl CompositeHooks for ApiMockHooks {
             related_resources: rules,
         })
     }
-
-    fn answers_only_from_request(&self) -> bool {
-        true
-    }
 }
 
 /// What one sync call knows before it decides anything.
@@ -361,55 +315,6 @@ impl Call<'_> {
     }
 }
 
-impl ApiMockHooks {
-    /// `children::build`, memoised on everything it reads: the whole plan (the served
-    /// text by its hash) and every spec field but the definition. The plan is taken
-    /// apart without `..`, so a field added to it does not compile until it is keyed.
-    fn children(&self, plan: &Plan<'_>) -> Result<Vec<Value>, HookError> {
-        let Plan {
-            name,
-            spec,
-            served,
-            sha256,
-            revision,
-            made_at,
-            image,
-            docs_image,
-        } = plan;
-        let mut spec = serde_json::to_value(spec)
-            .map_err(|e| HookError::Internal(format!("cannot key the children cache: {e}")))?;
-        if let Some(fields) = spec.as_object_mut() {
-            fields.remove("definition");
-        }
-        let inputs = (
-            name,
-            served.root_path(),
-            sha256,
-            revision,
-            made_at,
-            image,
-            docs_image,
-            spec,
-        );
-        let key = key_of(&inputs)
-            .map_err(|e| HookError::Internal(format!("cannot key the children cache: {e}")))?;
-        if let Some(hit) = self.built.get(&key) {
-            return Ok(hit.as_ref().clone());
-        }
-        let built = children::build(plan)?;
-        // Remembered the second time the same inputs are built, not the first: children
-        // built once (each edit of a definition) would otherwise cost a deep copy now
-        // and, when evicted, freeing trees long gone from the CPU's caches (perf, edited
-        // 12 KiB definitions: 3.4 % of a call).
-        if self.built_once.get(&key).is_some() {
-            self.built.insert(key, Arc::new(built.clone()));
-        } else {
-            self.built_once.insert(key, ());
-        }
-        Ok(built)
-    }
-}
-
 /// The `Fetched` condition and when to sync again. When another replica has already
 /// read a newer copy of the same ref, what runs is kept and this server's copy is
 /// refreshed now rather than at the next interval.
@@ -417,7 +322,7 @@ fn refresh_if_behind(
     origin: &Origin<'_>,
     decision: &Decision<'_>,
     reading: origin::Reading<'_>,
-    ctx: &Context,
+    reads: &mut Reads<'_>,
 ) -> (Option<Decided>, u64) {
     let (Origin::Fetched { request, .. }, Some(served), true) =
         (origin, &decision.served, decision.behind)
@@ -425,7 +330,7 @@ fn refresh_if_behind(
         return (reading.fetched, reading.resync_seconds);
     };
     let running = served.revision.as_deref().unwrap_or("unknown");
-    let fetched = polling::refreshing(ctx.sources.as_ref(), request, running);
+    let fetched = polling::refreshing(reads, request, running);
     (Some(fetched), polling::PENDING_RESYNC_SECONDS)
 }
 
@@ -451,118 +356,6 @@ impl Urls {
                 children::service_port(spec)
             ),
             external,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::controllers::{Context, ControllerSettings, Registry};
-    use crate::protocol::Hook;
-
-    fn request(definition: &str) -> Vec<u8> {
-        serde_json::json!({
-            "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
-            "parent": {"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
-                       "metadata": {"name": "pets", "namespace": "team", "generation": 1, "uid": "u"},
-                       "spec": {"definition": definition}},
-            "children": {}, "related": {}
-        })
-        .to_string()
-        .into_bytes()
-    }
-
-    #[test]
-    fn a_cached_attempt_stops_at_an_unseen_definition_and_answers_a_seen_one_identically() {
-        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
-        let body = request("openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths: {}\n");
-        // Answers from two registries, so no answer can be another's memo hit.
-        let fresh = Registry::standard(ControllerSettings::default());
-        let full = fresh.call("apimock", Hook::Sync, &body, &ctx).result;
-        let registry = Registry::standard(ControllerSettings::default());
-        let Ok(prepared) = registry.prepare("apimock", Hook::Sync, &body) else {
-            panic!("a well-formed request is prepared");
-        };
-        assert!(
-            prepared.try_cached(&ctx).is_none(),
-            "validating a new definition is slow work and must be left to where slow work may run"
-        );
-        // The call then runs from its parsed request, as a full call would.
-        let finished = prepared.run(&ctx).result;
-        let Some(cached) = prepared.try_cached(&ctx) else {
-            panic!("a validated definition is answered from what is remembered");
-        };
-        assert!(cached.from_request_alone);
-        let (Ok(full), Ok(finished), Ok(cached)) = (full, finished, cached.result) else {
-            panic!("every call should answer");
-        };
-        assert_eq!(finished, full);
-        assert_eq!(cached, full);
-    }
-
-    /// The children memo once left `made_at` out of its hand-written key, so a second
-    /// plan differing only there got the first plan's ConfigMap.
-    #[test]
-    fn every_input_of_the_children_is_part_of_their_memo_key() {
-        use super::children::{Plan, SOURCE_TIME_ANNOTATION, ServedFiles};
-        use super::definition::Format;
-        let hooks = super::ApiMockHooks::new(&ControllerSettings::default());
-        let spec = super::spec::ApiMockSpec::default();
-        let plan = |made_at: Option<i64>, replicas: Option<i32>| {
-            let spec = super::spec::ApiMockSpec {
-                replicas,
-                ..spec.clone()
-            };
-            let children = hooks.children(&Plan {
-                name: "pets",
-                spec: &spec,
-                served: ServedFiles::Text {
-                    text: "openapi: 3.0.3\n",
-                    format: Format::Yaml,
-                },
-                sha256: "abc",
-                revision: Some("r1"),
-                made_at,
-                image: "mock:1",
-                docs_image: "docs:1",
-            });
-            children.unwrap_or_else(|e| panic!("children: {e}"))
-        };
-        let source_time = |children: &[serde_json::Value]| {
-            children
-                .iter()
-                .find(|c| c["kind"] == "ConfigMap")
-                .map(|c| c["metadata"]["annotations"][SOURCE_TIME_ANNOTATION].clone())
-        };
-        // Built twice, so that the first plan's children are remembered and a key that
-        // missed an input would hand them to the next plan.
-        let first = plan(Some(1_700_000_000), None);
-        assert_eq!(plan(Some(1_700_000_000), None), first);
-        assert_eq!(hooks.built.len(), 1, "remembered on the second build");
-        let later = plan(Some(1_800_000_000), None);
-        assert_ne!(source_time(&first), source_time(&later));
-        let scaled = plan(Some(1_700_000_000), Some(3));
-        assert_ne!(first, scaled, "a spec field outside the hand-picked ones");
-    }
-
-    #[test]
-    fn only_a_sync_is_tried_from_what_is_remembered() {
-        let registry = Registry::standard(ControllerSettings::default());
-        let ctx = Context::at(jiff::Timestamp::UNIX_EPOCH);
-        let body = request("openapi: 3.0.3\ninfo: {title: Pets, version: '1'}\npaths: {}\n");
-        let _ = registry.call("apimock", Hook::Sync, &body, &ctx);
-        for hook in [Hook::Finalize, Hook::Customize] {
-            let Ok(prepared) = registry.prepare("apimock", hook, &body) else {
-                panic!("a well-formed request is prepared");
-            };
-            assert!(prepared.try_cached(&ctx).is_none(), "{hook}");
-        }
-        for controller in ["monitoredservice", "configsync"] {
-            let Ok(prepared) = registry.prepare(controller, Hook::Customize, b"{\"parent\": {}}")
-            else {
-                panic!("a customize request is prepared");
-            };
-            assert!(prepared.try_cached(&ctx).is_none(), "{controller}");
         }
     }
 }

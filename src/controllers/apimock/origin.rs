@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ApiMockHooks;
 use super::bundle::{self, Bundle};
 use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
@@ -14,8 +13,10 @@ use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::memo::key_of;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::source_spec::{self, HttpSource};
+use crate::controllers::common::steps::{Step, StepKey};
 use crate::protocol::ObjectMap;
 use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
 
@@ -161,72 +162,76 @@ pub fn describe(origin: &Origin<'_>) -> Option<String> {
     }
 }
 
-/// Snapshot bundles the memo is sized for, and the bytes of text it may hold.
-pub const READ_ENTRIES: u64 = 512;
-pub const READ_BYTES: u64 = 64 * 1024 * 1024;
-
 /// A snapshot turned into a definition, or why it cannot be one.
-pub type Read = Arc<Result<Arc<Bundle>, Invalid>>;
+pub type Read = Result<Arc<Bundle>, Invalid>;
 
-pub fn read_weight(_key: &[u8; 32], read: &Read) -> u64 {
-    let bytes = read.as_ref().as_ref().map_or(0, |bundle| bundle.bytes());
-    (bytes + 256) as u64
+fn read_weight(read: &Read) -> u64 {
+    read.as_ref().map_or(0, |bundle| bundle.bytes()) as u64
 }
 
-impl ApiMockHooks {
-    /// What `origin` holds for this call. Never waits: a source not fetched yet is
-    /// pending, and the engine fetches it in the background.
-    pub(super) fn read<'r>(
-        &self,
-        origin: &Origin<'r>,
-        related: &'r ObjectMap,
-        namespace: &str,
-        ctx: &Context,
-    ) -> Reading<'r> {
-        match origin {
-            Origin::Inline(text) => Reading {
-                fetched: None,
-                candidate: Some(Ok(Candidate::Text(text))),
-                revision: None,
-                made_at: None,
-                resync_seconds: 0,
-            },
-            Origin::ConfigMap(key_ref) => read_config_map(key_ref, related, namespace),
-            Origin::Fetched {
-                request,
-                root,
-                interval,
-            } => {
-                let state = ctx.sources.lookup(request, Duration::from_secs(*interval));
-                let resync_seconds = polling::resync_seconds(&state, false, *interval);
-                let fetched = polling::fetched_condition(&state, "definition", None);
-                let candidate = state.snapshot.as_deref().map(|snapshot| {
-                    let read = self.bundle_of(request, snapshot, *root);
-                    match read.as_ref() {
-                        Ok(bundle) => Ok(Candidate::Bundle(bundle.clone())),
-                        Err(invalid) => Err(invalid.clone()),
-                    }
-                });
-                Reading {
-                    fetched: Some(fetched),
-                    revision: state.snapshot.as_ref().map(|s| s.revision.clone()),
-                    made_at: state.snapshot.as_ref().and_then(|s| s.made_at),
-                    candidate,
-                    resync_seconds,
+/// What `origin` holds for this call. Never waits: a source not fetched yet is pending,
+/// and the engine fetches it in the background once the call has answered.
+pub(super) fn read<'r>(
+    origin: &Origin<'r>,
+    related: &'r ObjectMap,
+    namespace: &str,
+    ctx: &Context,
+    reads: &mut Reads<'_>,
+) -> Reading<'r> {
+    match origin {
+        Origin::Inline(text) => Reading {
+            fetched: None,
+            candidate: Some(Ok(Candidate::Text(text))),
+            revision: None,
+            made_at: None,
+            resync_seconds: 0,
+        },
+        Origin::ConfigMap(key_ref) => read_config_map(key_ref, related, namespace),
+        Origin::Fetched {
+            request,
+            root,
+            interval,
+        } => {
+            let state = reads.lookup(request, Duration::from_secs(*interval), None);
+            let resync_seconds = polling::resync_seconds(&state, false, *interval);
+            let fetched = polling::fetched_condition(&state, "definition", None);
+            let candidate = state.snapshot.as_deref().map(|snapshot| {
+                let read = bundle_of(ctx, request, snapshot, *root);
+                match read.as_ref() {
+                    Ok(bundle) => Ok(Candidate::Bundle(bundle.clone())),
+                    Err(invalid) => Err(invalid.clone()),
                 }
+            });
+            Reading {
+                fetched: Some(fetched),
+                revision: state.snapshot.as_ref().map(|s| s.revision.clone()),
+                made_at: state.snapshot.as_ref().and_then(|s| s.made_at),
+                candidate,
+                resync_seconds,
             }
         }
     }
+}
 
-    /// The snapshot's definition, memoised by source, revision and root: a warm sync
-    /// neither copies nor re-parses the files.
-    fn bundle_of(&self, request: &SourceRequest, snapshot: &Snapshot, root: Option<&str>) -> Read {
-        let read = || Arc::new(bundle_from(snapshot, root).map(Arc::new));
-        match key_of(&(request.key(), &snapshot.revision, root)) {
-            Ok(key) => self.read_memo.get_or_make(&key, read),
-            // Strings always encode; were one not to, the read is only not remembered.
-            Err(_) => read(),
+/// The snapshot's definition, remembered by source, revision and root: a warm sync
+/// neither copies nor re-parses the files.
+fn bundle_of(
+    ctx: &Context,
+    request: &SourceRequest,
+    snapshot: &Snapshot,
+    root: Option<&str>,
+) -> Arc<Read> {
+    let read = || bundle_from(snapshot, root).map(Arc::new);
+    match key_of(&(request.key(), &snapshot.revision, root)) {
+        Ok(input) => {
+            let key = StepKey {
+                step: Step::DefinitionRead,
+                input,
+            };
+            ctx.steps.remember(key, read_weight, read)
         }
+        // Strings always encode; were one not to, the read is only not remembered.
+        Err(_) => Arc::new(read()),
     }
 }
 

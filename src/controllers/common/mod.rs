@@ -2,7 +2,6 @@
 
 pub mod conditions;
 pub mod config;
-pub mod effort;
 pub mod envfile;
 pub mod file_keys;
 pub mod keep;
@@ -11,6 +10,7 @@ pub mod names;
 pub mod policy;
 pub mod polling;
 pub mod problem;
+pub mod reading;
 pub mod reason;
 pub mod refresh;
 pub mod restricted;
@@ -19,3 +19,4 @@ pub mod rollout;
 pub mod secrets;
 pub mod source_spec;
 pub mod spec;
+pub mod steps;

@@ -1,11 +1,10 @@
 //! How often sources are polled, and when to ask Metacontroller for the next sync: one
 //! rule for every controller that reads a source.
 
-use std::time::Duration;
-
 use super::conditions::{ConditionType, Decided};
+use super::reading::Reads;
 use crate::controllers::common::reason::Reason;
-use crate::source::{SourceRequest, SourceState, Sources};
+use crate::source::{SourceRequest, SourceState};
 
 /// Poll period when none is given, in seconds.
 pub const DEFAULT_INTERVAL_SECONDS: u64 = 60;
@@ -78,8 +77,8 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
 /// When what runs is a newer copy of the same ref than this server's (another replica
 /// fetched first): refreshes this server's copy now rather than at the next interval,
 /// and says so in the `Fetched` condition.
-pub fn refreshing(sources: &dyn Sources, request: &SourceRequest, running: &str) -> Decided {
-    let _ = sources.lookup(request, Duration::ZERO);
+pub fn refreshing(reads: &mut Reads<'_>, request: &SourceRequest, running: &str) -> Decided {
+    reads.behind(request);
     Decided::new(
         ConditionType::Fetched,
         true,

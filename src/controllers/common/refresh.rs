@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::polling::PENDING_RESYNC_SECONDS;
+use super::reading::Reads;
 use crate::protocol::CompositeResponse;
-use crate::source::{REQUESTED_AT, Refresh, SourceRequest, Sources};
+use crate::source::{REQUESTED_AT, Refresh, SourceRequest};
 
 /// Where the handled value goes in a composite parent's status.
 pub const STATUS_FIELD: &str = "lastHandledRequestedAt";
@@ -44,10 +45,10 @@ pub fn recorded(parent: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-/// Asks the engine to fetch `request` now when `parent` asks for it; before the lookup,
-/// so the lookup sees the fetch pending.
+/// Asks the engine to fetch `request` now when `parent` asks for it, telling whether that
+/// fetch has been handled.
 pub fn ask(
-    sources: &dyn Sources,
+    reads: &mut Reads<'_>,
     request: &SourceRequest,
     interval: Duration,
     parent: &Value,
@@ -56,7 +57,7 @@ pub fn ask(
     let Some(token) = new_request(parent, handled) else {
         return carried(handled);
     };
-    match sources.refresh(request, interval, token) {
+    match reads.fetch_now(request, interval, token) {
         Refresh::Handled => Outcome {
             handled: Some(token.to_owned()),
             pending: false,

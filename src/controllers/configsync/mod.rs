@@ -19,11 +19,12 @@ use crate::controllers::common::config::{Config, ConfigFormat};
 use crate::controllers::common::names::{self, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::secrets;
 use crate::controllers::common::source_spec::git_location;
-use crate::controllers::{Context, DecoratorHooks};
+use crate::controllers::{Answer, Context, DecoratorHooks};
 use crate::error::HookError;
 use crate::protocol::{
     CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, ObjectMap,
@@ -90,58 +91,13 @@ impl DecoratorHooks for ConfigSyncHooks {
         &self,
         request: &DecoratorRequest,
         ctx: &Context,
-    ) -> Result<DecoratorResponse, HookError> {
-        let target = &request.object;
-        let name = object_name(target).unwrap_or_default();
-        let annotations = Annotations::of(target);
-        let observed = request
-            .attachments
-            .find("ConfigMap", "v1", None, &attachment_name(name))
-            .map(Config::from_config_map);
-        if let Err(invalid) = check_dns1123_subdomain(&attachment_name(name)) {
-            return answer(None, Some(format!("{invalid}")), observed.as_ref(), name, 0);
-        }
-        let namespace = object_namespace(target).unwrap_or("default");
-        let (wanted, interval) = match annotations.source(&request.related, namespace) {
-            Ok(wanted) => wanted,
-            Err((problem, resync)) => {
-                return answer(
-                    observed.clone(),
-                    Some(problem),
-                    observed.as_ref(),
-                    name,
-                    resync,
-                );
-            }
-        };
-        let handled_before = annotations.get(HANDLED);
-        let asked = refresh::ask(
-            ctx.sources.as_ref(),
-            &wanted,
-            Duration::from_secs(interval),
-            target,
-            handled_before,
-        );
-        let state = ctx.sources.lookup_holding(
-            &wanted,
-            Duration::from_secs(interval),
-            observed.as_ref().map(|c| c.revision.as_str()),
-        );
-        let mut resync = polling::resync_seconds(&state, false, interval);
-        if asked.pending {
-            resync = resync.min(polling::PENDING_RESYNC_SECONDS);
-        }
-        let (served, problem) = served(&state, observed.as_ref());
-        let mut response = answer(served, problem, observed.as_ref(), name, resync)?;
-        if let Some(written) = response.annotations.as_mut() {
-            written.insert(WARNING.to_owned(), annotations.raised_interval());
-        }
-        if asked.handled.as_deref() != handled_before
-            && let Some(written) = response.annotations.as_mut()
-        {
-            written.insert(HANDLED.to_owned(), asked.handled);
-        }
-        Ok(response)
+    ) -> Result<Answer<DecoratorResponse>, HookError> {
+        let mut reads = Reads::new(ctx.sources.as_ref());
+        let response = self.answer(request, &mut reads)?;
+        Ok(Answer {
+            response,
+            sources: reads.finish(),
+        })
     }
 
     fn finalize(
@@ -180,6 +136,68 @@ impl DecoratorHooks for ConfigSyncHooks {
                 ..RelatedResourceRule::default()
             }],
         })
+    }
+}
+
+impl ConfigSyncHooks {
+    /// Reads the annotations, looks the source up (fetching now when the target asks),
+    /// and answers with the attachment and annotations.
+    fn answer(
+        &self,
+        request: &DecoratorRequest,
+        reads: &mut Reads<'_>,
+    ) -> Result<DecoratorResponse, HookError> {
+        let target = &request.object;
+        let name = object_name(target).unwrap_or_default();
+        let annotations = Annotations::of(target);
+        let observed = request
+            .attachments
+            .find("ConfigMap", "v1", None, &attachment_name(name))
+            .map(Config::from_config_map);
+        if let Err(invalid) = check_dns1123_subdomain(&attachment_name(name)) {
+            return answer(None, Some(format!("{invalid}")), observed.as_ref(), name, 0);
+        }
+        let namespace = object_namespace(target).unwrap_or("default");
+        let (wanted, interval) = match annotations.source(&request.related, namespace) {
+            Ok(wanted) => wanted,
+            Err((problem, resync)) => {
+                return answer(
+                    observed.clone(),
+                    Some(problem),
+                    observed.as_ref(),
+                    name,
+                    resync,
+                );
+            }
+        };
+        let handled_before = annotations.get(HANDLED);
+        let asked = refresh::ask(
+            reads,
+            &wanted,
+            Duration::from_secs(interval),
+            target,
+            handled_before,
+        );
+        let state = reads.lookup(
+            &wanted,
+            Duration::from_secs(interval),
+            observed.as_ref().map(|c| c.revision.as_str()),
+        );
+        let mut resync = polling::resync_seconds(&state, false, interval);
+        if asked.pending {
+            resync = resync.min(polling::PENDING_RESYNC_SECONDS);
+        }
+        let (served, problem) = served(&state, observed.as_ref());
+        let mut response = answer(served, problem, observed.as_ref(), name, resync)?;
+        if let Some(written) = response.annotations.as_mut() {
+            written.insert(WARNING.to_owned(), annotations.raised_interval());
+        }
+        if asked.handled.as_deref() != handled_before
+            && let Some(written) = response.annotations.as_mut()
+        {
+            written.insert(HANDLED.to_owned(), asked.handled);
+        }
+        Ok(response)
     }
 }
 

@@ -14,6 +14,7 @@ mod status;
 
 use self::decide::decide;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -23,17 +24,18 @@ use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use self::status::Facts;
 use crate::controllers::common::conditions::format_time;
 use crate::controllers::common::config::Config;
-use crate::controllers::common::effort::{self, Effort, Stop};
 use crate::controllers::common::keep::{observed_children, observed_status};
-use crate::controllers::common::memo::{self, Memo};
+use crate::controllers::common::memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
+use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
-use crate::controllers::{CompositeHooks, Context};
+use crate::controllers::common::steps::{Step, StepKey};
+use crate::controllers::{Answer, CompositeHooks, Context};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
@@ -41,10 +43,8 @@ use crate::protocol::{
 };
 use crate::source::{Location, Snapshot, SourceRequest};
 
-/// Converted configs by (request, revision, format): a warm sync reuses the conversion
-/// and the content hash instead of redoing them over up to 1 MiB on every call.
+/// The MonitoredService controller.
 pub struct MonitoredServiceHooks {
-    converted: Memo<[u8; 32], Converted>,
     /// Refuse env taken from Secrets or pod fields (`--deny-secret-env`).
     deny_secret_env: bool,
 }
@@ -59,44 +59,38 @@ impl MonitoredServiceHooks {
     /// The controller with the server's settings.
     pub fn new(settings: &crate::controllers::ControllerSettings) -> MonitoredServiceHooks {
         MonitoredServiceHooks {
-            converted: Memo::weighted(CONVERTED_ENTRIES, CONVERTED_BYTES, converted_weight),
             deny_secret_env: settings.policy.deny_secret_env,
         }
     }
 }
 
-/// Conversions the memo is sized for, and the bytes of config content it may hold.
-const CONVERTED_ENTRIES: u64 = 512;
-const CONVERTED_BYTES: u64 = 64 * 1024 * 1024;
+/// A snapshot turned into ConfigMap content, or why it cannot be.
+type Converted = Result<Config, Problem>;
 
-fn converted_weight(key: &[u8; 32], converted: &Converted) -> u64 {
-    let content = converted.as_ref().as_ref().map_or(0, Config::content_bytes);
-    (key.len() + content + 256) as u64
+fn converted_weight(converted: &Converted) -> u64 {
+    converted.as_ref().map_or(0, Config::content_bytes) as u64
 }
 
-/// A snapshot turned into ConfigMap content, or why it cannot be.
-type Converted = std::sync::Arc<Result<Config, Problem>>;
+/// The snapshot as ConfigMap content, converted once per source, revision and format
+/// (up to 1 MiB of content: a warm sync reuses the conversion and its hash).
+fn convert(
+    ctx: &Context,
+    key: &str,
+    snapshot: &Snapshot,
+    format: Option<ConfigFormat>,
+) -> Result<Arc<Converted>, HookError> {
+    let input = memo::key_of(&(key, &snapshot.revision, format))
+        .map_err(|e| HookError::Internal(format!("cannot key a converted config: {e}")))?;
+    let key = StepKey {
+        step: Step::Conversion,
+        input,
+    };
+    Ok(ctx.steps.remember(key, converted_weight, || {
+        Config::from_snapshot(snapshot, format)
+    }))
+}
 
 impl MonitoredServiceHooks {
-    /// The snapshot as ConfigMap content, converted once per revision and format;
-    /// converting one not seen yet is the slow step a cached-only call stops at.
-    fn convert(
-        &self,
-        key: &str,
-        snapshot: &Snapshot,
-        format: Option<ConfigFormat>,
-        effort: Effort,
-    ) -> Result<Converted, Stop> {
-        let memo_key = memo::key_of(&(key, &snapshot.revision, format))
-            .map_err(|e| HookError::Internal(format!("cannot key a converted config: {e}")))?;
-        if effort == Effort::CachedOnly {
-            return self.converted.get(&memo_key).ok_or(Stop::NeedsSlowWork);
-        }
-        Ok(self.converted.get_or_make(&memo_key, || {
-            std::sync::Arc::new(Config::from_snapshot(snapshot, format))
-        }))
-    }
-
     /// Observe (the running config, the rollout, the pods) → check the spec and names →
     /// look the source up (fetching now when the parent asks) → decide what to serve →
     /// build and report.
@@ -104,13 +98,13 @@ impl MonitoredServiceHooks {
         &self,
         request: &CompositeRequest,
         ctx: &Context,
-        effort: Effort,
+        reads: &mut Reads<'_>,
         asked: &mut refresh::Outcome,
-    ) -> Result<CompositeResponse, Stop> {
+    ) -> Result<CompositeResponse, HookError> {
         let call = Call::observe(request, ctx);
         let spec = match self.checked_spec(&call) {
             Ok(spec) => spec,
-            Err(facts) => return Ok(call.keep_running(*facts)?),
+            Err(facts) => return call.keep_running(*facts),
         };
         let interval = spec.interval_seconds();
         let wanted = match source_request(&spec, &request.related, call.namespace) {
@@ -118,7 +112,7 @@ impl MonitoredServiceHooks {
             Ok(None) => {
                 // No source at all: a plain Deployment (and Service), nothing to fetch.
                 let children = children::build(call.name, &spec, None)?;
-                return Ok(call.answer(Facts::no_source(call.pods()), children, 0)?);
+                return call.answer(Facts::no_source(call.pods()), children, 0);
             }
             Err(Problem { reason, message }) => {
                 let facts = Facts::invalid_spec(reason, message, call.running(), call.pods());
@@ -134,7 +128,7 @@ impl MonitoredServiceHooks {
             }
         };
 
-        self.answer_from_source(&call, &spec, &wanted, ctx, effort, asked)
+        answer_from_source(&call, &spec, &wanted, ctx, reads, asked)
     }
 
     /// The spec, when it parses, its env is allowed and the name can name the children;
@@ -169,66 +163,63 @@ impl MonitoredServiceHooks {
         }
         Ok(spec)
     }
+}
 
-    /// The answer for a spec that names a source: look it up (fetching now when the
-    /// parent asks), decide what to serve, build and report.
-    fn answer_from_source(
-        &self,
-        call: &Call<'_>,
-        spec: &MonitoredServiceSpec,
-        wanted: &SourceRequest,
-        ctx: &Context,
-        effort: Effort,
-        asked: &mut refresh::Outcome,
-    ) -> Result<CompositeResponse, Stop> {
-        let request = call.request;
-        let interval = spec.interval_seconds();
-        *asked = refresh::ask(
-            ctx.sources.as_ref(),
-            wanted,
-            Duration::from_secs(interval),
-            &request.parent,
-            refresh::recorded(&request.parent),
-        );
-        let state = ctx.sources.lookup_holding(
-            wanted,
-            Duration::from_secs(interval),
+/// The answer for a spec that names a source: look it up (fetching now when the parent
+/// asks), decide what to serve, build and report.
+fn answer_from_source(
+    call: &Call<'_>,
+    spec: &MonitoredServiceSpec,
+    wanted: &SourceRequest,
+    ctx: &Context,
+    reads: &mut Reads<'_>,
+    asked: &mut refresh::Outcome,
+) -> Result<CompositeResponse, HookError> {
+    let request = call.request;
+    let interval = spec.interval_seconds();
+    *asked = refresh::ask(
+        reads,
+        wanted,
+        Duration::from_secs(interval),
+        &request.parent,
+        refresh::recorded(&request.parent),
+    );
+    let state = reads.lookup(
+        wanted,
+        Duration::from_secs(interval),
+        call.running().map(|c| c.revision.as_str()),
+    );
+    let fresh = state
+        .snapshot
+        .as_deref()
+        .map(|snapshot| convert(ctx, &wanted.key(), snapshot, spec.format))
+        .transpose()?;
+    let decision = decide(
+        fresh.as_deref(),
+        call.running(),
+        request.children.is_empty(),
+    );
+    let resync = polling::resync_seconds(&state, decision.behind, interval);
+    let fetched = match (&decision.served, decision.behind) {
+        (Some(served), true) => polling::refreshing(reads, wanted, &served.revision),
+        _ => polling::fetched_condition(
+            &state,
+            "source",
             call.running().map(|c| c.revision.as_str()),
-        );
-        let fresh = state
-            .snapshot
-            .as_deref()
-            .map(|snapshot| self.convert(&wanted.key(), snapshot, spec.format, effort))
-            .transpose()?;
-        let decision = decide(
-            fresh.as_deref(),
-            call.running(),
-            request.children.is_empty(),
-        );
-        let resync = polling::resync_seconds(&state, decision.behind, interval);
-        let fetched = match (&decision.served, decision.behind) {
-            (Some(served), true) => {
-                polling::refreshing(ctx.sources.as_ref(), wanted, &served.revision)
-            }
-            _ => polling::fetched_condition(
-                &state,
-                "source",
-                call.running().map(|c| c.revision.as_str()),
-            ),
-        };
-        let served = decision.served;
-        let facts = Facts {
-            fetched,
-            config_valid: decision.config_valid,
-            config: served.as_ref(),
-            pods: call.pods(),
-        };
-        match &served {
-            None => Ok(call.keep_running(facts)?.with_resync_after(resync)),
-            Some(served) => {
-                let children = children::build(call.name, spec, Some(served))?;
-                Ok(call.answer(facts, children, resync)?)
-            }
+        ),
+    };
+    let served = decision.served;
+    let facts = Facts {
+        fetched,
+        config_valid: decision.config_valid,
+        config: served.as_ref(),
+        pods: call.pods(),
+    };
+    match &served {
+        None => Ok(call.keep_running(facts)?.with_resync_after(resync)),
+        Some(served) => {
+            let children = children::build(call.name, spec, Some(served))?;
+            Ok(call.answer(facts, children, resync)?)
         }
     }
 }
@@ -243,21 +234,14 @@ impl CompositeHooks for MonitoredServiceHooks {
         &self,
         request: &CompositeRequest,
         ctx: &Context,
-    ) -> Result<CompositeResponse, HookError> {
-        effort::full_sync(&request.parent, |effort, asked| {
-            self.answer(request, ctx, effort, asked)
-        })
-    }
-
-    /// The sync answer from converted configs only: None when the snapshot has not been
-    /// turned into ConfigMap content yet.
-    fn try_cached(
-        &self,
-        request: &CompositeRequest,
-        ctx: &Context,
-    ) -> Option<Result<CompositeResponse, HookError>> {
-        effort::cached_sync(&request.parent, |effort, asked| {
-            self.answer(request, ctx, effort, asked)
+    ) -> Result<Answer<CompositeResponse>, HookError> {
+        let mut reads = Reads::new(ctx.sources.as_ref());
+        let response = refresh::recording(&request.parent, |asked| {
+            self.answer(request, ctx, &mut reads, asked)
+        })?;
+        Ok(Answer {
+            response,
+            sources: reads.finish(),
         })
     }
 

@@ -128,6 +128,44 @@ impl Fetcher {
         }
     }
 
+    /// What the engine holds for `request`, without asking for anything: `pending` when a
+    /// job that may change the answer runs, or when the next ask would start one (the
+    /// remote is due, the request is new, or its snapshot was let go and the parent does
+    /// not run it), so the parent asks again soon.
+    pub(super) fn read(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+    ) -> SourceState {
+        if let Some(refusal) = binding_refusal(request) {
+            return SourceState {
+                error: Some(refusal),
+                ..SourceState::default()
+            };
+        }
+        let key = request.key();
+        let state = lock(&self.inner.state);
+        let known = state.snapshots.get(&key);
+        let has_snapshot = known.is_some_and(|k| k.snapshot.is_some());
+        let needs_reading = known.is_none_or(|entry| {
+            entry.snapshot.is_none() && entry.let_go.is_some() && entry.let_go.as_deref() != running
+        });
+        // The same verdict `look` reaches once it has started whatever job is due.
+        let pending = match state.remotes.get(&request.remote_key()) {
+            None => true,
+            Some(remote) if remote.in_flight => remote.in_flight_network || !has_snapshot,
+            Some(remote) => remote.is_stale(interval) || needs_reading,
+        };
+        let push_resync = self.inner.push_resync.load(Ordering::SeqCst);
+        SourceState {
+            snapshot: known.and_then(|k| k.snapshot.clone()),
+            error: known.and_then(|k| k.error.clone()),
+            pending,
+            resync_within: (push_resync > 0).then_some(push_resync),
+        }
+    }
+
     /// Marks the remote in flight and spawns a job for every request it has: over the
     /// network when `stale` (or nothing was fetched yet), else only reading new paths of
     /// the commit already here.
@@ -195,7 +233,7 @@ impl Fetcher {
 /// Why the request's credentials may not be used for its URL: credentials the Secret's
 /// owner did not allow for a URL are never used, so no job is scheduled and no request
 /// is made at all.
-fn binding_refusal(request: &SourceRequest) -> Option<FetchError> {
+pub(super) fn binding_refusal(request: &SourceRequest) -> Option<FetchError> {
     let url = request.location.url();
     request
         .credentials

@@ -14,7 +14,9 @@ use super::policy::Policy;
 use super::slots::FairSlots;
 use super::worker::WorkerLimits;
 use super::worker::spawn::Isolation;
-use super::{FetchError, Refresh, SourceRequest, SourceState, Sources, git, http};
+use super::{
+    FetchError, Interest, Refresh, SourceRequest, SourceState, SourceView, Sources, git, http,
+};
 
 mod cache_dir;
 mod job;
@@ -407,18 +409,49 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl Sources for Fetcher {
-    fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
-        self.lookup_holding(request, interval, None)
-    }
-
-    fn lookup_holding(
+impl SourceView for Fetcher {
+    fn state(
         &self,
         request: &SourceRequest,
         interval: Duration,
         running: Option<&str>,
     ) -> SourceState {
-        self.look(request, interval, running, None)
+        self.read(request, interval, running)
+    }
+
+    fn token(&self, request: &SourceRequest, token: &str) -> Refresh {
+        let state = lock(&self.inner.state);
+        if let Some(remote) = state.remotes.get(&request.remote_key()) {
+            if remote.refresh.handled.iter().any(|t| t == token) {
+                return Refresh::Handled;
+            }
+            if remote.refresh.started.contains(token) {
+                return Refresh::Pending;
+            }
+        }
+        // Refused before any job (credentials not allowed): nothing will run for it, and
+        // the refusal itself is the answer.
+        if look::binding_refusal(request).is_some() {
+            return Refresh::Handled;
+        }
+        Refresh::Pending
+    }
+}
+
+impl Sources for Fetcher {
+    fn want(&self, interests: &[Interest]) {
+        for interest in interests {
+            let _ = self.look(
+                &interest.request,
+                interest.interval,
+                interest.running.as_deref(),
+                interest.fetch_now.as_deref(),
+            );
+            if interest.behind {
+                // Another replica runs a newer copy: this one's is refreshed now.
+                let _ = self.look(&interest.request, Duration::ZERO, None, None);
+            }
+        }
     }
 
     fn pushed(&self, repository: &str) -> usize {
@@ -436,26 +469,27 @@ impl Sources for Fetcher {
             }
         })));
     }
+}
 
-    fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
-        {
-            let state = lock(&self.inner.state);
-            if let Some(remote) = state.remotes.get(&request.remote_key()) {
-                if remote.refresh.handled.iter().any(|t| t == token) {
-                    return Refresh::Handled;
-                }
-                if remote.refresh.started.contains(token) {
-                    return Refresh::Pending;
-                }
-            }
-        }
-        let state = self.look(request, interval, None, Some(token));
-        // Refused before any job (credentials not allowed): nothing will run for it, and
-        // the refusal itself is the answer.
-        if state.error.is_some() && !state.pending && state.snapshot.is_none() {
+impl Fetcher {
+    /// Asks for `request` as a parent running `running` does, and reads it.
+    pub fn lookup_holding(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+    ) -> SourceState {
+        let _ = self.look(request, interval, running, None);
+        self.read(request, interval, running)
+    }
+
+    /// Asks for a fetch now for `token` and tells where it stands.
+    pub fn refresh(&self, request: &SourceRequest, interval: Duration, token: &str) -> Refresh {
+        if self.token(request, token) == Refresh::Handled {
             return Refresh::Handled;
         }
-        Refresh::Pending
+        let _ = self.look(request, interval, None, Some(token));
+        self.token(request, token)
     }
 }
 

@@ -1,0 +1,275 @@
+//! Expensive pure steps remembered apart from whole answers: a definition validated, a
+//! snapshot read into a definition or converted into ConfigMap content. The server owns
+//! the one instance (a controller keeps no memo of its own) and hands it to every call
+//! in its [`Context`](crate::controllers::Context).
+//!
+//! Bounded in bytes: every step says what its result weighs. Steps on large inputs also
+//! take one of a few heavy slots, so that peak memory follows the number of cores, not
+//! the number of calls in flight (validating a near-limit definition takes ~170 MiB for a
+//! moment).
+
+use std::any::Any;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use super::memo::Memo;
+
+/// Which step a result is of: the same input digest means different things to two steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// An APIMock definition's text validated ([`crate::controllers::apimock::definition`]).
+    Analysis,
+    /// A multi-file APIMock definition validated as a whole.
+    BundleAnalysis,
+    /// A fetched snapshot read into an APIMock definition.
+    DefinitionRead,
+    /// A fetched snapshot converted into a MonitoredService's ConfigMap content.
+    Conversion,
+}
+
+/// The key of one remembered result: the step and a digest of everything it read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    /// The step.
+    pub step: Step,
+    /// A BLAKE3 digest of its inputs.
+    pub input: [u8; 32],
+}
+
+/// Inputs above this size are worked on in a heavy slot.
+pub const HEAVY_BYTES: usize = 64 * 1024;
+
+/// Bytes of results held by default.
+pub const DEFAULT_BYTES: u64 = 64 * 1024 * 1024;
+
+#[derive(Clone)]
+struct Held {
+    value: Arc<dyn Any + Send + Sync>,
+    weight: u64,
+}
+
+/// The server's memo of step results.
+pub struct Steps {
+    results: Memo<StepKey, Held>,
+    heavy: Arc<HeavySlots>,
+}
+
+impl Default for Steps {
+    fn default() -> Steps {
+        Steps::new(DEFAULT_BYTES, 0)
+    }
+}
+
+impl Steps {
+    /// At most `bytes` of results, steps on large inputs run `heavy_slots` at a time (0:
+    /// one per core, at most 8; the server passes its compute-thread count).
+    pub fn new(bytes: u64, heavy_slots: usize) -> Steps {
+        let capacity = match heavy_slots {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
+            n => n,
+        };
+        Steps {
+            results: Memo::weighted(4096, bytes, |_, held: &Held| held.weight),
+            heavy: Arc::new(HeavySlots {
+                used: Mutex::new(0),
+                freed: Condvar::new(),
+                capacity,
+            }),
+        }
+    }
+
+    /// The remembered result under `key`, if any (of type `T`).
+    pub fn get<T: Any + Send + Sync>(&self, key: &StepKey) -> Option<Arc<T>> {
+        self.results.get(key)?.value.downcast().ok()
+    }
+
+    /// The remembered result under `key`, or `make`'s, remembered with the weight `weigh`
+    /// gives it.
+    pub fn remember<T: Any + Send + Sync>(
+        &self,
+        key: StepKey,
+        weigh: fn(&T) -> u64,
+        make: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        if let Some(hit) = self.get(&key) {
+            return hit;
+        }
+        let made = Arc::new(make());
+        self.keep(key, made.clone(), weigh);
+        made
+    }
+
+    /// As [`Steps::remember`] for an input of `size` bytes: above [`HEAVY_BYTES`], `make`
+    /// runs in a heavy slot, waited for until `deadline` (for ever without one). None
+    /// when no slot came free in time: nobody waits for the result any more.
+    pub fn remember_heavy<T: Any + Send + Sync>(
+        &self,
+        key: StepKey,
+        size: usize,
+        deadline: Option<Instant>,
+        weigh: fn(&T) -> u64,
+        make: impl FnOnce() -> T,
+    ) -> Option<Arc<T>> {
+        if let Some(hit) = self.get(&key) {
+            return Some(hit);
+        }
+        let _slot = if size > HEAVY_BYTES {
+            Some(self.heavy.take(deadline)?)
+        } else {
+            None
+        };
+        let made = Arc::new(make());
+        self.keep(key, made.clone(), weigh);
+        Some(made)
+    }
+
+    /// Bytes of results held now.
+    pub fn bytes(&self) -> u64 {
+        self.results.weight()
+    }
+
+    fn keep<T: Any + Send + Sync>(&self, key: StepKey, value: Arc<T>, weigh: fn(&T) -> u64) {
+        // What an entry costs beyond its result: the key, the map's bookkeeping.
+        let weight = weigh(&value).saturating_add(128);
+        self.results.insert(key, Held { value, weight });
+    }
+}
+
+/// A counting gate over the heavy slots.
+struct HeavySlots {
+    used: Mutex<usize>,
+    freed: Condvar,
+    capacity: usize,
+}
+
+/// A heavy slot, given back when dropped.
+struct HeavySlot(Arc<HeavySlots>);
+
+impl HeavySlots {
+    /// Waits for a slot until `deadline` (for ever without one); None when it passed.
+    fn take(self: &Arc<Self>, deadline: Option<Instant>) -> Option<HeavySlot> {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        while *used >= self.capacity {
+            used = match deadline {
+                None => self.freed.wait(used).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.freed
+                        .wait_timeout(used, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+        *used += 1;
+        Some(HeavySlot(self.clone()))
+    }
+}
+
+impl Drop for HeavySlot {
+    fn drop(&mut self) {
+        let slots = &self.0;
+        let mut used = slots.used.lock().unwrap_or_else(|e| e.into_inner());
+        *used = used.saturating_sub(1);
+        slots.freed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(step: Step, byte: u8) -> StepKey {
+        StepKey {
+            step,
+            input: [byte; 32],
+        }
+    }
+
+    #[test]
+    fn a_result_is_made_once_per_step_and_input() {
+        let steps = Steps::default();
+        let mut made = 0;
+        let mut make = |text: &str| {
+            made += 1;
+            text.to_owned()
+        };
+        let first = steps.remember(
+            key(Step::Analysis, 1),
+            |s: &String| s.len() as u64,
+            || make("a"),
+        );
+        let again = steps.remember(
+            key(Step::Analysis, 1),
+            |s: &String| s.len() as u64,
+            || make("b"),
+        );
+        assert!(Arc::ptr_eq(&first, &again));
+        // Another step on the same input digest is another result.
+        let other = steps.remember(
+            key(Step::Conversion, 1),
+            |s: &String| s.len() as u64,
+            || make("c"),
+        );
+        assert_eq!((first.as_str(), other.as_str(), made), ("a", "c", 2));
+    }
+
+    #[test]
+    fn results_stay_within_their_bytes() {
+        let steps = Steps::new(100 * 1024, 1);
+        for byte in 0..=255u8 {
+            let _ = steps.remember(
+                key(Step::Conversion, byte),
+                |s: &String| s.len() as u64,
+                || "x".repeat(10 * 1024),
+            );
+        }
+        assert!(steps.bytes() <= 100 * 1024, "{} bytes", steps.bytes());
+    }
+
+    #[test]
+    fn large_inputs_wait_for_a_heavy_slot_until_the_deadline() {
+        let steps = Steps::new(DEFAULT_BYTES, 1);
+        let held = steps
+            .heavy
+            .take(None)
+            .unwrap_or_else(|| panic!("a slot without deadline"));
+        let now = Instant::now();
+        let weigh = |_: &u8| 1;
+        assert!(
+            steps
+                .remember_heavy(
+                    key(Step::Analysis, 1),
+                    HEAVY_BYTES + 1,
+                    Some(now),
+                    weigh,
+                    || 1
+                )
+                .is_none(),
+            "every slot busy: no work after the deadline"
+        );
+        assert!(
+            steps
+                .remember_heavy(key(Step::Analysis, 2), HEAVY_BYTES, Some(now), weigh, || 2)
+                .is_some(),
+            "a small input needs no slot"
+        );
+        drop(held);
+        let later = now + std::time::Duration::from_secs(60);
+        assert_eq!(
+            steps
+                .remember_heavy(
+                    key(Step::Analysis, 1),
+                    HEAVY_BYTES + 1,
+                    Some(later),
+                    weigh,
+                    || 3
+                )
+                .as_deref(),
+            Some(&3)
+        );
+    }
+}
