@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::answers::{CallHasher, Remembered, RouteKey, route_key};
+use super::answers::{CallHasher, CallKey, Remembered, RouteKey, route_key};
 use super::error::CallError;
 use super::{HookState, millis};
 use crate::controllers::{CallOutcome, Changes, ParentRef, Registry};
@@ -267,12 +267,7 @@ async fn answer(
         Err(error) => return Answered::refused(error),
     };
     let key = hasher.finish();
-    // A remembered answer holds while the engine holds what it read of its sources; its
-    // parent still wants them kept fresh.
-    if let Some(remembered) = state.answers.get(&key)
-        && state.registry.still_holds(&remembered.sources)
-    {
-        state.registry.want(&remembered.sources);
+    if let Some(remembered) = remembered(state, &key) {
         return Answered {
             parent: remembered.parent.clone(),
             result: Ok(send(&remembered, headers)),
@@ -312,6 +307,17 @@ async fn answer(
         changes,
         slot: Some(slot),
     }
+}
+
+/// The answer remembered for the call `key`, if it still holds: the engine holds what it
+/// read of its sources. Its parent still wants them kept fresh, which the engine is told.
+fn remembered(state: &HookState, key: &CallKey) -> Option<Arc<Remembered>> {
+    let remembered = state.answers.get(key)?;
+    if !state.registry.still_holds(&remembered.sources) {
+        return None;
+    }
+    state.registry.want(&remembered.sources);
+    Some(remembered)
 }
 
 /// Lets a call in: authenticated, to a hook this server has, with an in-flight slot

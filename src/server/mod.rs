@@ -13,12 +13,14 @@ mod compute;
 mod error;
 mod hooks;
 mod metrics;
+mod probes;
 mod serving;
 mod tls;
 
 pub use auth::Auth;
 pub use compute::threads as compute_threads;
 pub use metrics::Metrics;
+pub use probes::{ProbeState, probe_router};
 pub use serving::{ConnectionLimits, Serving, Slots};
 pub use tls::TlsFiles;
 
@@ -31,7 +33,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::post;
 use tokio::sync::Semaphore;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -232,44 +234,6 @@ async fn not_found(
         .into_response()
 }
 
-/// Readiness and liveness flags plus the metrics of the hook port.
-pub struct ProbeState {
-    /// False until both ports accept, and again once shutdown starts.
-    pub ready: AtomicBool,
-    /// The hook side, whose calls and connections `/metrics` reports.
-    pub hooks: Arc<HookState>,
-}
-
-/// The probe routes: `/healthz`, `/readyz`, `/metrics`.
-pub fn probe_router(state: Arc<ProbeState>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .with_state(state)
-}
-
-async fn readyz(State(state): State<Arc<ProbeState>>) -> (StatusCode, &'static str) {
-    if state.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-    }
-}
-
-async fn metrics_text(State(state): State<Arc<ProbeState>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-        )],
-        state
-            .hooks
-            .metrics
-            .render(state.hooks.in_flight_now(), state.hooks.connections.open()),
-    )
-}
-
 /// What `serve` needs once its configuration has been read and checked.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -298,7 +262,7 @@ pub struct Server {
     pub probe_addr: SocketAddr,
     probes: Arc<ProbeState>,
     hooks_serving: Serving,
-    probes_serving: ProbeServing,
+    probes_serving: probes::ProbeServing,
     settings: ServerSettings,
 }
 
@@ -355,23 +319,8 @@ impl Server {
             hooks: hooks.clone(),
         });
 
-        let listen = |what: &'static str, address: SocketAddr| {
-            move |source| ServerError::Listen {
-                what,
-                address,
-                source,
-            }
-        };
-        let hook_listener = std::net::TcpListener::bind(settings.listen)
-            .map_err(listen("hooks", settings.listen))?;
-        let hook_addr = hook_listener
-            .local_addr()
-            .map_err(listen("hooks", settings.listen))?;
-        let probe_listener = std::net::TcpListener::bind(settings.probe_listen)
-            .map_err(listen("probes", settings.probe_listen))?;
-        let probe_addr = probe_listener
-            .local_addr()
-            .map_err(listen("probes", settings.probe_listen))?;
+        let (hook_listener, hook_addr) = bind("hooks", settings.listen)?;
+        let (probe_listener, probe_addr) = bind("probes", settings.probe_listen)?;
 
         let hooks_serving = serve(
             hook_listener,
@@ -388,8 +337,14 @@ impl Server {
                 source,
             },
         })?;
-        let probes_serving = serve_probes(probe_listener, probes.clone())
-            .map_err(listen("probes", settings.probe_listen))?;
+        let probes_serving =
+            probes::serve_probes(probe_listener, probes.clone()).map_err(|source| {
+                ServerError::Listen {
+                    what: "probes",
+                    address: settings.probe_listen,
+                    source,
+                }
+            })?;
         probes.ready.store(true, Ordering::SeqCst);
         log_listening(&settings, hook_addr, probe_addr);
         Ok(Server {
@@ -468,56 +423,19 @@ pub fn serve(
     Ok(Serving::start(listener, tls, limits, slots, app)?)
 }
 
-/// The probe port being served on a thread and runtime of its own, so the kubelet's
-/// probes never wait behind hook work on the async workers, however busy they are.
-struct ProbeServing {
-    stop: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<std::io::Result<()>>,
-}
-
-impl ProbeServing {
-    /// Stops serving and waits for the thread.
-    fn stop(self) -> std::io::Result<()> {
-        let _ = self.stop.send(());
-        self.thread
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the probe thread panicked")))
-    }
-}
-
-/// Serves probes and metrics on `listener` with [`ConnectionLimits::PROBES`] until stopped.
-fn serve_probes(
-    listener: std::net::TcpListener,
-    probes: Arc<ProbeState>,
-) -> std::io::Result<ProbeServing> {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let limits = ConnectionLimits::PROBES;
-    let serving = {
-        // Entered, not blocked on: the caller may itself be running on a runtime.
-        let _entered = runtime.enter();
-        Serving::start(
-            listener,
-            None,
-            limits,
-            Slots::new(limits.max_connections),
-            probe_router(probes),
-        )?
+/// A listener on `address`, and the address it is bound to (port 0 resolved).
+fn bind(
+    what: &'static str,
+    address: SocketAddr,
+) -> Result<(std::net::TcpListener, SocketAddr), ServerError> {
+    let failed = |source| ServerError::Listen {
+        what,
+        address,
+        source,
     };
-    let thread = std::thread::Builder::new()
-        .name("metahooks-probes".to_owned())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let _ = stopped.await;
-                serving
-                    .stop(Duration::from_secs(1))
-                    .await
-                    .map_err(std::io::Error::other)
-            })
-        })?;
-    Ok(ProbeServing { stop, thread })
+    let listener = std::net::TcpListener::bind(address).map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
 }
 
 /// The start-up line: where the server listens and the limits it enforces.
