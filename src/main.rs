@@ -27,14 +27,10 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&args),
-        Command::Render(args) => {
-            let output = metahooks::cli::render::render(&args)?;
-            print!("{output}");
-            Ok(())
-        }
+        Command::Render(args) => write_out(&metahooks::cli::render::render(&args)?),
         Command::Emulate(args) => {
             let (report, clean) = metahooks::cli::emulate::emulate(&args)?;
-            print!("{report}");
+            write_out(&report)?;
             if !clean {
                 return Err(anyhow::anyhow!(
                     "the emulation found problems (see findings above)"
@@ -42,15 +38,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Crds => {
-            print!("{}", metahooks::crds::all_yaml()?);
-            Ok(())
-        }
+        Command::Crds => write_out(&metahooks::crds::all_yaml()?),
         Command::SourceWorker => Ok(()),
-        Command::Version => {
-            println!("metahooks {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
+        Command::Version => write_out(&format!("metahooks {}\n", env!("CARGO_PKG_VERSION"))),
+    }
+}
+
+/// Writes `text` to stdout. A reader that stops early (`metahooks crds | head -1`) is
+/// not an error: the command ends quietly, as Unix tools do on a closed pipe.
+fn write_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("cannot write to standard output: {error}"))
         }
+        _ => Ok(()),
     }
 }
 

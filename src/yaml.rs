@@ -2,7 +2,7 @@
 //! that counts what aliases expand to. Trusted YAML (manifests, command-line inputs) goes
 //! through the protocol crate's codec, re-exported here so there is one path to each.
 
-pub use crate::protocol::yaml::{Error, documents, from_str, to_string};
+pub use crate::protocol::yaml::{Error, ManifestError, documents, from_str, manifests, to_string};
 
 /// How much a YAML text may expand to once its aliases are replayed. Aliases let a few
 /// kilobytes name gigabytes (an anchor of anchors of anchors); the parser's own limit

@@ -239,8 +239,8 @@ fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, Value)>> {
         }
         let text = std::fs::read_to_string(&file)
             .with_context(|| format!("cannot read {}", file.display()))?;
-        let parsed: Vec<Value> = crate::yaml::documents(&text)
-            .with_context(|| format!("{} is not YAML or JSON", file.display()))?;
+        let parsed: Vec<Value> = crate::yaml::manifests(&text)
+            .with_context(|| format!("cannot read the objects in {}", file.display()))?;
         let source = file.display().to_string();
         documents.extend(parsed.into_iter().map(|d| (source.clone(), d)));
     }

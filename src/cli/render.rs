@@ -224,8 +224,8 @@ fn read_text(path: &std::path::Path) -> anyhow::Result<String> {
 /// YAML (or JSON) documents; a `kind: List` is unpacked into its items.
 fn read_many(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
     let text = read_text(path)?;
-    let documents: Vec<Value> = crate::yaml::documents(&text)
-        .with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
+    let documents: Vec<Value> = crate::yaml::manifests(&text)
+        .with_context(|| format!("cannot read the objects in {}", path.display()))?;
     let mut objects = Vec::new();
     for document in documents.into_iter().filter(|d| !d.is_null()) {
         match document.get("items").and_then(Value::as_array) {

@@ -685,3 +685,47 @@ fn render_names_what_a_file_holds_with_the_right_article() {
     );
     assert!(stderr.contains("render apimock"), "{stderr}");
 }
+
+/// `metahooks crds | head -1`: a reader that stops early ends the command quietly (its
+/// output, 80 KB of CRDs, is more than a pipe holds, so the write does fail).
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let mut child = Command::new(binary())
+        .arg("crds")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{:?}", output.status);
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "");
+}
+
+/// A JSON file is read as JSON: an emoji escaped as a surrogate pair (how JSON writers
+/// write it) is not the invalid escape YAML would take it for.
+#[test]
+fn render_reads_a_json_file_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mock.json");
+    let definition = "openapi: 3.0.3\ninfo: {title: Smiles, version: '1'}\npaths: {}\n";
+    let parent = json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+        "metadata": {"name": "smiles", "namespace": "team"},
+        "spec": {"definition": definition}});
+    let text = serde_json::to_string(&parent)
+        .unwrap()
+        .replace("Smiles", "Smiles \\ud83d\\ude00");
+    std::fs::write(&file, text).unwrap();
+    let rendered = Command::new(binary())
+        .args(["render", "apimock", "-o", "json", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&rendered.stdout).unwrap();
+    assert_eq!(answer["status"]["definition"]["title"], "Smiles \u{1F600}");
+}

@@ -27,10 +27,62 @@ pub fn documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
         .collect()
 }
 
+/// Why a file of manifests could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The text is JSON (it opens with `{` or `[`) and does not parse as JSON.
+    #[error("not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The text is YAML and does not parse.
+    #[error("not valid YAML: {0}")]
+    Yaml(#[from] Error),
+}
+
+/// The documents of a file of manifests: a JSON file (its first character other than
+/// white space is `{` or `[`) is read as a stream of JSON values, anything else as a YAML
+/// stream. JSON is read as JSON because YAML's reading of it differs where people notice:
+/// `"\ud83d\ude00"`, how JSON writers escape an emoji, is a surrogate pair to JSON and an
+/// invalid escape to YAML.
+///
+/// # Errors
+/// A document does not parse, or is not the shape of `T`.
+pub fn manifests<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, ManifestError> {
+    if text.trim_start().starts_with(['{', '[']) {
+        let values: Result<Vec<T>, serde_json::Error> = serde_json::Deserializer::from_str(text)
+            .into_iter::<T>()
+            .collect();
+        return Ok(values?);
+    }
+    Ok(documents(text)?)
+}
+
 /// Writes `value` as YAML.
 ///
 /// # Errors
 /// The value cannot be represented in YAML.
 pub fn to_string<T: Serialize>(value: &T) -> Result<String, Error> {
     serde_norway::to_string(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[test]
+    fn json_files_are_read_as_json_and_yaml_files_as_yaml() {
+        let emoji: Vec<Value> =
+            manifests(r#"{"kind": "APIMock", "title": "\ud83d\ude00"}"#).unwrap_or_default();
+        assert_eq!(
+            emoji,
+            vec![json!({"kind": "APIMock", "title": "\u{1F600}"})]
+        );
+        let stream: Vec<Value> = manifests("  {\"a\": 1}\n{\"a\": 2}\n").unwrap_or_default();
+        assert_eq!(stream, vec![json!({"a": 1}), json!({"a": 2})]);
+        let yaml: Vec<Value> = manifests("a: 1\n---\nb: 2\n").unwrap_or_default();
+        assert_eq!(yaml, vec![json!({"a": 1}), json!({"b": 2})]);
+        let broken = manifests::<Value>("{\"a\": ").map(|_| ());
+        assert!(matches!(broken, Err(ManifestError::Json(_))), "{broken:?}");
+    }
 }
