@@ -80,11 +80,12 @@ async fn another_namespaces_secret_and_pods_are_never_used() {
             "secretRef": {"name": "git-creds"}}}}),
     ));
     settle(&mut h, "MonitoredService", "secret lookup", |e| {
-        condition(ms(e, "web"), "ConfigValid").is_some()
+        condition(ms(e, "web"), "Fetched").is_some()
     })
     .await;
     let parent = ms(&h.emulator, "web");
-    let (status, reason, message) = condition(parent, "ConfigValid").unwrap();
+    // A Secret that cannot be used stops the fetch; the spec is fine.
+    let (status, reason, message) = condition(parent, "Fetched").unwrap();
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("False", "SecretNotFound"),

@@ -31,10 +31,10 @@ pub fn documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, Error> {
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// The text is JSON (it opens with `{` or `[`) and does not parse as JSON.
-    #[error("not valid JSON: {0}")]
+    #[error("not JSON: {0}")]
     Json(#[from] serde_json::Error),
     /// The text is YAML and does not parse.
-    #[error("not valid YAML: {0}")]
+    #[error("not YAML: {0}")]
     Yaml(#[from] Error),
 }
 

@@ -100,7 +100,7 @@ pub fn origin<'s>(
         ..
     } = from;
     let (location, secret, root) = match (git, http, config_map_key_ref) {
-        (Some(git), None, None) => (git.location(), git.secrets(), git.root.as_deref()),
+        (Some(git), None, None) => (git.location()?, git.secrets(), git.root.as_deref()),
         (None, Some(http), None) => (http.location(), http.secrets(), None),
         (None, None, Some(key_ref)) if key_ref.name == name => {
             return Err(Problem::new(

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
+use crate::controllers::common::problem::Problem;
 use crate::controllers::common::source_spec::{HttpSource, SecretRef, SourceSecrets, git_location};
 use crate::source::Location;
 
@@ -208,8 +209,16 @@ impl GitDefinition {
     }
 
     /// Where the definition is.
-    pub fn location(&self) -> Location {
-        git_location(&self.url, self.reference.as_deref(), self.path.as_deref())
+    ///
+    /// # Errors
+    /// `path` climbs out of the repository or is absolute.
+    pub fn location(&self) -> Result<Location, Problem> {
+        git_location(
+            &self.url,
+            self.reference.as_deref(),
+            self.path.as_deref(),
+            "spec.definitionFrom.git.path",
+        )
     }
 }
 

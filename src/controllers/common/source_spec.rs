@@ -6,8 +6,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::problem::Problem;
+use super::reason::Reason;
 use super::secrets;
 use crate::protocol::ObjectMap;
+use crate::source::policy::check_repo_path;
 use crate::source::{Credentials, Location, SourceRequest};
 
 /// A file or directory in a git repository.
@@ -57,19 +59,42 @@ pub struct SecretRef {
 
 impl GitSource {
     /// Where this source is.
-    pub fn location(&self) -> Location {
-        git_location(&self.url, self.reference.as_deref(), self.path.as_deref())
+    ///
+    /// # Errors
+    /// `path` climbs out of the repository or is absolute ([`git_location`]).
+    pub fn location(&self) -> Result<Location, Problem> {
+        git_location(
+            &self.url,
+            self.reference.as_deref(),
+            self.path.as_deref(),
+            "spec.source.git.path",
+        )
     }
 }
 
 /// A git location as specs write it: an empty `ref` means the remote's HEAD, no `path`
-/// the repository's root.
-pub fn git_location(url: &str, reference: Option<&str>, path: Option<&str>) -> Location {
-    Location::Git {
+/// the repository's root. The path is normalised (`./conf/`, `conf//` and `conf` are one
+/// path, so one read and one cache entry however a parent spells it).
+///
+/// # Errors
+/// The path (the field `path_field`) is absolute or climbs out of the repository.
+pub fn git_location(
+    url: &str,
+    reference: Option<&str>,
+    path: Option<&str>,
+    path_field: &str,
+) -> Result<Location, Problem> {
+    let path = check_repo_path(path.unwrap_or_default()).map_err(|refused| {
+        Problem::new(
+            Reason::Fetch(refused.reason()),
+            format!("{path_field}: {refused}"),
+        )
+    })?;
+    Ok(Location::Git {
         url: url.to_owned(),
         reference: reference.filter(|r| !r.is_empty()).map(str::to_owned),
-        path: path.unwrap_or_default().to_owned(),
-    }
+        path,
+    })
 }
 
 impl HttpSource {
@@ -146,4 +171,42 @@ pub fn request(
         namespace: namespace.to_owned(),
         credentials,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path_of(path: &str) -> Result<String, Problem> {
+        match git_location("https://git.example/r.git", None, Some(path), "spec.path")? {
+            Location::Git { path, .. } => Ok(path),
+            Location::Http { .. } => Err(Problem::new(Reason::InvalidSpec, "not git")),
+        }
+    }
+
+    /// Every spelling of a path is one path, so one read and one cache entry: spellings
+    /// once let one parent make a shared remote's worker read the same files many times.
+    #[test]
+    fn a_path_is_normalised_before_it_names_anything() {
+        for spelling in ["conf", "./conf", "././conf/", "conf//", "./conf/./"] {
+            assert_eq!(
+                path_of(spelling).ok().as_deref(),
+                Some("conf"),
+                "{spelling}"
+            );
+        }
+        assert_eq!(path_of("").ok().as_deref(), Some(""));
+        assert_eq!(path_of("./").ok().as_deref(), Some(""));
+        assert_eq!(path_of("a/./b").ok().as_deref(), Some("a/b"));
+        for escaping in ["../conf", "a/../../b", "/etc", "a\\b"] {
+            let refused = path_of(escaping).err();
+            let problem = refused.unwrap_or_else(|| panic!("{escaping} is refused"));
+            assert_eq!(problem.reason, Reason::Fetch("PathRefused"), "{escaping}");
+            assert!(
+                problem.message.starts_with("spec.path: "),
+                "{}",
+                problem.message
+            );
+        }
+    }
 }

@@ -301,7 +301,8 @@ impl<'a> Annotations<'a> {
             }
             None => None,
         };
-        let location = git_location(url, self.get(REF), self.get(PATH));
+        let location = git_location(url, self.get(REF), self.get(PATH), PATH)
+            .map_err(|problem| (problem.message, interval))?;
         Ok((
             SourceRequest {
                 tls,

@@ -115,7 +115,16 @@ impl MonitoredServiceHooks {
                 return call.answer(Facts::no_source(call.pods()), children, 0);
             }
             Err(Problem { reason, message }) => {
-                let facts = Facts::invalid_spec(reason, message, call.running(), call.pods());
+                // A Secret or a path that cannot be used stops the fetch, not the spec.
+                let fetch_problem = matches!(
+                    reason,
+                    Reason::Fetch(_) | Reason::SecretNotFound | Reason::SecretInvalid
+                );
+                let facts = if fetch_problem {
+                    Facts::not_fetched(reason, message, call.running(), call.pods())
+                } else {
+                    Facts::invalid_spec(reason, message, call.running(), call.pods())
+                };
                 // With the config still in the observed ConfigMap the children are rebuilt
                 // from it; without one (the service ran without a source), what runs stays.
                 return match call.running() {
@@ -374,7 +383,7 @@ fn source_request(
         .or_else(|| http.map(HttpSource::secrets))
         .unwrap_or_default();
     let location = if let Some(git) = git {
-        git.location()
+        git.location()?
     } else if let Some(http) = http {
         http.location()
     } else if let Some(url) = legacy {

@@ -38,6 +38,37 @@ impl<'a> Facts<'a> {
         }
     }
 
+    /// The source could not be read, though the spec is fine (a missing or unusable
+    /// credentials Secret, a path the engine refuses): `Fetched` says why, `ConfigValid`
+    /// only that there is nothing new to validate, and what runs keeps running.
+    pub fn not_fetched(
+        reason: Reason,
+        message: String,
+        running: Option<&'a Config>,
+        pods: Vec<String>,
+    ) -> Facts<'a> {
+        let config_valid = match running {
+            Some(config) => Decided::new(
+                ConditionType::ConfigValid,
+                true,
+                Reason::Valid,
+                format!("running {} until the source can be read", config.revision),
+            ),
+            None => Decided::new(
+                ConditionType::ConfigValid,
+                false,
+                Reason::NoConfig,
+                "the configuration could not be fetched; see Fetched",
+            ),
+        };
+        Facts {
+            fetched: Decided::new(ConditionType::Fetched, false, reason, message),
+            config_valid,
+            config: running,
+            pods,
+        }
+    }
+
     pub fn no_source(pods: Vec<String>) -> Facts<'a> {
         Facts {
             fetched: Decided::new(

@@ -169,19 +169,29 @@ fn a_spec_that_cannot_be_used_keeps_what_runs() {
         Some(observed.len())
     );
 
-    // A missing Secret: the children are rebuilt from the running config.
+    // A missing Secret stops the fetch, not the spec: Fetched says why, what runs stays
+    // valid, and the children are rebuilt from the running config.
     let mut with_secret = spec();
     with_secret["source"]["git"]["secretRef"] = json!({"name": "creds"});
     let no_secret = harness.sync(with_secret.clone(), &observed);
+    let fetched = condition(&no_secret, "Fetched");
     assert_eq!(
-        condition(&no_secret, "ConfigValid")["reason"],
-        "SecretNotFound"
+        (&fetched["status"], &fetched["reason"]),
+        (&json!("False"), &json!("SecretNotFound"))
     );
+    let valid = condition(&no_secret, "ConfigValid");
+    assert_eq!(
+        (&valid["status"], &valid["reason"]),
+        (&json!("True"), &json!("Valid"))
+    );
+    assert_eq!(condition(&no_secret, "Ready")["reason"], "FetchFailing");
     assert_eq!(hash(&no_secret), hash(&first));
     // ... and with nothing running, nothing is built, and it asks again at the interval.
     let nothing = harness.sync(with_secret, &[]);
     assert_eq!(nothing["children"], json!([]));
     assert_eq!(nothing["resyncAfterSeconds"], 60);
+    assert_eq!(condition(&nothing, "ConfigValid")["reason"], "NoConfig");
+    assert_eq!(condition(&nothing, "Fetched")["reason"], "SecretNotFound");
 }
 
 #[test]
