@@ -38,6 +38,10 @@ pub enum FetchError {
     PathRefused { path: String, why: String },
     #[error("{path:?} is a symbolic link; links are not followed")]
     SymlinkRefused { path: String },
+    #[error(
+        "{path:?} is a submodule; submodules are not read (copy the files into the repository, or point at the submodule's own repository)"
+    )]
+    UnsupportedEntry { path: String },
     #[error("{what} is larger than the limit of {limit} bytes")]
     TooLarge { what: String, limit: u64 },
     #[error("more than {limit} files under the requested path")]
@@ -87,6 +91,7 @@ impl FetchError {
             FetchError::PathNotFound { .. } => "PathNotFound",
             FetchError::PathRefused { .. } => "PathRefused",
             FetchError::SymlinkRefused { .. } => "SymlinkRefused",
+            FetchError::UnsupportedEntry { .. } => "UnsupportedEntry",
             FetchError::TooLarge { .. } => "TooLarge",
             FetchError::TooManyFiles { .. } => "TooManyFiles",
             FetchError::TooManyEntries { .. } => "TooManyEntries",

@@ -103,6 +103,7 @@ fn is_refusal(error: &FetchError) -> bool {
             | FetchError::CertificateInvalid { .. }
             | FetchError::PathRefused { .. }
             | FetchError::SymlinkRefused { .. }
+            | FetchError::UnsupportedEntry { .. }
     )
 }
 

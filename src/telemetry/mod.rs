@@ -84,3 +84,41 @@ pub fn dropped_lines() -> u64 {
         .get()
         .map_or(0, |counter| counter.dropped_lines() as u64)
 }
+
+/// Text from outside (a remote's error message, a URL from a CR) as a log field: written
+/// whole, with control characters escaped (`\n`, `\u{1b}`), so that it cannot end the
+/// line early, forge another line or drive the terminal of whoever reads text logs.
+pub struct Escaped<'a, T: std::fmt::Display + ?Sized>(pub &'a T);
+
+impl<T: std::fmt::Display + ?Sized> std::fmt::Display for Escaped<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Escaping<'f, 'g>(&'f mut std::fmt::Formatter<'g>);
+        impl std::fmt::Write for Escaping<'_, '_> {
+            fn write_str(&mut self, text: &str) -> std::fmt::Result {
+                for c in text.chars() {
+                    if c.is_control() {
+                        write!(self.0, "{}", c.escape_default())?;
+                    } else {
+                        self.0.write_char(c)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+        std::fmt::Write::write_fmt(&mut Escaping(f), format_args!("{}", self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        let forged = "refused\n{\"level\":\"INFO\"} \u{1b}[31mred\u{7} ünïcode";
+        assert_eq!(
+            Escaped(forged).to_string(),
+            "refused\\n{\"level\":\"INFO\"} \\u{1b}[31mred\\u{7} ünïcode"
+        );
+    }
+}

@@ -83,7 +83,9 @@ impl Job {
             if let Fetched::Failed(error) = result {
                 failures += 1;
                 reasons.push(error.reason());
-                tracing::warn!(reason = error.reason(), error = %error, "source fetch failed");
+                // The message quotes the remote; it goes into the log escaped.
+                let error = crate::telemetry::Escaped(error);
+                tracing::warn!(reason = error.0.reason(), error = %error, "source fetch failed");
             }
         }
         reasons.sort_unstable();

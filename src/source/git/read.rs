@@ -46,8 +46,11 @@ pub fn extract(
             path: path.clone(),
             revision: revision.clone(),
         })?;
-    if entry.filemode() == 0o120000 {
+    if entry.filemode() == SYMLINK_MODE {
         return Err(FetchError::SymlinkRefused { path });
+    }
+    if entry.filemode() == GITLINK_MODE {
+        return Err(FetchError::UnsupportedEntry { path });
     }
     match entry.kind() {
         Some(ObjectType::Blob) => Ok(Snapshot {
@@ -71,6 +74,10 @@ pub fn extract(
         _ => Err(FetchError::PathNotFound { path, revision }),
     }
 }
+
+/// Git's file modes of a symbolic link and of a submodule (a "gitlink").
+const SYMLINK_MODE: i32 = 0o120000;
+const GITLINK_MODE: i32 = 0o160000;
 
 pub(super) fn read_tree(
     repo: &Repository,
@@ -148,17 +155,30 @@ fn list_blobs(
             });
             return TreeWalkResult::Abort;
         }
+        let full = |relative: String| {
+            if prefix.is_empty() {
+                relative
+            } else {
+                format!("{prefix}/{relative}")
+            }
+        };
+        // A submodule (gitlink) names a commit of another repository: refused by name
+        // rather than left out without a word.
+        if entry.filemode() == GITLINK_MODE {
+            let relative = format!("{dir}{}", entry.name().unwrap_or_default());
+            failure = Some(FetchError::UnsupportedEntry {
+                path: full(relative),
+            });
+            return TreeWalkResult::Abort;
+        }
         if entry.kind() != Some(ObjectType::Blob) {
             return TreeWalkResult::Ok;
         }
         let relative = format!("{dir}{}", entry.name().unwrap_or_default());
-        if entry.filemode() == 0o120000 {
-            let full = if prefix.is_empty() {
-                relative
-            } else {
-                format!("{prefix}/{relative}")
-            };
-            failure = Some(FetchError::SymlinkRefused { path: full });
+        if entry.filemode() == SYMLINK_MODE {
+            failure = Some(FetchError::SymlinkRefused {
+                path: full(relative),
+            });
             return TreeWalkResult::Abort;
         }
         if found.len() >= max_files {
@@ -197,4 +217,49 @@ fn read_one(
         name,
         Content::from_bytes(blob.content().to_vec()),
     )]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tree holding a file and a submodule (a gitlink: an entry naming a commit).
+    fn tree_with_a_submodule(repo: &Repository) -> Oid {
+        let blob = repo.blob(b"A=1\n").unwrap_or_else(|e| panic!("{e}"));
+        let empty = repo
+            .treebuilder(None)
+            .and_then(|builder| builder.write())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let who = git2::Signature::now("t", "t@example.com").unwrap_or_else(|e| panic!("{e}"));
+        let tree = repo.find_tree(empty).unwrap_or_else(|e| panic!("{e}"));
+        let commit = repo
+            .commit(None, &who, &who, "c", &tree, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut builder = repo.treebuilder(None).unwrap_or_else(|e| panic!("{e}"));
+        builder
+            .insert("a.env", blob, 0o100644)
+            .unwrap_or_else(|e| panic!("{e}"));
+        builder
+            .insert("vendored", commit, GITLINK_MODE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        builder.write().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_submodule_is_refused_by_name_not_left_out() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let repo = Repository::init(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let tree = repo
+            .find_tree(tree_with_a_submodule(&repo))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let limits = crate::source::policy::SourceLimits::default();
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        let listed = list_blobs(&tree, "conf", &limits, deadline);
+        assert_eq!(
+            listed.err(),
+            Some(FetchError::UnsupportedEntry {
+                path: "conf/vendored".to_owned()
+            })
+        );
+    }
 }
