@@ -85,6 +85,22 @@ pub fn dropped_lines() -> u64 {
         .map_or(0, |counter| counter.dropped_lines() as u64)
 }
 
+/// Text from a CR (a source URL) as a metric label or log field: whole when short, else a
+/// prefix and a hash of the whole, so that two long values stay apart and neither a
+/// scrape nor a log line grows with what a CR author wrote.
+pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    const KEPT: usize = 120;
+    if text.len() <= KEPT + 16 {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = KEPT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let digest = blake3::hash(text.as_bytes()).to_hex();
+    std::borrow::Cow::Owned(format!("{}…#{}", &text[..end], &digest[..12]))
+}
+
 /// Text from outside (a remote's error message, a URL from a CR) as a log field: written
 /// whole, with control characters escaped (`\n`, `\u{1b}`), so that it cannot end the
 /// line early, forge another line or drive the terminal of whoever reads text logs.
@@ -112,6 +128,20 @@ impl<T: std::fmt::Display + ?Sized> std::fmt::Display for Escaped<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_values_keep_a_prefix_and_a_hash() {
+        assert_eq!(
+            bounded("https://git.example/r.git"),
+            "https://git.example/r.git"
+        );
+        let long = format!("https://git.example/{}", "é".repeat(200_000));
+        let other = format!("{long}x");
+        let (a, b) = (bounded(&long), bounded(&other));
+        assert!(a.len() < 200, "{}", a.len());
+        assert!(a.starts_with("https://git.example/é"));
+        assert_ne!(a, b, "two long values stay apart");
+    }
 
     #[test]
     fn control_characters_are_escaped_and_the_rest_kept() {

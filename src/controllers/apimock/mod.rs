@@ -25,6 +25,7 @@ use self::children::{DEFINITION_HASH_ANNOTATION, Plan};
 use self::decide::{Decision, definition_status};
 use self::origin::Origin;
 use self::status::{Facts, SourceFacts};
+use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::{ConditionType, Decided, format_time};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::names::check_dns1035_label;
@@ -182,7 +183,10 @@ impl ApiMockHooks {
         }
         let spec = spec::parse_spec(parent)
             .map_err(|problem| (invalid(Reason::InvalidSpec, problem), true))?;
-        if let Err(Problem { reason, message }) = exposure::check(&spec, &self.policy, namespace) {
+        let checked =
+            bounds::check_optional("spec.image", spec.image.as_deref(), bounds::IMAGE_BYTES)
+                .and_then(|()| exposure::check(&spec, &self.policy, namespace));
+        if let Err(Problem { reason, message }) = checked {
             return Err((invalid(reason, message), true));
         }
         Ok(spec)

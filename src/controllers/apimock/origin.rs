@@ -9,6 +9,7 @@ use super::bundle::{self, Bundle};
 use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
 use crate::controllers::Context;
+use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::memo::key_of;
 use crate::controllers::common::polling;
@@ -100,8 +101,16 @@ pub fn origin<'s>(
         ..
     } = from;
     let (location, secret, root) = match (git, http, config_map_key_ref) {
-        (Some(git), None, None) => (git.location()?, git.secrets(), git.root.as_deref()),
-        (None, Some(http), None) => (http.location(), http.secrets(), None),
+        (Some(git), None, None) => {
+            let root = git.root.as_deref();
+            bounds::check_optional("spec.definitionFrom.git.root", root, bounds::PATH_BYTES)?;
+            (git.location()?, git.secrets(), root)
+        }
+        (None, Some(http), None) => (
+            http.location("spec.definitionFrom.http")?,
+            http.secrets(),
+            None,
+        ),
         (None, None, Some(key_ref)) if key_ref.name == name => {
             return Err(Problem::new(
                 Reason::InvalidSpec,
@@ -110,7 +119,12 @@ pub fn origin<'s>(
                 ),
             ));
         }
-        (None, None, Some(key_ref)) => return Ok(Origin::ConfigMap(key_ref)),
+        (None, None, Some(key_ref)) => {
+            let field = "spec.definitionFrom.configMapKeyRef";
+            bounds::check(&format!("{field}.name"), &key_ref.name, bounds::NAME_BYTES)?;
+            bounds::check(&format!("{field}.key"), &key_ref.key, bounds::NAME_BYTES)?;
+            return Ok(Origin::ConfigMap(key_ref));
+        }
         _ => {
             return Err(Problem::new(
                 Reason::AmbiguousSource,

@@ -11,7 +11,9 @@ use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
 use crate::controllers::common::problem::Problem;
-use crate::controllers::common::source_spec::{HttpSource, SecretRef, SourceSecrets, git_location};
+use crate::controllers::common::source_spec::{
+    GitFields, HttpSource, SecretRef, SourceSecrets, git_location,
+};
 use crate::source::Location;
 
 /// An OpenAPI document served by a mock server.
@@ -64,6 +66,7 @@ pub struct ApiMockSpec {
     pub replicas: Option<i32>,
     /// Mock-server image; the server's --mock-image when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub image: Option<String>,
     /// Optional Swagger UI next to the mock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,17 +180,21 @@ impl DefinitionFrom {
 pub struct GitDefinition {
     /// Repository URL: https, or ssh (`ssh://user@host/path`, `user@host:path`) where
     /// the server allows it.
+    #[schemars(length(max = 2048))]
     pub url: String,
     /// Branch, tag or commit; the remote's HEAD when unset.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 255))]
     pub reference: Option<String>,
     /// The document, or the directory that holds it and the files it refers to
     /// (default: the repository's root directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub path: Option<String>,
     /// The root document inside a directory `path`; by default the first of
     /// openapi.yaml, openapi.yml, openapi.json, swagger.yaml, swagger.yml, swagger.json.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub root: Option<String>,
     /// Secret with `username`/`password` or `token` (https), or `identity` and
     /// `known_hosts` (ssh; `password` unlocks an encrypted key).
@@ -217,7 +224,7 @@ impl GitDefinition {
             &self.url,
             self.reference.as_deref(),
             self.path.as_deref(),
-            "spec.definitionFrom.git.path",
+            &GitFields::under("spec.definitionFrom.git"),
         )
     }
 }
@@ -227,8 +234,10 @@ impl GitDefinition {
 #[serde(deny_unknown_fields)]
 pub struct ConfigMapKeyRef {
     /// A ConfigMap in the APIMock's namespace (not the mock's own).
+    #[schemars(length(max = 253))]
     pub name: String,
     /// The key of `data` holding the document.
+    #[schemars(length(max = 253))]
     pub key: String,
 }
 

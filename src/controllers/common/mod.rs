@@ -1,5 +1,6 @@
 //! Helpers shared by every controller: conditions, child names and labels, hashes.
 
+pub mod bounds;
 pub mod conditions;
 pub mod config;
 pub mod envfile;

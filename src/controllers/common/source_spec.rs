@@ -5,6 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::bounds;
 use super::problem::Problem;
 use super::reason::Reason;
 use super::secrets;
@@ -18,12 +19,15 @@ use crate::source::{Credentials, Location, SourceRequest};
 pub struct GitSource {
     /// Repository URL: https, or ssh (`ssh://user@host/path`, `user@host:path`) where
     /// the server allows it.
+    #[schemars(length(max = 2048))]
     pub url: String,
     /// Branch, tag or commit; the remote's HEAD when unset.
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 255))]
     pub reference: Option<String>,
     /// File or directory inside the repository (default: the root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub path: Option<String>,
     /// Secret with `username`/`password` or `token` (https), or `identity` and
     /// `known_hosts` (ssh; `password` unlocks an encrypted key).
@@ -40,6 +44,7 @@ pub struct GitSource {
 #[serde(rename_all = "camelCase")]
 pub struct HttpSource {
     /// The file's URL (https).
+    #[schemars(length(max = 2048))]
     pub url: String,
     /// Secret with `username`/`password` or `token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,6 +59,7 @@ pub struct HttpSource {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 pub struct SecretRef {
     /// The Secret's name.
+    #[schemars(length(max = 253))]
     pub name: String,
 }
 
@@ -67,8 +73,29 @@ impl GitSource {
             &self.url,
             self.reference.as_deref(),
             self.path.as_deref(),
-            "spec.source.git.path",
+            &GitFields::under("spec.source.git"),
         )
+    }
+}
+
+/// What a spec calls the fields of a git source, for the messages that name them.
+pub struct GitFields {
+    /// The repository URL's field.
+    pub url: String,
+    /// The ref's field.
+    pub reference: String,
+    /// The path's field.
+    pub path: String,
+}
+
+impl GitFields {
+    /// `url`, `ref` and `path` under `prefix` (`spec.source.git`).
+    pub fn under(prefix: &str) -> GitFields {
+        GitFields {
+            url: format!("{prefix}.url"),
+            reference: format!("{prefix}.ref"),
+            path: format!("{prefix}.path"),
+        }
     }
 }
 
@@ -77,17 +104,21 @@ impl GitSource {
 /// path, so one read and one cache entry however a parent spells it).
 ///
 /// # Errors
-/// The path (the field `path_field`) is absolute or climbs out of the repository.
+/// A value is over its length limit ([`bounds`]), or the path is absolute or climbs out
+/// of the repository; the message names the field (`fields`).
 pub fn git_location(
     url: &str,
     reference: Option<&str>,
     path: Option<&str>,
-    path_field: &str,
+    fields: &GitFields,
 ) -> Result<Location, Problem> {
+    bounds::check(&fields.url, url, bounds::URL_BYTES)?;
+    bounds::check_optional(&fields.reference, reference, bounds::REF_BYTES)?;
+    bounds::check_optional(&fields.path, path, bounds::PATH_BYTES)?;
     let path = check_repo_path(path.unwrap_or_default()).map_err(|refused| {
         Problem::new(
             Reason::Fetch(refused.reason()),
-            format!("{path_field}: {refused}"),
+            format!("{}: {refused}", fields.path),
         )
     })?;
     Ok(Location::Git {
@@ -98,12 +129,24 @@ pub fn git_location(
 }
 
 impl HttpSource {
-    /// Where this source is.
-    pub fn location(&self) -> Location {
-        Location::Http {
-            url: self.url.clone(),
-        }
+    /// Where this source is; `field` names the source in messages (`spec.source.http`).
+    ///
+    /// # Errors
+    /// The URL is over its length limit.
+    pub fn location(&self, field: &str) -> Result<Location, Problem> {
+        http_location(&self.url, &format!("{field}.url"))
     }
+}
+
+/// An HTTP location, its URL (the field `field`) within its length limit.
+///
+/// # Errors
+/// The URL is over its length limit.
+pub fn http_location(url: &str, field: &str) -> Result<Location, Problem> {
+    bounds::check(field, url, bounds::URL_BYTES)?;
+    Ok(Location::Http {
+        url: url.to_owned(),
+    })
 }
 
 /// The Secrets a source names: its credentials and its certificates.
@@ -157,6 +200,12 @@ pub fn request(
     related: &ObjectMap,
     namespace: &str,
 ) -> Result<SourceRequest, Problem> {
+    for secret in [secrets.credentials, secrets.certificates]
+        .into_iter()
+        .flatten()
+    {
+        bounds::check("a Secret's name", &secret.name, bounds::NAME_BYTES)?;
+    }
     let credentials: Option<Credentials> = match secrets.credentials {
         Some(secret) => Some(secrets::credentials(related, namespace, &secret.name)?),
         None => None,
@@ -178,7 +227,8 @@ mod tests {
     use super::*;
 
     fn path_of(path: &str) -> Result<String, Problem> {
-        match git_location("https://git.example/r.git", None, Some(path), "spec.path")? {
+        let fields = GitFields::under("spec");
+        match git_location("https://git.example/r.git", None, Some(path), &fields)? {
             Location::Git { path, .. } => Ok(path),
             Location::Http { .. } => Err(Problem::new(Reason::InvalidSpec, "not git")),
         }
@@ -208,5 +258,21 @@ mod tests {
                 problem.message
             );
         }
+    }
+
+    #[test]
+    fn every_field_of_a_source_is_bounded_where_it_enters() {
+        let fields = GitFields::under("spec.source.git");
+        let long_url = format!("https://git.example/{}", "a".repeat(bounds::URL_BYTES));
+        let refused = git_location(&long_url, None, None, &fields).err();
+        assert!(refused.is_some_and(|p| p.message.starts_with("spec.source.git.url is ")));
+        let long_ref = "r".repeat(bounds::REF_BYTES + 1);
+        let refused = git_location("https://g/r", Some(&long_ref), None, &fields).err();
+        assert!(refused.is_some_and(|p| p.message.starts_with("spec.source.git.ref is ")));
+        let long_path = "p/".repeat(bounds::PATH_BYTES);
+        let refused = git_location("https://g/r", None, Some(&long_path), &fields).err();
+        assert!(refused.is_some_and(|p| p.message.starts_with("spec.source.git.path is ")));
+        let refused = http_location(&long_url, "spec.config_repo").err();
+        assert!(refused.is_some_and(|p| p.message.starts_with("spec.config_repo is ")));
     }
 }

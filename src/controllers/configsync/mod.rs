@@ -23,7 +23,7 @@ use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::secrets;
-use crate::controllers::common::source_spec::git_location;
+use crate::controllers::common::source_spec::{GitFields, git_location};
 use crate::controllers::{Answer, Context, DecoratorHooks};
 use crate::error::HookError;
 use crate::protocol::{
@@ -301,7 +301,12 @@ impl<'a> Annotations<'a> {
             }
             None => None,
         };
-        let location = git_location(url, self.get(REF), self.get(PATH), PATH)
+        let fields = GitFields {
+            url: format!("annotation {GIT_URL}"),
+            reference: format!("annotation {REF}"),
+            path: format!("annotation {PATH}"),
+        };
+        let location = git_location(url, self.get(REF), self.get(PATH), &fields)
             .map_err(|problem| (problem.message, interval))?;
         Ok((
             SourceRequest {

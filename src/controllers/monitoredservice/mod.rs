@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use self::children::{CONFIG_HASH_ANNOTATION, config_map_name};
 use self::spec::{ConfigFormat, MonitoredServiceSpec};
 use self::status::Facts;
+use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::format_time;
 use crate::controllers::common::config::Config;
 use crate::controllers::common::keep::{observed_children, observed_status};
@@ -41,7 +42,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
     RelatedResourceRule, object_name, object_namespace,
 };
-use crate::source::{Location, Snapshot, SourceRequest};
+use crate::source::{Snapshot, SourceRequest};
 
 /// The MonitoredService controller.
 pub struct MonitoredServiceHooks {
@@ -151,7 +152,9 @@ impl MonitoredServiceHooks {
                 call.pods(),
             ))
         })?;
-        if let Err(Problem { reason, message }) = spec.check_env(self.deny_secret_env) {
+        let checked = bounds::check("spec.image", &spec.image, bounds::IMAGE_BYTES)
+            .and_then(|()| spec.check_env(self.deny_secret_env));
+        if let Err(Problem { reason, message }) = checked {
             return Err(Box::new(Facts::invalid_spec(
                 reason,
                 message,
@@ -385,9 +388,9 @@ fn source_request(
     let location = if let Some(git) = git {
         git.location()?
     } else if let Some(http) = http {
-        http.location()
+        http.location("spec.source.http")?
     } else if let Some(url) = legacy {
-        Location::Http { url: url.clone() }
+        source_spec::http_location(url, "spec.config_repo")?
     } else {
         return Ok(None);
     };

@@ -36,6 +36,7 @@ pub use crate::controllers::common::source_spec::{GitSource, HttpSource, SecretR
 #[serde(rename_all = "camelCase")]
 pub struct MonitoredServiceSpec {
     /// Container image of the service.
+    #[schemars(length(max = 1024))]
     pub image: String,
     /// Container port (named `service`); a Service is created when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,6 +56,7 @@ pub struct MonitoredServiceSpec {
         rename = "config_repo",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(length(max = 2048))]
     pub config_repo: Option<String>,
     /// Where the configuration comes from (instead of `config_repo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -253,3 +253,40 @@ fn a_parent_of_another_kind_is_refused_by_name() {
         );
     }
 }
+
+/// A 400 KB URL was held many times over by the engine, in its keys, metric labels and
+/// logs: it is refused where it enters, naming the field and the limit, and never asked
+/// of the engine. What runs keeps running.
+#[test]
+fn a_string_over_its_limit_is_refused_where_it_enters() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    let first = harness.sync(spec(), &[]);
+    let observed = children(&first);
+    let asked = harness.sources.lookups().len();
+    let long_url = format!("https://git.example.com/{}", "a".repeat(400_000));
+    let mut too_long = spec();
+    too_long["source"]["git"]["url"] = json!(long_url);
+    let refused = harness.sync(too_long, &observed);
+    let valid = condition(&refused, "ConfigValid");
+    assert_eq!(valid["reason"], "InvalidSpec");
+    let message = valid["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("spec.source.git.url is 400024 bytes long; at most 2048"),
+        "{message}"
+    );
+    assert_eq!(harness.sources.lookups().len(), asked, "nothing asked");
+    assert_eq!(hash(&refused), hash(&first), "what runs keeps running");
+    let mut long_image = spec();
+    long_image["image"] = json!("i".repeat(5000));
+    let refused = harness.sync(long_image, &observed);
+    let message = condition(&refused, "ConfigValid")["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .is_some_and(|m| m.starts_with("spec.image is 5000 bytes")),
+        "{message}"
+    );
+}

@@ -103,6 +103,7 @@ impl Job {
                 Location::Http { .. } => "http",
             };
             let remote = crate::source::redact_url(request.location.url());
+            let remote = crate::telemetry::bounded(&remote);
             self.inner.metrics.job(
                 kind,
                 &remote,

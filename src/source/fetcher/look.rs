@@ -299,7 +299,7 @@ fn job_span(request: &SourceRequest) -> tracing::Span {
     };
     tracing::info_span!(
         "fetch",
-        remote = %crate::telemetry::Escaped(&crate::source::redact_url(url)),
+        remote = %crate::telemetry::Escaped(&crate::telemetry::bounded(&crate::source::redact_url(url))),
         r#ref = reference.unwrap_or(""),
         credentials = request.credentials.is_some() || request.tls.is_some(),
     )
