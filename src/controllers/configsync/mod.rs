@@ -155,7 +155,8 @@ impl ConfigSyncHooks {
             .find("ConfigMap", "v1", None, &attachment_name(name))
             .map(Config::from_config_map);
         if let Err(invalid) = check_dns1123_subdomain(&attachment_name(name)) {
-            return answer(None, Some(format!("{invalid}")), observed.as_ref(), name, 0);
+            let problem = coded(Reason::InvalidName, invalid);
+            return answer(None, Some(problem), observed.as_ref(), name, 0);
         }
         let namespace = object_namespace(target).unwrap_or("default");
         let (wanted, interval) = match annotations.source(&request.related, namespace) {
@@ -243,10 +244,13 @@ impl<'a> Annotations<'a> {
             .iter()
             .map(|key| key.trim_start_matches(PREFIX))
             .collect();
-        Some(format!(
-            "annotation {} is not one configsync reads (it reads {PREFIX}{{{}}}); nothing is synced until it is fixed",
-            unknown.join(", "),
-            known.join(",")
+        Some(coded(
+            Reason::InvalidSpec,
+            format!(
+                "annotation {} is not one configsync reads (it reads {PREFIX}{{{}}}); nothing is synced until it is fixed",
+                unknown.join(", "),
+                known.join(",")
+            ),
         ))
     }
 
@@ -257,7 +261,10 @@ impl<'a> Annotations<'a> {
             None => Ok(polling::interval_seconds(None)),
             Some(Ok(seconds)) => Ok(polling::interval_seconds(Some(seconds))),
             Some(Err(_)) => {
-                let problem = format!("annotation {INTERVAL} must be a whole number of seconds");
+                let problem = coded(
+                    Reason::InvalidSpec,
+                    format!("annotation {INTERVAL} must be a whole number of seconds"),
+                );
                 Err((problem, polling::DEFAULT_INTERVAL_SECONDS))
             }
         }
@@ -278,6 +285,7 @@ impl<'a> Annotations<'a> {
                 Some(_) => format!("annotation {GIT_URL} is empty"),
                 None => format!("annotation {GIT_URL} is missing"),
             };
+            let problem = coded(Reason::InvalidSpec, problem);
             return Err((problem, 0));
         };
         let interval = self.interval()?;
@@ -287,7 +295,7 @@ impl<'a> Annotations<'a> {
             } else {
                 message
             };
-            (message, interval)
+            (coded(reason, message), interval)
         };
         let credentials = match self.get(SECRET) {
             Some(secret) => {
@@ -307,7 +315,7 @@ impl<'a> Annotations<'a> {
             path: format!("annotation {PATH}"),
         };
         let location = git_location(url, self.get(REF), self.get(PATH), &fields)
-            .map_err(|problem| (problem.message, interval))?;
+            .map_err(|problem| (coded(problem.reason, problem.message), interval))?;
         Ok((
             SourceRequest {
                 tls,
@@ -333,16 +341,29 @@ fn served(
     match (fresh, &state.error) {
         (_, Some(error)) => (observed.cloned(), Some(fetch_problem(error, observed))),
         (Some(Ok(config)), None) => (Some(config), None),
-        (Some(Err(problem)), None) => (observed.cloned(), Some(problem.message)),
+        (Some(Err(problem)), None) => (
+            observed.cloned(),
+            Some(coded(problem.reason, problem.message)),
+        ),
         (None, None) => (observed.cloned(), None),
     }
 }
 
 fn fetch_problem(error: &FetchError, running: Option<&Config>) -> String {
+    let reason = Reason::Fetch(error.reason());
     match running {
-        Some(config) => format!("{error} (still serving {})", config.revision),
-        None => error.to_string(),
+        Some(config) => coded(
+            reason,
+            format!("{error} (still serving {})", config.revision),
+        ),
+        None => coded(reason, error),
     }
+}
+
+/// The error annotation's text: the reason first (the same CamelCase reason a
+/// MonitoredService's or an APIMock's condition gives), so an alert can match it.
+fn coded(reason: Reason, message: impl std::fmt::Display) -> String {
+    format!("{}: {message}", reason.as_str())
 }
 
 /// The full answer: the attachment (served config, if any), the target annotations, no
