@@ -5,7 +5,9 @@
 //! of the Secret lists URL prefixes in the annotation [`ALLOWED_URLS`], and credentials
 //! go to a URL only when one prefix covers it: scheme, host and port equal, and the
 //! path equal or below the prefix's path on a `/` boundary (the rule Argo CD applies to
-//! its repository credential templates).
+//! its repository credential templates). An ssh prefix may name its user as people
+//! write ssh addresses (`ssh://git@host/team/`, `git@host:team/`); the source's user
+//! must then be that user.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,8 +23,14 @@ const MAX_PREFIXES: usize = 64;
 /// What the Secret allows, read from its type and annotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Binding {
-    /// The credentials may go to URLs under these prefixes.
-    Allowed(Vec<UrlPrefix>),
+    /// The credentials may go to URLs under these prefixes; `unread` says which lines
+    /// of the annotation were not read and why (the others still apply).
+    Allowed {
+        /// The prefixes read.
+        prefixes: Vec<UrlPrefix>,
+        /// Each line that was not, quoted as written, with why.
+        unread: Vec<String>,
+    },
     /// The credentials go nowhere; the sentence says why.
     Refused(String),
 }
@@ -31,6 +39,8 @@ pub enum Binding {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UrlPrefix {
     scheme: String,
+    /// The ssh user the prefix names (None: any user).
+    user: Option<String>,
     host: String,
     port: Option<u16>,
     /// The path without its trailing `/` ("" for the whole origin).
@@ -62,60 +72,91 @@ impl Binding {
             ));
         }
         let mut prefixes = Vec::with_capacity(entries.len());
+        let mut unread = Vec::new();
         for entry in entries {
             match UrlPrefix::parse(entry) {
                 Ok(prefix) => prefixes.push(prefix),
-                Err(problem) => {
-                    return Binding::Refused(format!(
-                        "annotation {ALLOWED_URLS} of Secret {name:?}: {problem}"
-                    ));
-                }
+                Err(problem) => unread.push(format!(
+                    "line {:?} was not read: {problem}",
+                    as_written(entry)
+                )),
             }
         }
-        Binding::Allowed(prefixes)
+        if prefixes.is_empty() {
+            return Binding::Refused(format!(
+                "annotation {ALLOWED_URLS} of Secret {name:?} lists no usable prefix ({})",
+                unread.join("; ")
+            ));
+        }
+        Binding::Allowed { prefixes, unread }
     }
 
     /// Ok when `url` is under one of the allowed prefixes; else why not.
     pub fn check(&self, url: &str) -> Result<(), String> {
         match self {
             Binding::Refused(why) => Err(why.clone()),
-            Binding::Allowed(prefixes) => {
-                let standard = super::policy::scp_to_url(url);
-                let parsed = url::Url::parse(standard.as_deref().unwrap_or(url))
-                    .map_err(|e| format!("the URL is not valid: {e}"))?;
+            Binding::Allowed { prefixes, unread } => {
+                let parsed =
+                    parse_address(url).map_err(|e| format!("the URL is not valid: {e}"))?;
                 if prefixes.iter().any(|prefix| prefix.covers(&parsed)) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "the URL is not under any prefix its annotation {ALLOWED_URLS} lists"
-                    ))
+                    return Ok(());
                 }
+                let mut why =
+                    format!("the URL is not under any prefix its annotation {ALLOWED_URLS} lists");
+                if !unread.is_empty() {
+                    why.push_str(&format!(" ({})", unread.join("; ")));
+                }
+                Err(why)
             }
         }
     }
 }
 
+/// A line of the annotation as its owner wrote it, but for a password, which is never
+/// repeated (a status message is read by more people than the Secret is).
+fn as_written(line: &str) -> String {
+    match url::Url::parse(line) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => line.to_owned(),
+    }
+}
+
+/// An address as git reads it: a URL, or the scp-like `user@host:path` for ssh.
+fn parse_address(text: &str) -> Result<url::Url, url::ParseError> {
+    let standard = super::policy::scp_to_url(text);
+    url::Url::parse(standard.as_deref().unwrap_or(text))
+}
+
 impl UrlPrefix {
+    /// One line of the annotation. Messages say what is wrong without quoting the line
+    /// (the caller quotes it as written).
     fn parse(text: &str) -> Result<UrlPrefix, String> {
-        let parsed = url::Url::parse(text)
-            .map_err(|e| format!("{:?} is not a URL: {e}", super::redact_url(text)))?;
+        let parsed = parse_address(text).map_err(|e| format!("it is not a URL: {e}"))?;
         let host = parsed.host_str().unwrap_or_default();
         if host.is_empty() && parsed.scheme() != "file" {
-            return Err(format!("{text:?} names no host"));
+            return Err("it names no host".to_owned());
         }
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(format!(
-                "{:?} carries user-info; list the URL without it",
-                super::redact_url(text)
-            ));
+        if parsed.password().is_some() {
+            return Err("it carries a password; list the address without it".to_owned());
         }
+        let user = match (parsed.username(), parsed.scheme()) {
+            ("", _) => None,
+            (user, "ssh") => Some(user.to_owned()),
+            (_, scheme) => {
+                return Err(format!(
+                    "it names a user, which only an ssh address may; list the {scheme} URL without it"
+                ));
+            }
+        };
         if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err(format!(
-                "{text:?} has a query or fragment; list a path prefix"
-            ));
+            return Err("it has a query or fragment; list a path prefix".to_owned());
         }
         Ok(UrlPrefix {
             scheme: parsed.scheme().to_owned(),
+            user,
             host: host.to_owned(),
             port: parsed.port_or_known_default(),
             path: parsed.path().trim_end_matches('/').to_owned(),
@@ -128,6 +169,10 @@ impl UrlPrefix {
         if url.scheme() != self.scheme
             || url.host_str().unwrap_or_default() != self.host
             || url.port_or_known_default() != self.port
+            || self
+                .user
+                .as_deref()
+                .is_some_and(|user| url.username() != user)
         {
             return false;
         }
@@ -199,9 +244,64 @@ mod tests {
             Some("https://a.example.com/"),
         );
         assert!(token.check("https://a.example.com/").is_err());
-        let bad = allowed("https://a.example.com/, ftp//nothing");
-        assert!(matches!(bad, Binding::Refused(ref why) if why.contains("not a URL")));
         let userinfo = allowed("https://user:pw@a.example.com/");
         assert!(matches!(userinfo, Binding::Refused(ref why) if !why.contains("pw")));
+        let nothing = allowed("ftp//nothing");
+        assert!(matches!(nothing, Binding::Refused(ref why) if why.contains("not a URL")));
+    }
+
+    /// SSH addresses as people write them, and as the forges print them.
+    #[test]
+    fn an_ssh_prefix_may_name_its_user_and_then_only_that_user_is_covered() {
+        for prefix in [
+            "ssh://git@gitlab.example.com/team/",
+            "git@gitlab.example.com:team/",
+        ] {
+            let binding = allowed(prefix);
+            assert_eq!(
+                binding.check("git@gitlab.example.com:team/app.git"),
+                Ok(()),
+                "{prefix}"
+            );
+            assert_eq!(
+                binding.check("ssh://git@gitlab.example.com/team/app.git"),
+                Ok(()),
+                "{prefix}"
+            );
+            for other in [
+                "deploy@gitlab.example.com:team/app.git",
+                "ssh://gitlab.example.com/team/app.git",
+                "git@gitlab.example.com:other/app.git",
+            ] {
+                assert!(binding.check(other).is_err(), "{prefix} covers {other}");
+            }
+        }
+        // Without a user, any user of that host and path.
+        let any = allowed("ssh://gitlab.example.com/team/");
+        assert_eq!(any.check("deploy@gitlab.example.com:team/app.git"), Ok(()));
+    }
+
+    #[test]
+    fn a_line_that_cannot_be_read_is_quoted_as_written_and_the_others_still_apply() {
+        let binding = allowed(
+            "https://git.example.com/team/\nhttps://user@git.example.com/x/\nssh://git:pw@h/t/\nftp//nothing",
+        );
+        assert_eq!(
+            binding.check("https://git.example.com/team/app.git"),
+            Ok(())
+        );
+        let why = binding
+            .check("https://elsewhere.example.com/app.git")
+            .unwrap_err();
+        assert!(
+            why.contains(r#"line "https://user@git.example.com/x/" was not read: it names a user"#),
+            "{why}"
+        );
+        assert!(
+            why.contains(r#"line "ssh://git:***@h/t/" was not read: it carries a password"#),
+            "{why}"
+        );
+        assert!(!why.contains(":pw@"), "a password is never quoted: {why}");
+        assert!(why.contains(r#"line "ftp//nothing" was not read"#), "{why}");
     }
 }
