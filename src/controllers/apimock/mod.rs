@@ -104,7 +104,11 @@ impl ApiMockHooks {
         if let Some(outcome) = ask_for_refresh(&origin, reads, parent) {
             *asked = outcome;
         }
-        let reading = origin::read(&origin, &request.related, namespace, ctx, reads);
+        let running = request
+            .children
+            .find("ConfigMap", "v1", None, name)
+            .and_then(|held| held::annotation(held, children::REVISION_ANNOTATION));
+        let reading = origin::read(&origin, &request.related, namespace, running, ctx, reads);
         let decision = self.decide(&call, &reading, ctx)?;
         let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, reads);
         let source = origin::describe(&origin)

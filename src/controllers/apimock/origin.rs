@@ -184,11 +184,14 @@ fn read_weight(read: &Read) -> u64 {
 }
 
 /// What `origin` holds for this call. Never waits: a source not fetched yet is pending,
-/// and the engine fetches it in the background once the call has answered.
+/// and the engine fetches it in the background once the call has answered. `running` is
+/// the revision the observed ConfigMap holds: a server without its own copy yet (it
+/// restarted) says what runs rather than "pending".
 pub(super) fn read<'r>(
     origin: &Origin<'r>,
     related: &'r ObjectMap,
     namespace: &str,
+    running: Option<&str>,
     ctx: &Context,
     reads: &mut Reads<'_>,
 ) -> Reading<'r> {
@@ -206,9 +209,9 @@ pub(super) fn read<'r>(
             root,
             interval,
         } => {
-            let state = reads.lookup(request, Duration::from_secs(*interval), None);
+            let state = reads.lookup(request, Duration::from_secs(*interval), running);
             let resync_seconds = polling::resync_seconds(&state, false, *interval);
-            let fetched = polling::fetched_condition(&state, "definition", None);
+            let fetched = polling::fetched_condition(&state, "definition", running);
             let candidate = state.snapshot.as_deref().map(|snapshot| {
                 let read = bundle_of(ctx, request, snapshot, *root);
                 match read.as_ref() {

@@ -255,7 +255,7 @@ fn a_replica_with_an_older_copy_keeps_the_newer_mock_and_refreshes() {
 }
 
 #[test]
-fn answers_that_read_a_source_are_never_replayed_from_the_memo() {
+fn an_answer_follows_its_source_from_pending_to_fetched() {
     let harness = Harness::new();
     let first = harness.sync(git("api.yaml"), &[]);
     assert_eq!(condition(&first, "Fetched")["reason"], "FetchPending");
@@ -427,5 +427,33 @@ fn a_certificate_secret_is_asked_for_and_checked_key_by_key() {
             .unwrap_or_default()
             .contains("tls.key"),
         "{fetched}"
+    );
+}
+
+/// A restarted server has no copy of the source yet: what runs (the observed ConfigMap's
+/// revision) is reported as fetched, as MonitoredService does, not "pending".
+#[test]
+fn a_restarted_server_reports_what_runs_until_it_has_its_own_copy() {
+    let before = Harness::new();
+    before
+        .sources
+        .serve(URL, "main@sha1:aaa", &[("api.yaml", PETS)], true, Some(100));
+    let first = before.sync(git("api.yaml"), &[]);
+    let observed = children(&first);
+    let restarted = Harness::new();
+    let answer = restarted.sync(git("api.yaml"), &observed);
+    let fetched = condition(&answer, "Fetched");
+    assert_eq!(fetched["status"], "True", "{fetched}");
+    assert_eq!(fetched["reason"], "Fetched");
+    assert!(
+        fetched["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("running main@sha1:aaa")),
+        "{fetched}"
+    );
+    assert_eq!(child(&answer, "Deployment"), child(&first, "Deployment"));
+    assert_eq!(
+        answer["resyncAfterSeconds"], 2,
+        "asks again once its copy is read"
     );
 }
