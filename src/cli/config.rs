@@ -88,6 +88,7 @@ pub fn serve_settings_with_receivers(
             idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
             max_connections,
             max_header_bytes: args.max_header_bytes,
+            answer_memo_bytes: args.answer_memo_bytes,
             compute_threads: args.compute_threads,
         },
         auth,
@@ -108,6 +109,7 @@ pub fn serve_settings_with_receivers(
     }
     let controllers = ControllerSettings {
         heavy_validations: crate::server::compute_threads(args.compute_threads),
+        step_memo_bytes: args.step_memo_bytes,
         ..controller_settings(&args.controllers)
     };
     let registry = Registry::standard(controllers).with_sources(std::sync::Arc::new(fetcher));
@@ -206,6 +208,7 @@ pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
             deny_secret_env: args.deny_secret_env,
         },
         heavy_validations: 0,
+        step_memo_bytes: crate::controllers::common::steps::DEFAULT_BYTES,
     }
 }
 

@@ -109,6 +109,14 @@ pub struct ServeArgs {
     /// sending more is closed. Open connections × this bounds what heads can hold.
     #[arg(long, env = "METAHOOKS_MAX_HEADER_BYTES", default_value_t = 64 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
     pub max_header_bytes: usize,
+    /// Bytes of answers remembered at most (a resync repeated byte for byte is sent from
+    /// memory); `metahooks_answer_memo_bytes` says how many are held.
+    #[arg(long, env = "METAHOOKS_ANSWER_MEMO_BYTES", default_value_t = crate::server::DEFAULT_ANSWER_MEMO_BYTES)]
+    pub answer_memo_bytes: u64,
+    /// Bytes of remembered steps at most (validated definitions, snapshots read and
+    /// converted); `metahooks_step_memo_bytes` says how many are held.
+    #[arg(long, env = "METAHOOKS_STEP_MEMO_BYTES", default_value_t = crate::controllers::common::steps::DEFAULT_BYTES)]
+    pub step_memo_bytes: u64,
     /// Threads hook answers are computed on (validation, building children); 0 chooses
     /// one per core the process may use.
     #[arg(long, env = "METAHOOKS_COMPUTE_THREADS", default_value_t = 0)]

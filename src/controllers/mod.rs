@@ -41,6 +41,8 @@ pub struct ControllerSettings {
     /// Steps on large inputs (validating a large definition) run at once (`serve` passes
     /// its compute threads; 0: one per core, at most 8).
     pub heavy_validations: usize,
+    /// Bytes of remembered steps at most (`--step-memo-bytes`).
+    pub step_memo_bytes: u64,
 }
 
 impl Default for ControllerSettings {
@@ -50,6 +52,7 @@ impl Default for ControllerSettings {
             docs_image: apimock::DEFAULT_DOCS_IMAGE.to_owned(),
             policy: common::policy::ExposurePolicy::default(),
             heavy_validations: 0,
+            step_memo_bytes: common::steps::DEFAULT_BYTES,
         }
     }
 }

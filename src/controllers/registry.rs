@@ -129,7 +129,7 @@ impl Registry {
     pub fn standard(settings: ControllerSettings) -> Registry {
         Registry::new()
             .with_steps(Steps::new(
-                common::steps::DEFAULT_BYTES,
+                settings.step_memo_bytes,
                 settings.heavy_validations,
             ))
             .composite("apimock", apimock::ApiMockHooks::new(&settings))
@@ -150,6 +150,11 @@ impl Registry {
     pub fn with_steps(mut self, steps: Steps) -> Registry {
         self.steps = Arc::new(steps);
         self
+    }
+
+    /// The memo of expensive steps calls share.
+    pub fn steps(&self) -> &Steps {
+        &self.steps
     }
 
     /// The source engine controllers read through (push receivers trigger it too).

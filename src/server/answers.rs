@@ -17,8 +17,8 @@ use crate::controllers::common::memo::Memo;
 use crate::controllers::common::reading::SourceUse;
 use crate::protocol::Hook;
 
-/// Bytes of answers remembered at most, and the number of answers that is sized for.
-const ANSWER_BYTES: u64 = 64 * 1024 * 1024;
+/// Bytes of answers remembered by default, and the number of answers that is sized for.
+pub const DEFAULT_BYTES: u64 = 64 * 1024 * 1024;
 const ANSWER_ENTRIES: u64 = 4096;
 
 /// The key of one call: which hook of which controller, and the request's bytes.
@@ -51,11 +51,17 @@ pub struct AnswerMemo {
     answers: Memo<CallKey, Arc<Remembered>>,
 }
 
-impl Default for AnswerMemo {
-    fn default() -> AnswerMemo {
+impl AnswerMemo {
+    /// A memo holding at most `bytes` of answers.
+    pub fn with_bytes(bytes: u64) -> AnswerMemo {
         AnswerMemo {
-            answers: Memo::weighted(ANSWER_ENTRIES, ANSWER_BYTES, weight),
+            answers: Memo::weighted(ANSWER_ENTRIES, bytes, weight),
         }
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> u64 {
+        self.answers.weight()
     }
 }
 

@@ -17,9 +17,10 @@ mod probes;
 mod serving;
 mod tls;
 
+pub use answers::DEFAULT_BYTES as DEFAULT_ANSWER_MEMO_BYTES;
 pub use auth::Auth;
 pub use compute::threads as compute_threads;
-pub use metrics::Metrics;
+pub use metrics::{InUse, Metrics};
 pub use probes::{ProbeState, probe_router};
 pub use serving::{ConnectionLimits, Serving, Slots};
 pub use tls::TlsFiles;
@@ -62,6 +63,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// Bytes of one request's head at most (request line and headers).
     pub max_header_bytes: usize,
+    /// Bytes of answers remembered at most.
+    pub answer_memo_bytes: u64,
     /// Threads hook answers are computed on; 0 chooses one per core.
     pub compute_threads: usize,
 }
@@ -82,6 +85,7 @@ impl Default for Limits {
             // Go's client sends a few hundred bytes of headers; 1,024 connections × 64 KiB
             // bound what heads in flight can hold to 64 MiB.
             max_header_bytes: 64 * 1024,
+            answer_memo_bytes: answers::DEFAULT_BYTES,
             compute_threads: 0,
         }
     }
@@ -159,18 +163,25 @@ impl HookState {
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
             connections: Slots::new(limits.max_connections),
+            answers: answers::AnswerMemo::with_bytes(limits.answer_memo_bytes),
             limits,
             auth,
             clock,
             metrics: Arc::new(metrics),
-            answers: answers::AnswerMemo::default(),
         }
     }
 
-    fn in_flight_now(&self) -> usize {
-        self.limits
-            .max_in_flight
-            .saturating_sub(self.in_flight.available_permits())
+    /// What is in use now, for `/metrics`.
+    fn in_use(&self) -> metrics::InUse {
+        metrics::InUse {
+            in_flight: self
+                .limits
+                .max_in_flight
+                .saturating_sub(self.in_flight.available_permits()),
+            connections: self.connections.open(),
+            answer_memo_bytes: self.answers.bytes(),
+            step_memo_bytes: self.registry.steps().bytes(),
+        }
     }
 }
 

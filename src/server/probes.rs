@@ -45,10 +45,7 @@ async fn metrics_text(State(state): State<Arc<ProbeState>>) -> impl IntoResponse
             header::CONTENT_TYPE,
             prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
         )],
-        state
-            .hooks
-            .metrics
-            .render(state.hooks.in_flight_now(), state.hooks.connections.open()),
+        state.hooks.metrics.render(&state.hooks.in_use()),
     )
 }
 

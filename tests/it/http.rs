@@ -864,6 +864,13 @@ async fn probes_and_metrics() {
             "metahooks_hook_duration_seconds_count{controller=\"probe\",hook=\"sync\"} 1"
         )
     );
+    // The answer is remembered, and the memo's size says so.
+    let held = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("metahooks_answer_memo_bytes "))
+        .and_then(|value| value.parse::<u64>().ok());
+    assert!(held.is_some_and(|bytes| bytes > 0), "{metrics}");
+    assert!(metrics.contains("metahooks_step_memo_bytes "), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -87,6 +87,8 @@ pub struct Metrics {
     durations: Family<HookLabels, Durations>,
     in_flight: Gauge<i64, AtomicI64>,
     connections: Gauge<i64, AtomicI64>,
+    answer_memo: Gauge<i64, AtomicI64>,
+    step_memo: Gauge<i64, AtomicI64>,
     /// The series of the registered controllers' hooks, found without a lock.
     hooks: Vec<HookSeries>,
 }
@@ -140,6 +142,18 @@ impl Metrics {
             "Hook port connections open now",
             connections.clone(),
         );
+        let answer_memo = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "metahooks_answer_memo_bytes",
+            "Bytes of answers remembered (--answer-memo-bytes at most)",
+            answer_memo.clone(),
+        );
+        let step_memo = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "metahooks_step_memo_bytes",
+            "Bytes of remembered steps: validated definitions, read and converted snapshots (--step-memo-bytes at most)",
+            step_memo.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -158,6 +172,8 @@ impl Metrics {
             durations,
             in_flight,
             connections,
+            answer_memo,
+            step_memo,
             hooks: Vec::new(),
         }
     }
@@ -214,18 +230,34 @@ impl Metrics {
         }
     }
 
-    /// The exposition, with the current in-flight calls and open connections.
-    pub fn render(&self, in_flight: usize, connections: usize) -> String {
-        self.in_flight
-            .set(i64::try_from(in_flight).unwrap_or(i64::MAX));
-        self.connections
-            .set(i64::try_from(connections).unwrap_or(i64::MAX));
+    /// The exposition, with what is in use now.
+    pub fn render(&self, now: &InUse) -> String {
+        let set = |gauge: &Gauge<i64, AtomicI64>, value: u64| {
+            gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        set(&self.in_flight, now.in_flight as u64);
+        set(&self.connections, now.connections as u64);
+        set(&self.answer_memo, now.answer_memo_bytes);
+        set(&self.step_memo, now.step_memo_bytes);
         let mut out = String::new();
         if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err() {
             out.push_str("# the metrics could not be encoded\n");
         }
         out
     }
+}
+
+/// What is in use when `/metrics` is scraped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InUse {
+    /// Hook calls being answered.
+    pub in_flight: usize,
+    /// Hook connections open.
+    pub connections: usize,
+    /// Bytes of remembered answers.
+    pub answer_memo_bytes: u64,
+    /// Bytes of remembered steps.
+    pub step_memo_bytes: u64,
 }
 
 /// `metahooks_log_lines_dropped_total`: log lines the non-blocking log writer dropped
@@ -256,7 +288,11 @@ mod tests {
         metrics.record("apimock", "sync", 200, Duration::from_millis(30));
         metrics.record("apimock", "sync", 400, Duration::from_millis(1));
         metrics.record("apimock", "sync", 200, Duration::from_secs(9));
-        let text = metrics.render(1, 3);
+        let text = metrics.render(&InUse {
+            in_flight: 1,
+            connections: 3,
+            ..InUse::default()
+        });
         assert!(text.contains("metahooks_hook_connections_open 3"), "{text}");
         assert!(
             text.contains(
