@@ -30,7 +30,7 @@ use crate::controllers::common::memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
-use crate::controllers::common::reading::Reads;
+use crate::controllers::common::reading::{self, Reads};
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
@@ -247,13 +247,8 @@ impl CompositeHooks for MonitoredServiceHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<Answer<CompositeResponse>, HookError> {
-        let mut reads = Reads::new(ctx.sources.as_ref());
-        let response = refresh::recording(&request.parent, |asked| {
-            self.answer(request, ctx, &mut reads, asked)
-        })?;
-        Ok(Answer {
-            response,
-            sources: reads.finish(),
+        reading::composite_sync(ctx, &request.parent, |reads, asked| {
+            self.answer(request, ctx, reads, asked)
         })
     }
 

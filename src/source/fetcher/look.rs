@@ -81,11 +81,8 @@ impl Fetcher {
         running: Option<&str>,
         refresh: Option<&str>,
     ) -> SourceState {
-        if let Some(refusal) = binding_refusal(request) {
-            return SourceState {
-                error: Some(refusal),
-                ..SourceState::default()
-            };
+        if let Some(refused) = refused(request) {
+            return refused;
         }
         let key = request.key();
         let remote_key = request.remote_key();
@@ -138,11 +135,8 @@ impl Fetcher {
         interval: Duration,
         running: Option<&str>,
     ) -> SourceState {
-        if let Some(refusal) = binding_refusal(request) {
-            return SourceState {
-                error: Some(refusal),
-                ..SourceState::default()
-            };
+        if let Some(refused) = refused(request) {
+            return refused;
         }
         let key = request.key();
         let state = lock(&self.inner.state);
@@ -228,6 +222,15 @@ impl Fetcher {
             .runtime
             .spawn(job.run().instrument(job_span(request)));
     }
+}
+
+/// The state of a request whose credentials may not be used for its URL: the refusal,
+/// and nothing else (no job is ever scheduled for it).
+fn refused(request: &SourceRequest) -> Option<SourceState> {
+    binding_refusal(request).map(|refusal| SourceState {
+        error: Some(refusal),
+        ..SourceState::default()
+    })
 }
 
 /// Why the request's credentials may not be used for its URL: credentials the Secret's
