@@ -14,7 +14,7 @@ pub mod verify;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -25,16 +25,31 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use crate::controllers::common::memo::Memo;
 use crate::source::Sources;
 use verify::Forge;
 
 /// Largest payload read (GitHub caps deliveries at 25 MB; a push names its commits, and
 /// one with thousands of them is still far below this).
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
-/// Requests handled at once; more get 429.
+/// Verified pushes handled at once; more get 429.
 const MAX_IN_FLIGHT: usize = 16;
-/// How long a sender may take to send the body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a sender may take to send the body: a forge sends a delivery at once, and a
+/// body is read before anything is held for it, so a slow one is cut off early.
+const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections to the receiver port: with the body limit, what bodies being read can
+/// hold (64 × 2 MiB).
+const RECEIVER_CONNECTIONS: crate::server::ConnectionLimits = crate::server::ConnectionLimits {
+    max_connections: 64,
+    first_request: Duration::from_secs(5),
+    idle: Duration::from_secs(120),
+    max_header_bytes: 16 * 1024,
+};
+/// How long a delivery ID is remembered: a replayed delivery within it is answered
+/// without a fetch.
+const REPLAY_WINDOW: Duration = Duration::from_secs(600);
+/// Delivery IDs remembered at most.
+const REMEMBERED_DELIVERIES: u64 = 4096;
 
 /// Where receivers listen and the secret they verify against.
 #[derive(Clone)]
@@ -55,6 +70,8 @@ struct Receiver {
     secret: Vec<u8>,
     sources: Arc<dyn Sources>,
     in_flight: Semaphore,
+    /// Delivery IDs seen, and when.
+    deliveries: Memo<String, Instant>,
 }
 
 /// The running receiver port.
@@ -79,9 +96,10 @@ pub async fn start(
         secret: settings.secret,
         sources,
         in_flight: Semaphore::new(MAX_IN_FLIGHT),
+        deliveries: Memo::entries(REMEMBERED_DELIVERIES),
     });
     let app = router(state);
-    let limits = crate::server::Limits::default().connection_limits();
+    let limits = RECEIVER_CONNECTIONS;
     let slots = crate::server::Slots::new(limits.max_connections);
     let serving =
         crate::server::serve(listener, None, limits, slots, app).map_err(|error| match error {
@@ -144,6 +162,18 @@ async fn push(
             format!("no receiver for {forge:?}: github, gitlab, gitea or generic"),
         ));
     };
+    // Checked before anything is held or read, then the body under a short deadline,
+    // then the signature: a sender without the secret never takes a slot.
+    let bad_signature = |rejected: verify::Rejected| {
+        Refused(
+            StatusCode::UNAUTHORIZED,
+            "BadSignature",
+            rejected.to_string(),
+        )
+    };
+    verify::precheck(forge, headers, &receiver.secret).map_err(bad_signature)?;
+    let body = read_payload(body).await?;
+    verify::verify(forge, headers, &body, &receiver.secret).map_err(bad_signature)?;
     let Ok(_permit) = receiver.in_flight.try_acquire() else {
         return Err(Refused(
             StatusCode::TOO_MANY_REQUESTS,
@@ -151,14 +181,16 @@ async fn push(
             format!("{MAX_IN_FLIGHT} pushes are being handled; retry"),
         ));
     };
-    let body = read_payload(body).await?;
-    verify::verify(forge, headers, &body, &receiver.secret).map_err(|rejected| {
-        Refused(
-            StatusCode::UNAUTHORIZED,
-            "BadSignature",
-            rejected.to_string(),
+    if let Some(delivery) = delivery_id(headers)
+        && receiver.replayed(delivery)
+    {
+        tracing::info!(delivery = %crate::telemetry::Escaped(delivery), "push replayed; nothing fetched");
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({"replayed": true, "remotes": 0})),
         )
-    })?;
+            .into_response());
+    }
     if headers
         .get("x-github-event")
         .is_some_and(|event| event == "ping")
@@ -190,6 +222,35 @@ async fn push(
         Json(json!({"repositories": repositories, "remotes": remotes})),
     )
         .into_response())
+}
+
+/// The delivery's ID, as each forge names it (a replay of a signed delivery carries the
+/// same one).
+fn delivery_id(headers: &HeaderMap) -> Option<&str> {
+    [
+        "x-github-delivery",
+        "x-gitea-delivery",
+        "x-gitlab-event-uuid",
+        "x-delivery-id",
+    ]
+    .iter()
+    .find_map(|name| headers.get(*name)?.to_str().ok())
+    .map(str::trim)
+    .filter(|id| !id.is_empty() && id.len() <= 128)
+}
+
+impl Receiver {
+    /// Whether `delivery` was seen within the replay window; notes it as seen now if not.
+    fn replayed(&self, delivery: &str) -> bool {
+        let now = Instant::now();
+        if let Some(seen) = self.deliveries.get(&delivery.to_owned())
+            && now.saturating_duration_since(seen) < REPLAY_WINDOW
+        {
+            return true;
+        }
+        self.deliveries.insert(delivery.to_owned(), now);
+        false
+    }
 }
 
 /// The payload, within its size limit and read timeout.

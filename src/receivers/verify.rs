@@ -53,6 +53,36 @@ pub enum Rejected {
     Mismatch(&'static str),
 }
 
+/// What can be checked before the body is read: the proof's header is there and well
+/// formed (a hex HMAC of the right length), and GitLab's token, which is the secret
+/// itself, is right. A request that fails here is refused before it costs a slot or a
+/// byte of body.
+///
+/// # Errors
+/// The header is missing, malformed or (GitLab) wrong.
+pub fn precheck(forge: Forge, headers: &HeaderMap, secret: &[u8]) -> Result<(), Rejected> {
+    let name = forge.header();
+    let value = headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .ok_or(Rejected::Missing(name))?;
+    let hex = match forge {
+        Forge::GitLab => {
+            return bool::from(value.as_bytes().ct_eq(secret))
+                .then_some(())
+                .ok_or(Rejected::Mismatch(name));
+        }
+        Forge::Gitea => Some(value),
+        Forge::GitHub | Forge::Generic => value.strip_prefix("sha256="),
+    };
+    // An HMAC-SHA256 is 32 bytes: 64 hex digits.
+    match hex {
+        Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(()),
+        _ => Err(Rejected::Mismatch(name)),
+    }
+}
+
 /// Checks `body` against the forge's proof in `headers`.
 ///
 /// # Errors

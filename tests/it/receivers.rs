@@ -239,3 +239,71 @@ async fn a_verified_push_rolls_a_ten_minute_service_at_its_next_sync() {
         .unwrap();
     assert_eq!(config["data"], json!({"COLOUR": "green"}));
 }
+
+/// Senders without the secret cannot take the slots signed pushes need: a missing or
+/// malformed signature is refused from the headers alone, before any body is read, and
+/// a signed push sent while they hang on is handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_slow_senders_hold_nothing_a_signed_push_needs() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = setup().await;
+    let url = start_web(&mut s).await;
+    let mut stalled = Vec::new();
+    for header in ["", "x-hub-signature-256: sha256=nothex\r\n"] {
+        for _ in 0..20 {
+            let mut connection = tokio::net::TcpStream::connect(s.receivers.addr)
+                .await
+                .unwrap();
+            let head = format!(
+                "POST /receivers/github HTTP/1.1\r\nhost: x\r\n{header}content-length: 100000\r\n\r\n{{"
+            );
+            connection.write_all(head.as_bytes()).await.unwrap();
+            stalled.push(connection);
+        }
+    }
+    // Each is answered 401 at once, from its headers, while its body never comes.
+    for connection in &mut stalled {
+        let mut answer = vec![0; 12];
+        tokio::time::timeout(Duration::from_secs(60), connection.read_exact(&mut answer))
+            .await
+            .expect("answered before the body arrived")
+            .unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 401");
+    }
+    let body = payload("github", &url);
+    let (status, answer) = post(&s, "github", &proof("github", &body, SECRET), &body).await;
+    assert_eq!(status, 202, "{answer}");
+}
+
+/// A signed delivery sent again (a replay, or a forge's redelivery) is recognised by its
+/// delivery ID and answered without another fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_delivery_is_answered_without_a_fetch() {
+    let mut s = setup().await;
+    let url = start_web(&mut s).await;
+    let body = payload("github", &url);
+    let mut headers = proof("github", &body, SECRET);
+    headers.push((
+        "x-github-delivery",
+        "72d3162e-cc78-11e3-81ab-4c9367dc0958".to_owned(),
+    ));
+    let (status, first) = post(&s, "github", &headers, &body).await;
+    assert_eq!(
+        (status, first["remotes"].clone()),
+        (202, json!(1)),
+        "{first}"
+    );
+    let (status, again) = post(&s, "github", &headers, &body).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["remotes"], 0, "{again}");
+    // Another delivery of the same repository is a push of its own.
+    headers.pop();
+    headers.push(("x-github-delivery", "another".to_owned()));
+    let (status, other) = post(&s, "github", &headers, &body).await;
+    assert_eq!(
+        (status, other["remotes"].clone()),
+        (202, json!(1)),
+        "{other}"
+    );
+}
