@@ -162,18 +162,7 @@ async fn push(
             format!("no receiver for {forge:?}: github, gitlab, gitea or generic"),
         ));
     };
-    // Checked before anything is held or read, then the body under a short deadline,
-    // then the signature: a sender without the secret never takes a slot.
-    let bad_signature = |rejected: verify::Rejected| {
-        Refused(
-            StatusCode::UNAUTHORIZED,
-            "BadSignature",
-            rejected.to_string(),
-        )
-    };
-    verify::precheck(forge, headers, &receiver.secret).map_err(bad_signature)?;
-    let body = read_payload(body).await?;
-    verify::verify(forge, headers, &body, &receiver.secret).map_err(bad_signature)?;
+    let body = authenticated(forge, headers, body, &receiver.secret).await?;
     let Ok(_permit) = receiver.in_flight.try_acquire() else {
         return Err(Refused(
             StatusCode::TOO_MANY_REQUESTS,
@@ -181,6 +170,12 @@ async fn push(
             format!("{MAX_IN_FLIGHT} pushes are being handled; retry"),
         ));
     };
+    if headers
+        .get("x-github-event")
+        .is_some_and(|event| event == "ping")
+    {
+        return Ok((StatusCode::OK, Json(json!({"pong": true}))).into_response());
+    }
     if let Some(delivery) = delivery_id(headers)
         && receiver.replayed(delivery)
     {
@@ -191,13 +186,12 @@ async fn push(
         )
             .into_response());
     }
-    if headers
-        .get("x-github-event")
-        .is_some_and(|event| event == "ping")
-    {
-        return Ok((StatusCode::OK, Json(json!({"pong": true}))).into_response());
-    }
-    let payload: Value = serde_json::from_slice(&body).map_err(|error| {
+    fetch_named(receiver, &body)
+}
+
+/// Fetches now every remote of the repositories a verified payload names.
+fn fetch_named(receiver: &Receiver, body: &[u8]) -> Result<Response, Refused> {
+    let payload: Value = serde_json::from_slice(body).map_err(|error| {
         Refused(
             StatusCode::BAD_REQUEST,
             "NotJSON",
@@ -222,6 +216,28 @@ async fn push(
         Json(json!({"repositories": repositories, "remotes": remotes})),
     )
         .into_response())
+}
+
+/// The body of a push that proves the secret. What the headers alone can tell is checked
+/// before anything is read, then the body under a short deadline, then the signature: a
+/// sender without the secret never takes a slot.
+async fn authenticated(
+    forge: Forge,
+    headers: &HeaderMap,
+    body: Body,
+    secret: &[u8],
+) -> Result<axum::body::Bytes, Refused> {
+    let bad_signature = |rejected: verify::Rejected| {
+        Refused(
+            StatusCode::UNAUTHORIZED,
+            "BadSignature",
+            rejected.to_string(),
+        )
+    };
+    verify::precheck(forge, headers, secret).map_err(bad_signature)?;
+    let body = read_payload(body).await?;
+    verify::verify(forge, headers, &body, secret).map_err(bad_signature)?;
+    Ok(body)
 }
 
 /// The delivery's ID, as each forge names it (a replay of a signed delivery carries the

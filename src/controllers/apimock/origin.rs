@@ -111,20 +111,7 @@ pub fn origin<'s>(
             http.secrets(),
             None,
         ),
-        (None, None, Some(key_ref)) if key_ref.name == name => {
-            return Err(Problem::new(
-                Reason::InvalidSpec,
-                format!(
-                    "spec.definitionFrom.configMapKeyRef.name: {name:?} is the mock's own ConfigMap; name the ConfigMap that holds the document"
-                ),
-            ));
-        }
-        (None, None, Some(key_ref)) => {
-            let field = "spec.definitionFrom.configMapKeyRef";
-            bounds::check(&format!("{field}.name"), &key_ref.name, bounds::NAME_BYTES)?;
-            bounds::check(&format!("{field}.key"), &key_ref.key, bounds::NAME_BYTES)?;
-            return Ok(Origin::ConfigMap(key_ref));
-        }
+        (None, None, Some(key_ref)) => return config_map_origin(key_ref, name),
         _ => {
             return Err(Problem::new(
                 Reason::AmbiguousSource,
@@ -138,6 +125,22 @@ pub fn origin<'s>(
         root,
         interval: from.interval_seconds(),
     })
+}
+
+/// A definition in another ConfigMap of the namespace (never the mock's own).
+fn config_map_origin<'s>(key_ref: &'s ConfigMapKeyRef, name: &str) -> Result<Origin<'s>, Problem> {
+    let field = "spec.definitionFrom.configMapKeyRef";
+    if key_ref.name == name {
+        return Err(Problem::new(
+            Reason::InvalidSpec,
+            format!(
+                "{field}.name: {name:?} is the mock's own ConfigMap; name the ConfigMap that holds the document"
+            ),
+        ));
+    }
+    bounds::check(&format!("{field}.name"), &key_ref.name, bounds::NAME_BYTES)?;
+    bounds::check(&format!("{field}.key"), &key_ref.key, bounds::NAME_BYTES)?;
+    Ok(Origin::ConfigMap(key_ref))
 }
 
 /// The Secrets named by `spec.definitionFrom`, for the customize hook.

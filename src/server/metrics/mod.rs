@@ -142,17 +142,15 @@ impl Metrics {
             "Hook port connections open now",
             connections.clone(),
         );
-        let answer_memo = Gauge::<i64, AtomicI64>::default();
-        registry.register(
+        let answer_memo = gauge(
+            &mut registry,
             "metahooks_answer_memo_bytes",
             "Bytes of answers remembered (--answer-memo-bytes at most)",
-            answer_memo.clone(),
         );
-        let step_memo = Gauge::<i64, AtomicI64>::default();
-        registry.register(
+        let step_memo = gauge(
+            &mut registry,
             "metahooks_step_memo_bytes",
             "Bytes of remembered steps: validated definitions, read and converted snapshots (--step-memo-bytes at most)",
-            step_memo.clone(),
         );
         let build = Family::<BuildLabels, Gauge>::default();
         build
@@ -245,6 +243,13 @@ impl Metrics {
         }
         out
     }
+}
+
+/// A gauge registered under `name`.
+fn gauge(registry: &mut Registry, name: &str, help: &str) -> Gauge<i64, AtomicI64> {
+    let gauge = Gauge::<i64, AtomicI64>::default();
+    registry.register(name, help, gauge.clone());
+    gauge
 }
 
 /// What is in use when `/metrics` is scraped.

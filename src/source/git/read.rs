@@ -46,11 +46,8 @@ pub fn extract(
             path: path.clone(),
             revision: revision.clone(),
         })?;
-    if entry.filemode() == SYMLINK_MODE {
-        return Err(FetchError::SymlinkRefused { path });
-    }
-    if entry.filemode() == GITLINK_MODE {
-        return Err(FetchError::UnsupportedEntry { path });
+    if let Some(refused) = refused_link(entry.filemode(), &path) {
+        return Err(refused);
     }
     match entry.kind() {
         Some(ObjectType::Blob) => Ok(Snapshot {
@@ -72,6 +69,18 @@ pub fn extract(
             })
         }
         _ => Err(FetchError::PathNotFound { path, revision }),
+    }
+}
+
+/// Why an entry of mode `mode` at `path` is not read: a symbolic link is never followed,
+/// and a submodule (a "gitlink", naming a commit of another repository) is refused by
+/// name rather than left out without a word.
+fn refused_link(mode: i32, path: &str) -> Option<FetchError> {
+    let path = path.to_owned();
+    match mode {
+        SYMLINK_MODE => Some(FetchError::SymlinkRefused { path }),
+        GITLINK_MODE => Some(FetchError::UnsupportedEntry { path }),
+        _ => None,
     }
 }
 
@@ -155,30 +164,17 @@ fn list_blobs(
             });
             return TreeWalkResult::Abort;
         }
-        let full = |relative: String| {
-            if prefix.is_empty() {
-                relative
-            } else {
-                format!("{prefix}/{relative}")
-            }
-        };
-        // A submodule (gitlink) names a commit of another repository: refused by name
-        // rather than left out without a word.
-        if entry.filemode() == GITLINK_MODE {
-            let relative = format!("{dir}{}", entry.name().unwrap_or_default());
-            failure = Some(FetchError::UnsupportedEntry {
-                path: full(relative),
-            });
-            return TreeWalkResult::Abort;
-        }
-        if entry.kind() != Some(ObjectType::Blob) {
+        let mode = entry.filemode();
+        if mode != SYMLINK_MODE && mode != GITLINK_MODE && entry.kind() != Some(ObjectType::Blob) {
             return TreeWalkResult::Ok;
         }
         let relative = format!("{dir}{}", entry.name().unwrap_or_default());
-        if entry.filemode() == SYMLINK_MODE {
-            failure = Some(FetchError::SymlinkRefused {
-                path: full(relative),
-            });
+        let full = || match prefix {
+            "" => relative.clone(),
+            prefix => format!("{prefix}/{relative}"),
+        };
+        if let Some(refused) = refused_link(mode, &full()) {
+            failure = Some(refused);
             return TreeWalkResult::Abort;
         }
         if found.len() >= max_files {
