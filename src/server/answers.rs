@@ -108,12 +108,10 @@ pub fn route_key(controller: &str, hook: Hook) -> RouteKey {
 /// BLAKE3 keyed with the route's key: the call's key is one pass over the body, fed from
 /// offset 0 (BLAKE3 hashes whole 1 KiB chunks of one update in parallel, so bytes in
 /// front of the body would shift every chunk boundary), with no second hash to bind the
-/// route (measured with callgrind on 12 KiB memo hits: hashing the names and then the
-/// two hashes cost 3,600 instructions per call on top of the body's pass).
+/// route.
 ///
 /// The hasher is boxed: BLAKE3's state is nearly 2 KiB, and held in the call's future
-/// it was copied with that future at every move (callgrind: 1,300 instructions of
-/// `memcpy` per call), where one allocation costs a tenth of that.
+/// it would be copied with that future at every move.
 pub struct CallHasher {
     body: Box<blake3::Hasher>,
 }
