@@ -4,6 +4,7 @@
 pub mod config;
 pub mod emulate;
 pub mod in_process;
+pub mod related;
 pub mod render;
 
 /// An error and its causes on one line, each said once: an error whose message already

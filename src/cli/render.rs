@@ -46,6 +46,11 @@ async fn render_async(args: &RenderArgs) -> anyhow::Result<String> {
     for path in &args.related {
         related.extend(read_many(path)?);
     }
+    let (related, left_out) =
+        super::related::selected(&registry, &args.controller, &parent, related)?;
+    for note in left_out {
+        eprintln!("{note}");
+    }
     let observed = match &args.observed {
         Some(path) => read_many(path)?,
         None => Vec::new(),

@@ -729,3 +729,33 @@ fn render_reads_a_json_file_as_json() {
     let answer: Value = serde_json::from_slice(&rendered.stdout).unwrap();
     assert_eq!(answer["status"]["definition"]["title"], "Smiles \u{1F600}");
 }
+
+/// `render` passes on only the related objects the controller's customize hook selects,
+/// as the cluster does: a Secret without configsync's credentials label works in neither,
+/// and render says it left it out.
+#[test]
+fn render_passes_related_objects_through_the_customize_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("workload.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: team\n  annotations:\n    configsync.metahooks.io/git-url: https://git.example.com/config.git\n    configsync.metahooks.io/secret: creds\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: web:1}]}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: team}\nstringData: {token: t}\n",
+    )
+    .unwrap();
+    let rendered = Command::new(binary())
+        .args(["render", "configsync", "-o", "json", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&rendered.stderr);
+    assert!(rendered.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("left out Secret team/creds: no related-resource rule of the configsync customize hook selects it"),
+        "{stderr}"
+    );
+    let answer: Value = serde_json::from_slice(&rendered.stdout).unwrap();
+    let error = answer["annotations"]["configsync.metahooks.io/error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(error.starts_with("SecretNotFound: "), "{answer}");
+}
