@@ -90,21 +90,22 @@ impl Default for SourceMetrics {
     }
 }
 
-/// The reasons that mean a safety rule refused the fetch.
+/// The reasons that mean a safety rule refused the fetch (`FetchError::reason`).
+const REFUSAL_REASONS: [&str; 10] = [
+    "SchemeRefused",
+    "HostRefused",
+    "RedirectRefused",
+    "CredentialsNotAllowed",
+    "HostKeyMismatch",
+    "KnownHostsMissing",
+    "CertificateInvalid",
+    "PathRefused",
+    "SymlinkRefused",
+    "UnsupportedEntry",
+];
+
 fn is_refusal(error: &FetchError) -> bool {
-    matches!(
-        error,
-        FetchError::SchemeRefused { .. }
-            | FetchError::HostRefused { .. }
-            | FetchError::RedirectRefused { .. }
-            | FetchError::CredentialsNotAllowed { .. }
-            | FetchError::HostKeyMismatch { .. }
-            | FetchError::KnownHostsMissing { .. }
-            | FetchError::CertificateInvalid { .. }
-            | FetchError::PathRefused { .. }
-            | FetchError::SymlinkRefused { .. }
-            | FetchError::UnsupportedEntry { .. }
-    )
+    REFUSAL_REASONS.contains(&error.reason())
 }
 
 impl SourceMetrics {
@@ -116,6 +117,11 @@ impl SourceMetrics {
             "Requests answered by fetch jobs, by result",
             self.fetches.clone(),
         );
+        // Every reason's series exists from the start, at 0: a first refusal is then an
+        // increase a rule can see, not a series appearing at 1.
+        for reason in REFUSAL_REASONS {
+            let _ = self.refusals.get_or_create(&ReasonLabels { reason });
+        }
         prefixed.register(
             "refusals",
             "Fetches refused by a safety rule",

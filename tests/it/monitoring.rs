@@ -137,6 +137,11 @@ async fn alerts_and_panels_use_only_metrics_the_server_exposes() {
         );
     }
 
+    // Each refusal reason's series is there before its first refusal, at 0.
+    assert!(
+        scraped.contains("metahooks_source_refusals_total{reason=\"PathRefused\"} 0"),
+        "{scraped}"
+    );
     let rule = support::read_yaml_documents(
         &support::repo_dir().join("manifests/monitoring/prometheusrule.yaml"),
     )
@@ -191,4 +196,88 @@ async fn alerts_and_panels_use_only_metrics_the_server_exposes() {
         String::from_utf8_lossy(&output.stderr)
     );
     let _: Value = groups_only;
+}
+
+/// `promtool test rules`: one refusal fires `MetahooksSourceRefusals` at once (it once
+/// waited `for: 15m` over a 15-minute window, and so never fired for a one-off), and the
+/// alert is gone once the window has passed. Every alert links its runbook.
+#[test]
+fn one_refusal_fires_the_refusal_alert() {
+    let Some(program) = promtool() else { return };
+    let rule = support::read_yaml_documents(
+        &support::repo_dir().join("manifests/monitoring/prometheusrule.yaml"),
+    )
+    .remove(0);
+    let groups = &rule["spec"]["groups"];
+    let rules: Vec<&Value> = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    for rule in &rules {
+        let runbook = rule["annotations"]["runbook_url"].as_str().unwrap_or("");
+        let anchor = rule["alert"].as_str().unwrap().to_lowercase();
+        assert!(
+            runbook.ends_with(&format!("docs/operations.md#{anchor}")),
+            "{rule}"
+        );
+        let docs = std::fs::read_to_string(support::repo_dir().join("docs/operations.md")).unwrap();
+        assert!(
+            docs.contains(&format!("### {}", rule["alert"].as_str().unwrap())),
+            "docs/operations.md has no section for {anchor}"
+        );
+    }
+    let refusals = rules
+        .iter()
+        .find(|r| r["alert"] == "MetahooksSourceRefusals")
+        .unwrap();
+    let annotations: serde_json::Map<String, Value> = refusals["annotations"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(key, value)| {
+            let text = value
+                .as_str()
+                .unwrap()
+                .replace("{{ $labels.reason }}", "HostRefused");
+            (key.clone(), Value::String(text))
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.json"),
+        serde_json::json!({"groups": groups}).to_string(),
+    )
+    .unwrap();
+    let test = serde_json::json!({
+        "rule_files": ["rules.json"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [{
+                "series": "metahooks_source_refusals_total{reason=\"HostRefused\"}",
+                "values": "0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"
+            }],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "MetahooksSourceRefusals",
+                 "exp_alerts": [{"exp_labels": {"severity": "info", "reason": "HostRefused"},
+                                 "exp_annotations": annotations}]},
+                {"eval_time": "25m", "alertname": "MetahooksSourceRefusals", "exp_alerts": []}
+            ]
+        }]
+    });
+    let test_file = dir.path().join("refusal-test.json");
+    std::fs::write(&test_file, test.to_string()).unwrap();
+    let output = Command::new(&program)
+        .args(["test", "rules"])
+        .arg(&test_file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
