@@ -61,12 +61,7 @@ pub enum Rejected {
 /// # Errors
 /// The header is missing, malformed or (GitLab) wrong.
 pub fn precheck(forge: Forge, headers: &HeaderMap, secret: &[u8]) -> Result<(), Rejected> {
-    let name = forge.header();
-    let value = headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .ok_or(Rejected::Missing(name))?;
+    let (name, value) = proof(forge, headers)?;
     let hex = match forge {
         Forge::GitLab => {
             return bool::from(value.as_bytes().ct_eq(secret))
@@ -93,12 +88,7 @@ pub fn verify(
     body: &[u8],
     secret: &[u8],
 ) -> Result<(), Rejected> {
-    let name = forge.header();
-    let value = headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .ok_or(Rejected::Missing(name))?;
+    let (name, value) = proof(forge, headers)?;
     let good = match forge {
         Forge::GitLab => bool::from(value.as_bytes().ct_eq(secret)),
         Forge::Gitea => hmac_matches(value, body, secret),
@@ -111,6 +101,17 @@ pub fn verify(
     } else {
         Err(Rejected::Mismatch(name))
     }
+}
+
+/// The forge's proof header, by name, and its value.
+fn proof(forge: Forge, headers: &HeaderMap) -> Result<(&'static str, &str), Rejected> {
+    let name = forge.header();
+    let value = headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .ok_or(Rejected::Missing(name))?;
+    Ok((name, value))
 }
 
 fn hmac_matches(hex_digest: &str, body: &[u8], secret: &[u8]) -> bool {

@@ -704,10 +704,20 @@ fn a_closed_stdout_ends_the_command_quietly() {
 
 /// A JSON file is read as JSON: an emoji escaped as a surrogate pair (how JSON writers
 /// write it) is not the invalid escape YAML would take it for.
+/// `metahooks render <controller> -o json -f <file>`, the file holding `text`.
+fn render_file(controller: &str, file_name: &str, text: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(file_name);
+    std::fs::write(&file, text).unwrap();
+    Command::new(binary())
+        .args(["render", controller, "-o", "json", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn render_reads_a_json_file_as_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("mock.json");
     let definition = "openapi: 3.0.3\ninfo: {title: Smiles, version: '1'}\npaths: {}\n";
     let parent = json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
         "metadata": {"name": "smiles", "namespace": "team"},
@@ -715,12 +725,7 @@ fn render_reads_a_json_file_as_json() {
     let text = serde_json::to_string(&parent)
         .unwrap()
         .replace("Smiles", "Smiles \\ud83d\\ude00");
-    std::fs::write(&file, text).unwrap();
-    let rendered = Command::new(binary())
-        .args(["render", "apimock", "-o", "json", "-f"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let rendered = render_file("apimock", "mock.json", &text);
     assert!(
         rendered.status.success(),
         "{}",
@@ -735,18 +740,11 @@ fn render_reads_a_json_file_as_json() {
 /// and render says it left it out.
 #[test]
 fn render_passes_related_objects_through_the_customize_rules() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("workload.yaml");
-    std::fs::write(
-        &file,
+    let rendered = render_file(
+        "configsync",
+        "workload.yaml",
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: team\n  annotations:\n    configsync.metahooks.io/git-url: https://git.example.com/config.git\n    configsync.metahooks.io/secret: creds\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: web:1}]}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: creds, namespace: team}\nstringData: {token: t}\n",
-    )
-    .unwrap();
-    let rendered = Command::new(binary())
-        .args(["render", "configsync", "-o", "json", "-f"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    );
     let stderr = String::from_utf8_lossy(&rendered.stderr);
     assert!(rendered.status.success(), "{stderr}");
     assert!(
