@@ -66,6 +66,13 @@ pub fn serve_settings_with_receivers(
             args.max_in_flight
         );
     }
+    if args.body_budget_bytes < args.body_limit_bytes {
+        bail!(
+            "--body-budget-bytes ({}) must be at least --body-limit-bytes ({}), or no body of the largest size could ever be read",
+            args.body_budget_bytes,
+            args.body_limit_bytes
+        );
+    }
     let auth = auth(args)?;
     let tls = match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => Some(TlsFiles {
@@ -81,6 +88,7 @@ pub fn serve_settings_with_receivers(
         limits: Limits {
             body_bytes: args.body_limit_bytes,
             max_in_flight: args.max_in_flight,
+            body_budget_bytes: args.body_budget_bytes,
             deadline: Duration::from_millis(args.deadline_ms),
             retry_after_seconds: 1,
             body_read_timeout: Duration::from_secs(args.body_read_timeout_seconds),

@@ -79,6 +79,11 @@ pub struct ServeArgs {
     /// Hook calls answered at once; more get 429 with Retry-After.
     #[arg(long, env = "METAHOOKS_MAX_IN_FLIGHT", default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_in_flight: usize,
+    /// Bytes of request bodies being read or answered at once (at least
+    /// --body-limit-bytes); a body that would take more gets 429 with Retry-After. A
+    /// sender that trickles its body holds only the bytes it has sent.
+    #[arg(long, env = "METAHOOKS_BODY_BUDGET_BYTES", default_value_t = 128 * 1024 * 1024)]
+    pub body_budget_bytes: usize,
     /// Per-call deadline in milliseconds (keep it below Metacontroller's webhook timeout).
     #[arg(long, env = "METAHOOKS_DEADLINE_MS", default_value_t = 8000, value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline_ms: u64,

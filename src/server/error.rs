@@ -21,6 +21,13 @@ pub enum CallError {
         limit: usize,
         retry_after_seconds: u64,
     },
+    #[error(
+        "request bodies being read or answered hold the budget of {budget} bytes; retry after {retry_after_seconds}s"
+    )]
+    BodiesOverBudget {
+        budget: usize,
+        retry_after_seconds: u64,
+    },
     #[error("missing or wrong credentials")]
     Unauthorized,
     #[error("hook call did not finish within {deadline_ms} ms")]
@@ -37,6 +44,7 @@ impl CallError {
             CallError::Hook(error) => error.reason(),
             CallError::TooLarge { .. } => "too_large",
             CallError::Overloaded { .. } => "overloaded",
+            CallError::BodiesOverBudget { .. } => "bodies_over_budget",
             CallError::Unauthorized => "unauthorized",
             CallError::DeadlineExceeded { .. } => "deadline_exceeded",
             CallError::SlowBody { .. } => "slow_body",
@@ -48,7 +56,9 @@ impl CallError {
         match self {
             CallError::Hook(error) => error.status_code(),
             CallError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            CallError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            CallError::Overloaded { .. } | CallError::BodiesOverBudget { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             CallError::Unauthorized => StatusCode::UNAUTHORIZED,
             CallError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             CallError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -90,6 +100,10 @@ impl IntoResponse for CallError {
         match self {
             // Metacontroller re-queues after Retry-After; without it, it retries at once.
             CallError::Overloaded {
+                retry_after_seconds,
+                ..
+            }
+            | CallError::BodiesOverBudget {
                 retry_after_seconds,
                 ..
             } => {

@@ -1,14 +1,15 @@
-//! The hook endpoint: authenticate, take an in-flight slot, read the body (hashing it),
-//! send the remembered answer for those bytes or compute one under a deadline, add the
-//! ETag, log and count the call.
+//! The hook endpoint: authenticate, read the body (hashing it) within the body budget,
+//! take an in-flight slot, send the remembered answer for those bytes or compute one
+//! under a deadline, add the ETag, log and count the call.
 //!
-//! The in-flight slot is taken *before* the body is read (so memory follows
-//! `--max-in-flight` × body limit, not the number of connections) and is shared by the
-//! computation and the response body: it is free again only when the work has really
-//! stopped (a call answered 503 at its deadline keeps counting until its work ends) and
-//! the answer has been sent or dropped (a client that does not read its answers cannot
-//! pile them up). tower's concurrency layers free their permit when the response future
-//! ends, before either, which is why the slot is held here.
+//! A body holds one permit of the byte budget (`--body-budget-bytes`) per byte as it
+//! arrives, so a sender that trickles its body holds only what it has sent and never an
+//! in-flight slot: the slot is taken once the whole body is in. Both are held together
+//! by the computation and the response body: they are free again only when the work has
+//! really stopped (a call answered 503 at its deadline keeps counting until its work
+//! ends) and the answer has been sent or dropped (a client that does not read its
+//! answers cannot pile them up). tower's concurrency layers free their permit when the
+//! response future ends, before either, which is why they are held here.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -102,12 +103,19 @@ struct Answered {
     result: Result<Response, CallError>,
     /// What a computed answer changes (None: remembered, refused or failed).
     changes: Option<Changes>,
-    /// The in-flight slot, held until the response body is gone.
+    /// The in-flight slot and the body's bytes, held until the response body is gone.
     slot: Option<Slot>,
 }
 
-/// An in-flight slot shared by a call's work and its response.
-type Slot = Arc<OwnedSemaphorePermit>;
+/// What a call holds while it is answered: its in-flight slot and its body's share of
+/// the byte budget, shared by the call's work and its response.
+type Slot = Arc<Held>;
+
+/// Permits that are let go together when the last holder drops them.
+struct Held {
+    _call: OwnedSemaphorePermit,
+    _body: Option<OwnedSemaphorePermit>,
+}
 
 impl Answered {
     fn refused(error: impl Into<CallError>) -> Answered {
@@ -256,16 +264,25 @@ async fn answer(
     body: Body,
     started: Instant,
 ) -> Answered {
-    let (route, slot) = match admit(state, target, headers) {
-        Ok(admitted) => admitted,
+    let route = match admit(state, target, headers) {
+        Ok(route) => route,
         Err(error) => return Answered::refused(error),
     };
-    let slot = Arc::new(slot);
     let mut hasher = CallHasher::new(&route.key);
-    let body = match read_body(state, headers, body, &mut hasher).await {
-        Ok(body) => body,
+    let (body, body_bytes) = match read_body(state, headers, body, &mut hasher).await {
+        Ok(read) => read,
         Err(error) => return Answered::refused(error),
     };
+    let Ok(call) = state.in_flight.clone().try_acquire_owned() else {
+        return Answered::refused(CallError::Overloaded {
+            limit: state.limits.max_in_flight,
+            retry_after_seconds: state.limits.retry_after_seconds,
+        });
+    };
+    let slot = Arc::new(Held {
+        _call: call,
+        _body: body_bytes,
+    });
     let key = hasher.finish();
     if let Some(remembered) = remembered(state, &key) {
         return Answered {
@@ -320,13 +337,12 @@ fn remembered(state: &HookState, key: &CallKey) -> Option<Arc<Remembered>> {
     Some(remembered)
 }
 
-/// Lets a call in: authenticated, to a hook this server has, with an in-flight slot
-/// free (taken here, before a byte of the body is read).
+/// Lets a call in: authenticated, to a hook this server has.
 fn admit(
     state: &Arc<HookState>,
     target: Target,
     headers: &HeaderMap,
-) -> Result<(HookRoute, OwnedSemaphorePermit), CallError> {
+) -> Result<HookRoute, CallError> {
     if let Some(auth) = &state.auth
         && !auth.allows(headers)
     {
@@ -341,13 +357,7 @@ fn admit(
                 .into());
         }
     };
-    let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
-        return Err(CallError::Overloaded {
-            limit: state.limits.max_in_flight,
-            retry_after_seconds: state.limits.retry_after_seconds,
-        });
-    };
-    Ok((route, permit))
+    Ok(route)
 }
 
 /// A request body as it arrived, in the pieces it was read in. A remembered answer only
@@ -369,15 +379,17 @@ impl ReadBody {
     }
 }
 
-/// Reads the whole body within the size limit and the body-read timeout, feeding each
-/// piece to `hasher` as it arrives. A declared length over the limit is refused without
-/// reading a byte.
+/// Reads the whole body within the size limit, the body-read timeout and the byte
+/// budget, feeding each piece to `hasher` as it arrives; returns it with its share of the
+/// budget. A declared length over the limit is refused without reading a byte; a piece
+/// the budget cannot hold now is refused at once (429) rather than waited for, so a
+/// stalled sender never delays anyone else.
 async fn read_body(
     state: &HookState,
     headers: &HeaderMap,
     body: Body,
     hasher: &mut CallHasher,
-) -> Result<ReadBody, CallError> {
+) -> Result<(ReadBody, Option<OwnedSemaphorePermit>), CallError> {
     let limit = state.limits.body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -386,20 +398,38 @@ async fn read_body(
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(CallError::TooLarge { limit });
     }
+    let over_budget = || CallError::BodiesOverBudget {
+        budget: state.limits.body_budget_bytes,
+        retry_after_seconds: state.limits.retry_after_seconds,
+    };
+    if declared.is_some_and(|length| length > state.body_budget.available_permits() as u64) {
+        return Err(over_budget());
+    }
     let timeout = state.limits.body_read_timeout;
     let read = async {
         let mut body = Limited::new(body, limit);
         let mut pieces: Vec<Bytes> = Vec::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
         while let Some(frame) = body.frame().await {
             if let Ok(piece) = frame?.into_data() {
+                let taken = u32::try_from(piece.len())
+                    .ok()
+                    .and_then(|n| state.body_budget.clone().try_acquire_many_owned(n).ok());
+                let Some(taken) = taken else {
+                    return Ok(Err(over_budget()));
+                };
+                match &mut held {
+                    Some(held) => held.merge(taken),
+                    None => held = Some(taken),
+                }
                 hasher.update(&piece);
                 pieces.push(piece);
             }
         }
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(ReadBody(pieces))
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Ok((ReadBody(pieces), held)))
     };
     match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(body)) => Ok(body),
+        Ok(Ok(read)) => read,
         Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
             Err(CallError::TooLarge { limit })
         }
@@ -478,11 +508,18 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn the_slot_is_held_until_the_response_body_is_gone() {
+    async fn the_slot_and_the_body_bytes_are_held_until_the_response_body_is_gone() {
         let slots = Arc::new(tokio::sync::Semaphore::new(1));
-        let slot = Arc::new(slots.clone().try_acquire_owned().unwrap());
-        let response = held_until_sent(Response::new(Body::from("answer")), slot);
+        let bytes = Arc::new(tokio::sync::Semaphore::new(100));
+        let held = |slots: &Arc<tokio::sync::Semaphore>, bytes: &Arc<tokio::sync::Semaphore>| {
+            Arc::new(Held {
+                _call: slots.clone().try_acquire_owned().unwrap(),
+                _body: Some(bytes.clone().try_acquire_many_owned(40).unwrap()),
+            })
+        };
+        let response = held_until_sent(Response::new(Body::from("answer")), held(&slots, &bytes));
         assert_eq!(slots.available_permits(), 0, "taken while the body exists");
+        assert_eq!(bytes.available_permits(), 60);
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"answer");
         assert_eq!(
@@ -490,9 +527,12 @@ mod tests {
             1,
             "free once the body is consumed"
         );
+        assert_eq!(bytes.available_permits(), 100);
 
-        let slot = Arc::new(slots.clone().try_acquire_owned().unwrap());
-        let unsent = held_until_sent(Response::new(Body::from("never read")), slot);
+        let unsent = held_until_sent(
+            Response::new(Body::from("never read")),
+            held(&slots, &bytes),
+        );
         assert_eq!(slots.available_permits(), 0);
         drop(unsent);
         assert_eq!(
@@ -500,5 +540,6 @@ mod tests {
             1,
             "free once the body is dropped"
         );
+        assert_eq!(bytes.available_permits(), 100);
     }
 }

@@ -48,6 +48,9 @@ pub struct Limits {
     pub body_bytes: usize,
     /// Hook calls answered at once; more are refused with 429.
     pub max_in_flight: usize,
+    /// Bytes of request bodies being read or answered at once; a body that would take
+    /// more is refused with 429. At least `body_bytes`.
+    pub body_budget_bytes: usize,
     /// Below Metacontroller's default 10 s webhook timeout, so we answer before it gives up.
     pub deadline: Duration,
     /// The `Retry-After` of a 429, in seconds.
@@ -74,6 +77,7 @@ impl Default for Limits {
         Limits {
             body_bytes: 32 * 1024 * 1024,
             max_in_flight: 64,
+            body_budget_bytes: 128 * 1024 * 1024,
             deadline: Duration::from_secs(8),
             retry_after_seconds: 1,
             body_read_timeout: Duration::from_secs(10),
@@ -140,6 +144,8 @@ pub struct HookState {
     /// Call counts and latencies for `/metrics`.
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
+    /// One permit per byte of request body being read or answered.
+    body_budget: Arc<Semaphore>,
     connections: Slots,
     compute: compute::ComputePool,
     answers: answers::AnswerMemo,
@@ -162,6 +168,9 @@ impl HookState {
             routes: hooks::HookRoute::all(&registry),
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+            body_budget: Arc::new(Semaphore::new(
+                limits.body_budget_bytes.min(Semaphore::MAX_PERMITS),
+            )),
             connections: Slots::new(limits.max_connections),
             answers: answers::AnswerMemo::with_bytes(limits.answer_memo_bytes),
             limits,
@@ -181,6 +190,11 @@ impl HookState {
             connections: self.connections.open(),
             answer_memo_bytes: self.answers.bytes(),
             step_memo_bytes: self.registry.steps().bytes(),
+            body_bytes: self
+                .limits
+                .body_budget_bytes
+                .min(Semaphore::MAX_PERMITS)
+                .saturating_sub(self.body_budget.available_permits()),
         }
     }
 }

@@ -339,13 +339,63 @@ async fn a_timed_out_call_keeps_its_slot_until_its_work_ends() {
     }
 }
 
+/// Sends a request head announcing `declared` body bytes and the first `sent` of them,
+/// then stalls: a sender trickling its body.
+async fn trickling(
+    addr: std::net::SocketAddr,
+    declared: usize,
+    sent: usize,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /probe/sync HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&vec![b' '; sent]).await.unwrap();
+    stream
+}
+
+/// Waits until `/metrics` shows `line` (the server has seen what the test sent).
+async fn metrics_show(server: &Server, line: &str) {
+    let url = format!("http://{}/metrics", server.probe_addr);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        if text.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "metrics never showed {line}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_capacity_calls_are_refused_before_their_body_is_read() {
+async fn trickling_bodies_hold_no_in_flight_slot() {
     let mut settings = support::local_settings();
     settings.limits.max_in_flight = 1;
+    settings.limits.body_read_timeout = Duration::from_secs(600);
     let gate = Gate::default();
     let server = start_gated(settings, &gate).await;
     let base = format!("http://{}", server.hook_addr);
+    // Four senders that have sent one byte each of their bodies and stall.
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        stalled.push(trickling(server.hook_addr, 100, 1).await);
+    }
+    metrics_show(&server, "metahooks_hook_body_bytes 4").await;
+    // The only slot is still free for a call whose body is all there.
+    let answered = post_raw(
+        &base,
+        "/probe/sync",
+        serde_json::to_vec(&hook_request("x")).unwrap(),
+    )
+    .await;
+    assert_eq!(answered.status(), 200);
+    // A call holds the slot once its body is in; the next whole call finds it taken.
     let slow = tokio::spawn({
         let base = base.clone();
         async move {
@@ -359,20 +409,60 @@ async fn over_capacity_calls_are_refused_before_their_body_is_read() {
         }
     });
     gate.wait_for(1, false).await;
-    // Headers that announce a body which is never sent: the 429 cannot depend on it.
-    let mut stream = tokio::net::TcpStream::connect(server.hook_addr)
-        .await
-        .unwrap();
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    stream
-        .write_all(b"POST /probe/sync HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 30000000\r\n\r\n")
-        .await
-        .unwrap();
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).await.unwrap();
-    assert_eq!(&head, b"HTTP/1.1 429");
+    let busy = post_raw(
+        &base,
+        "/probe/sync",
+        serde_json::to_vec(&hook_request("y")).unwrap(),
+    )
+    .await;
+    assert_eq!(busy.headers()["retry-after"], "1");
+    let (code, message) = error_of(busy).await;
+    assert_eq!(code, 429);
+    assert!(message.contains("in flight (limit 1)"), "{message}");
     gate.open();
     assert_eq!(slow.await.unwrap(), 200);
+    drop(stalled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_beyond_the_byte_budget_are_refused_without_waiting() {
+    let mut settings = support::local_settings();
+    settings.limits.body_bytes = 1000;
+    settings.limits.body_budget_bytes = 1000;
+    settings.limits.body_read_timeout = Duration::from_secs(600);
+    let server = start(settings).await;
+    let base = format!("http://{}", server.hook_addr);
+    // A stalled sender holds the 600 bytes it has sent, not the 1,000 it announced.
+    let _stalled = trickling(server.hook_addr, 1000, 600).await;
+    metrics_show(&server, "metahooks_hook_body_bytes 600").await;
+    // A body announcing more than the 400 left is refused before a byte is read.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut announced = trickling(server.hook_addr, 500, 0).await;
+    let mut head = [0u8; 12];
+    announced.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 429");
+    // A body without a declared length is refused at the piece that does not fit.
+    let mut chunked = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    chunked
+        .write_all(
+            b"POST /probe/sync HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n1f4\r\n",
+        )
+        .await
+        .unwrap();
+    chunked.write_all(&[b' '; 500]).await.unwrap();
+    chunked.write_all(b"\r\n").await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = chunked.read(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("budget of 1000 bytes"), "{answer}");
+    // A body that fits is answered, and gives its bytes back.
+    let small = serde_json::to_vec(&hook_request("small")).unwrap();
+    assert!(small.len() <= 400);
+    assert_eq!(post_raw(&base, "/probe/sync", small).await.status(), 200);
+    metrics_show(&server, "metahooks_hook_body_bytes 600").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,6 +89,7 @@ pub struct Metrics {
     connections: Gauge<i64, AtomicI64>,
     answer_memo: Gauge<i64, AtomicI64>,
     step_memo: Gauge<i64, AtomicI64>,
+    bodies: Gauge<i64, AtomicI64>,
     /// The series of the registered controllers' hooks, found without a lock.
     hooks: Vec<HookSeries>,
 }
@@ -152,6 +153,11 @@ impl Metrics {
             "metahooks_step_memo_bytes",
             "Bytes of remembered steps: validated definitions, read and converted snapshots (--step-memo-bytes at most)",
         );
+        let bodies = gauge(
+            &mut registry,
+            "metahooks_hook_body_bytes",
+            "Bytes of hook request bodies being read or answered (--body-budget-bytes at most)",
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -172,6 +178,7 @@ impl Metrics {
             connections,
             answer_memo,
             step_memo,
+            bodies,
             hooks: Vec::new(),
         }
     }
@@ -237,6 +244,7 @@ impl Metrics {
         set(&self.connections, now.connections as u64);
         set(&self.answer_memo, now.answer_memo_bytes);
         set(&self.step_memo, now.step_memo_bytes);
+        set(&self.bodies, now.body_bytes as u64);
         let mut out = String::new();
         if prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry).is_err() {
             out.push_str("# the metrics could not be encoded\n");
@@ -263,6 +271,8 @@ pub struct InUse {
     pub answer_memo_bytes: u64,
     /// Bytes of remembered steps.
     pub step_memo_bytes: u64,
+    /// Bytes of request bodies being read or answered.
+    pub body_bytes: usize,
 }
 
 /// `metahooks_log_lines_dropped_total`: log lines the non-blocking log writer dropped
