@@ -2,7 +2,7 @@
 //! fresh, newer elsewhere) run without a git or HTTP server, and every source a call asks
 //! for is noted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +15,8 @@ use super::{Content, FetchError, Interest, Snapshot, SourceRequest, SourceState,
 pub struct FakeSources {
     states: Mutex<BTreeMap<String, SourceState>>,
     lookups: Mutex<Vec<(String, Duration)>>,
+    /// Revisions another replica fetched after this engine's copy.
+    ahead: Mutex<BTreeSet<String>>,
 }
 
 impl FakeSources {
@@ -39,8 +41,15 @@ impl FakeSources {
                 error: None,
                 pending: false,
                 resync_within: None,
+                after_running: true,
             },
         );
+    }
+
+    /// Another replica fetched `revision` after this engine's copy: a parent running it
+    /// may run something newer than what this engine holds.
+    pub fn ran_ahead(&self, revision: &str) {
+        lock(&self.ahead).insert(revision.to_owned());
     }
 
     /// The latest fetch of `url` failed; what was fetched before stays.
@@ -77,14 +86,16 @@ pub fn snapshot(
 }
 
 impl SourceView for FakeSources {
-    fn state(&self, request: &SourceRequest, _: Duration, _: Option<&str>) -> SourceState {
-        lock(&self.states)
+    fn state(&self, request: &SourceRequest, _: Duration, running: Option<&str>) -> SourceState {
+        let mut state = lock(&self.states)
             .get(request.location.url())
             .cloned()
             .unwrap_or(SourceState {
                 pending: true,
                 ..SourceState::default()
-            })
+            });
+        state.after_running = running.is_none_or(|running| !lock(&self.ahead).contains(running));
+        state
     }
 }
 

@@ -331,6 +331,11 @@ pub struct SourceState {
     /// Sync again within this many seconds whatever the interval: push receivers are
     /// listening, and a push is only seen at the next sync.
     pub resync_within: Option<u64>,
+    /// The snapshot comes from a fetch that started after the engine first heard that
+    /// the parent runs the revision it named (or it is that revision): it is then at
+    /// least as new as what runs on the same ref, or the ref was rewritten since. False
+    /// while what runs may be newer (another replica fetched after this one).
+    pub after_running: bool,
 }
 
 impl SourceState {
@@ -342,6 +347,7 @@ impl SourceState {
             error: self.error.clone(),
             pending: self.pending,
             resync_within: self.resync_within,
+            after_running: self.after_running,
         }
     }
 }
@@ -358,6 +364,8 @@ pub struct Seen {
     pub pending: bool,
     /// The push receivers' resync bound.
     pub resync_within: Option<u64>,
+    /// Whether the snapshot was fetched after what the parent runs was heard of.
+    pub after_running: bool,
 }
 
 /// What controllers see of the engine during a call: answers from what it holds now,

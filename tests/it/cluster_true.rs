@@ -310,6 +310,66 @@ async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
     assert_eq!(seen.len(), 3, "one roll per commit, never back: {seen:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_dated_ahead_does_not_freeze_the_source() {
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "V=1\n")]);
+    let daemon = GitDaemon::start(&repo);
+    let (a, b) = (harness().await, harness().await);
+    let mut emulator =
+        support::emulator::over_replicas(vec![a.base_url.clone(), b.base_url.clone()]);
+    emulator.apply(monitored(
+        "web",
+        json!({"image": "app:1", "source": {"git": {"url": daemon.url(), "path": "app.env"}}}),
+    ));
+    let config = |e: &Emulator| {
+        e.get("v1", "ConfigMap", "team-a", "web-config")
+            .and_then(|c| c.pointer("/data/V").cloned())
+    };
+    async fn rounds(emulator: &mut Emulator, a: &Fetcher, b: &Fetcher) {
+        for _ in 0..8 {
+            emulator.round().await.unwrap_or_else(|v| panic!("{v}"));
+            a.idle().await;
+            b.idle().await;
+        }
+    }
+    let (fa, fb) = (&a.fetcher, &b.fetcher);
+    rounds(&mut emulator, fa, fb).await;
+    assert_eq!(config(&emulator), Some(json!("1")));
+    // A commit dated a day ahead, then an ordinary one: each rolls in turn, on whichever
+    // replica fetched it first.
+    repo.commit_dated_ahead(&[("app.env", "V=2\n")], 86_400);
+    a.fetcher.expire();
+    rounds(&mut emulator, fa, fb).await;
+    assert_eq!(config(&emulator), Some(json!("2")));
+    repo.commit(&[("app.env", "V=3\n")]);
+    b.fetcher.expire();
+    rounds(&mut emulator, fa, fb).await;
+    assert_eq!(
+        config(&emulator),
+        Some(json!("3")),
+        "the commit after a future-dated one rolls"
+    );
+    a.fetcher.expire();
+    b.fetcher.expire();
+    rounds(&mut emulator, fa, fb).await;
+    assert_eq!(config(&emulator), Some(json!("3")), "and stays");
+    let parent = emulator
+        .get(
+            "services.example.com/v1alpha1",
+            "MonitoredService",
+            "team-a",
+            "web",
+        )
+        .unwrap();
+    let fetched = parent["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Fetched"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(fetched["status"], "True", "{fetched}");
+}
+
 #[test]
 fn client_side_apply_merges_list_maps_and_keeps_server_defaults() {
     // What Metacontroller applied last time and wants now: one container, one port.

@@ -11,7 +11,7 @@ use super::{ApiMockHooks, Call, bundle, held};
 use crate::controllers::Context;
 use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::reason::Reason;
-use crate::controllers::common::revisions::{Seen, running_is_newer};
+use crate::controllers::common::revisions::running_is_newer;
 use crate::controllers::common::steps::{Step, StepKey};
 use crate::error::HookError;
 
@@ -106,7 +106,13 @@ impl ApiMockHooks {
                         revision: reading.revision.clone(),
                         made_at: reading.made_at,
                     };
-                    return self.fresh_or_newer_held(call, fresh, validated, ctx);
+                    return self.fresh_or_newer_held(
+                        call,
+                        fresh,
+                        validated,
+                        reading.after_running,
+                        ctx,
+                    );
                 }
                 Err(invalid) => Some(invalid.clone()),
             },
@@ -120,17 +126,18 @@ impl ApiMockHooks {
         })
     }
 
-    /// Serves the valid `fresh` definition unless the held one is a newer copy of the
-    /// same ref. The held definition is read (and analysed) only when its annotations
+    /// Serves the valid `fresh` definition unless the held one may be a newer copy of
+    /// the same ref (the engine fetched `fresh` before it heard of it). The held definition is read (and analysed) only when its annotations
     /// say so: a warm sync of a definition from a source does not read it back at all.
     fn fresh_or_newer_held<'r>(
         &self,
         call: &Call<'r>,
         fresh: ServedDefinition<'r>,
         validated: Decided,
+        after_running: bool,
         ctx: &Context,
     ) -> Result<Decision<'r>, HookError> {
-        let running = if held_is_newer(call, &fresh) {
+        let running = if held_is_newer(call, &fresh, after_running) {
             self.last_good(call, ctx)?
         } else {
             None
@@ -217,9 +224,9 @@ fn analysis(text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
     definition::remembered_analysis(&ctx.steps, text, ctx.deadline).ok_or_else(saturated)
 }
 
-/// True when the observed ConfigMap holds the same ref of the source as `fresh`, made
-/// later (by its revision and source-time annotations).
-fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>) -> bool {
+/// True when the observed ConfigMap holds the same ref of the source as `fresh`, and the
+/// engine fetched `fresh` before it heard of that revision (by the revision annotation).
+fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>, after_running: bool) -> bool {
     let Some(fresh_revision) = fresh.revision.as_deref() else {
         return false;
     };
@@ -230,19 +237,8 @@ fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>) -> bool {
     else {
         return false;
     };
-    let Some(running_revision) = held::annotation(config_map, REVISION_ANNOTATION) else {
-        return false;
-    };
-    running_is_newer(
-        Seen {
-            revision: fresh_revision,
-            made_at: fresh.made_at,
-        },
-        Seen {
-            revision: running_revision,
-            made_at: held::made_at(config_map),
-        },
-    )
+    held::annotation(config_map, REVISION_ANNOTATION)
+        .is_some_and(|running| running_is_newer(fresh_revision, running, after_running))
 }
 
 pub(super) fn valid_message(summary: &definition::Summary) -> String {

@@ -333,7 +333,10 @@ fn refresh_if_behind(
         return (reading.fetched, reading.resync_seconds);
     };
     let running = served.revision.as_deref().unwrap_or("unknown");
-    let fetched = polling::refreshing(reads, request, running);
+    let Some(engine_says) = reading.fetched else {
+        return (None, reading.resync_seconds);
+    };
+    let fetched = polling::refreshing(reads, request, running, engine_says);
     (Some(fetched), polling::PENDING_RESYNC_SECONDS)
 }
 

@@ -50,6 +50,9 @@ pub struct Reading<'r> {
     pub revision: Option<String>,
     /// When the source made that revision (git only).
     pub made_at: Option<i64>,
+    /// The engine fetched this revision after it heard what the parent runs
+    /// ([`SourceState::after_running`](crate::source::SourceState::after_running)).
+    pub after_running: bool,
     /// When to ask again (a fetch in progress, or the polling interval); 0 for never.
     pub resync_seconds: u64,
 }
@@ -61,6 +64,7 @@ impl Reading<'_> {
             candidate: None,
             revision: None,
             made_at: None,
+            after_running: true,
             resync_seconds: 0,
         }
     }
@@ -204,6 +208,7 @@ pub(super) fn read<'r>(
             candidate: Some(Ok(Candidate::Text(text))),
             revision: None,
             made_at: None,
+            after_running: true,
             resync_seconds: 0,
         },
         Origin::ConfigMap(key_ref) => read_config_map(key_ref, related, namespace),
@@ -226,6 +231,7 @@ pub(super) fn read<'r>(
                 fetched: Some(fetched),
                 revision: state.snapshot.as_ref().map(|s| s.revision.clone()),
                 made_at: state.snapshot.as_ref().and_then(|s| s.made_at),
+                after_running: state.after_running,
                 candidate,
                 resync_seconds,
             }
@@ -343,6 +349,7 @@ fn read_config_map<'r>(
         candidate: Some(Ok(Candidate::Text(text))),
         revision: None,
         made_at: None,
+        after_running: true,
         resync_seconds: 0,
     }
 }

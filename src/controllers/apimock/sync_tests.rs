@@ -227,9 +227,11 @@ fn a_replica_with_an_older_copy_keeps_the_newer_mock_and_refreshes() {
     let observed = children(&newer);
 
     let behind = Harness::new();
+    // The older copy carries the later commit date: dates decide nothing.
     behind
         .sources
-        .serve(URL, "main@sha1:old", &[("api.yaml", PETS)], true, Some(100));
+        .serve(URL, "main@sha1:old", &[("api.yaml", PETS)], true, Some(300));
+    behind.sources.ran_ahead("main@sha1:new");
     let answer = behind.sync(git("api.yaml"), &observed);
     assert_eq!(template_hash(&answer), template_hash(&newer));
     assert_eq!(answer["status"]["revision"], "main@sha1:new");

@@ -74,11 +74,21 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>)
     }
 }
 
-/// When what runs is a newer copy of the same ref than this server's (another replica
-/// fetched first): refreshes this server's copy now rather than at the next interval,
-/// and says so in the `Fetched` condition.
-pub fn refreshing(reads: &mut Reads<'_>, request: &SourceRequest, running: &str) -> Decided {
+/// When what runs may be a newer copy of the same ref than this server's (another
+/// replica fetched after it): refreshes this server's copy now rather than at the next
+/// interval, and says so in the `Fetched` condition. `fetched` is the condition the
+/// engine's state gives: when the latest fetch failed, this server cannot catch up, and
+/// that condition (false, with the failure and what still runs) is the one to show.
+pub fn refreshing(
+    reads: &mut Reads<'_>,
+    request: &SourceRequest,
+    running: &str,
+    fetched: Decided,
+) -> Decided {
     reads.behind(request);
+    if !fetched.status {
+        return fetched;
+    }
     Decided::new(
         ConditionType::Fetched,
         true,

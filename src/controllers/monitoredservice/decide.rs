@@ -4,7 +4,7 @@
 use crate::controllers::common::conditions::{ConditionType, Decided, Reason};
 use crate::controllers::common::config::{Config, format_name};
 use crate::controllers::common::problem::Problem;
-use crate::controllers::common::revisions::{Seen, running_is_newer};
+use crate::controllers::common::revisions::running_is_newer;
 
 /// What to serve, and the `ConfigValid` verdict.
 pub(super) struct Decision {
@@ -14,16 +14,18 @@ pub(super) struct Decision {
     pub(super) behind: bool,
 }
 
-/// A valid fresh config wins unless what runs is a newer copy of the same ref; an
+/// A valid fresh config wins unless what runs may be a newer copy of the same ref (the
+/// engine's copy was fetched before it heard of what runs: `after_running` false); an
 /// invalid or missing one leaves what runs (if anything) in place.
 pub(super) fn decide(
     fresh: Option<&Result<Config, Problem>>,
     running: Option<&Config>,
+    after_running: bool,
     nothing_runs: bool,
 ) -> Decision {
     match fresh {
         Some(Ok(config)) => {
-            let (config, behind) = newest_of(config, running);
+            let (config, behind) = newest_of(config, running, after_running);
             let config_valid = Decided::new(
                 ConditionType::ConfigValid,
                 true,
@@ -87,17 +89,17 @@ fn nothing_fresh(running: Option<&Config>, nothing_runs: bool) -> Decided {
 }
 
 /// Which config to serve when this server has a valid `fresh` one: the running config
-/// (read from the observed ConfigMap, which records when the source made it) when it is
-/// a newer copy of the same ref ([`running_is_newer`]); this server is then behind.
-pub(super) fn newest_of(fresh: &Config, running: Option<&Config>) -> (Config, bool) {
-    fn seen(config: &Config) -> Seen<'_> {
-        Seen {
-            revision: &config.revision,
-            made_at: config.source_time,
-        }
-    }
+/// (read from the observed ConfigMap) when it may be a newer copy of the same ref
+/// ([`running_is_newer`]); this server is then behind.
+pub(super) fn newest_of(
+    fresh: &Config,
+    running: Option<&Config>,
+    after_running: bool,
+) -> (Config, bool) {
     match running {
-        Some(running) if running_is_newer(seen(fresh), seen(running)) => (running.clone(), true),
+        Some(running) if running_is_newer(&fresh.revision, &running.revision, after_running) => {
+            (running.clone(), true)
+        }
         _ => (fresh.clone(), false),
     }
 }

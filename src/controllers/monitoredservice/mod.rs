@@ -209,16 +209,18 @@ fn answer_from_source(
     let decision = decide(
         fresh.as_deref(),
         call.running(),
+        state.after_running,
         request.children.is_empty(),
     );
     let resync = polling::resync_seconds(&state, decision.behind, interval);
+    let fetched = polling::fetched_condition(
+        &state,
+        "source",
+        call.running().map(|c| c.revision.as_str()),
+    );
     let fetched = match (&decision.served, decision.behind) {
-        (Some(served), true) => polling::refreshing(reads, wanted, &served.revision),
-        _ => polling::fetched_condition(
-            &state,
-            "source",
-            call.running().map(|c| c.revision.as_str()),
-        ),
+        (Some(served), true) => polling::refreshing(reads, wanted, &served.revision, fetched),
+        _ => fetched,
     };
     let served = decision.served;
     let facts = Facts {
@@ -446,22 +448,35 @@ mod replica_tests {
     }
 
     #[test]
-    fn replicas_never_roll_back_to_an_older_copy() {
+    fn replicas_never_roll_back_and_never_trust_commit_dates() {
         let mine = config("main@sha1:w", Some(100));
-        assert_eq!(newest_of(&mine, None), (mine.clone(), false));
-        // Another replica runs a newer commit of the same ref: keep it, and refresh.
-        let theirs = config("main@sha1:x", Some(200));
-        assert_eq!(newest_of(&mine, Some(&theirs)), (theirs.clone(), true));
-        // This replica's copy is the newer one: it wins.
-        let newer = config("main@sha1:y", Some(300));
-        assert_eq!(newest_of(&newer, Some(&theirs)), (newer.clone(), false));
-        // The spec moved to another ref (or pins a commit): the fresh copy wins whatever
-        // its age.
+        assert_eq!(newest_of(&mine, None, true), (mine.clone(), false));
+        // What runs was heard of after this replica's copy was fetched: it may be newer
+        // (another replica fetched later). Keep it, and refresh.
+        let theirs = config("main@sha1:x", Some(50));
+        assert_eq!(
+            newest_of(&mine, Some(&theirs), false),
+            (theirs.clone(), true)
+        );
+        // This replica's copy was fetched after it heard of what runs: it wins, even
+        // against a commit dated a day ahead (a skewed clock, or anyone who can push).
+        let future_dated = config("main@sha1:z", Some(100 + 86_400));
+        assert_eq!(
+            newest_of(&mine, Some(&future_dated), true),
+            (mine.clone(), false)
+        );
+        // The spec moved to another ref (or pins a commit), or the source has no refs
+        // (HTTP): the fresh copy wins.
         let pinned = config("0123abcd@sha1:v", Some(50));
-        assert_eq!(newest_of(&pinned, Some(&theirs)), (pinned.clone(), false));
-        // No time on either side (HTTP sources, ConfigMaps from before this rule).
+        assert_eq!(
+            newest_of(&pinned, Some(&theirs), false),
+            (pinned.clone(), false)
+        );
         let undated = config("sha256:abc", None);
-        assert_eq!(newest_of(&undated, Some(&theirs)), (undated.clone(), false));
+        assert_eq!(
+            newest_of(&undated, Some(&theirs), false),
+            (undated.clone(), false)
+        );
     }
 }
 

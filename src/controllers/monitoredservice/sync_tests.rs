@@ -131,13 +131,15 @@ fn a_replica_with_an_older_copy_keeps_the_newer_config_and_refreshes() {
     );
     let newer = ahead.sync(spec(), &[]);
     let behind = Harness::new();
+    // The older copy carries the later commit date: dates decide nothing.
     behind.sources.serve(
         URL,
         "main@sha1:old",
         &[("app.env", "A=1\n")],
         true,
-        Some(100),
+        Some(300),
     );
+    behind.sources.ran_ahead("main@sha1:new");
     let answer = behind.sync(spec(), &children(&newer));
     assert_eq!(hash(&answer), hash(&newer));
     assert_eq!(answer["resyncAfterSeconds"], 2);
@@ -147,6 +149,21 @@ fn a_replica_with_an_older_copy_keeps_the_newer_config_and_refreshes() {
             .lookups()
             .iter()
             .any(|(_, interval)| interval.is_zero())
+    );
+    assert_eq!(condition(&answer, "Fetched")["status"], "True");
+    // A replica that cannot catch up says so, and still keeps what runs.
+    behind.sources.fail(
+        URL,
+        crate::source::FetchError::Other("the remote hung up".to_owned()),
+    );
+    let stuck = behind.sync(spec(), &children(&newer));
+    assert_eq!(hash(&stuck), hash(&newer));
+    let fetched = condition(&stuck, "Fetched");
+    assert_eq!(fetched["status"], "False");
+    let message = fetched["message"].as_str().unwrap();
+    assert!(
+        message.contains("the remote hung up") && message.contains("still running main@sha1:new"),
+        "{message}"
     );
 }
 
@@ -212,6 +229,7 @@ fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
             error: None,
             pending: true,
             resync_within: None,
+            after_running: true,
         },
     );
     let without = harness.sync(spec(), &observed);

@@ -19,6 +19,9 @@ pub(super) struct Job {
     pub(super) requests: Vec<SourceRequest>,
     pub(super) use_network: bool,
     pub(super) resolved: Option<git::Resolved>,
+    /// When the network fetch whose commit this job reads started (this job's own start
+    /// when it asks the remote).
+    pub(super) commit_from: Option<Instant>,
     /// Revisions of the snapshots the requests already have (key → revision).
     pub(super) current: HashMap<String, String>,
     /// The shortest poll period of the remote's requests (for the metrics' alerting).
@@ -154,13 +157,17 @@ impl Job {
                     entry.error = None;
                     entry.let_go = None;
                     entry.delivered = false;
+                    entry.fetched_from = self.commit_from;
                     entry.last_used.get_or_insert_with(Instant::now);
                     state.snapshot_bytes = state.snapshot_bytes.saturating_sub(old) + new;
                     let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
                     let let_go = state.fit(budget);
                     self.inner.metrics.snapshot_evictions.inc_by(let_go);
                 }
-                Fetched::Unchanged => entry.error = None,
+                Fetched::Unchanged => {
+                    entry.error = None;
+                    entry.fetched_from = self.commit_from;
+                }
                 Fetched::Failed(error) => entry.error = Some(error),
             }
         }
@@ -169,6 +176,9 @@ impl Job {
             remote.refresh.job_ended();
             if resolved.is_some() {
                 remote.resolved = resolved;
+                if self.use_network {
+                    remote.resolved_from = self.commit_from;
+                }
             }
         }
         self.guard.armed.store(false, Ordering::SeqCst);

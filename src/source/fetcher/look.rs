@@ -100,6 +100,8 @@ impl Fetcher {
             .map(|entry| entry.looked_up(now, running));
         let remote = state.remotes.entry(remote_key.clone()).or_default();
         remote.asked(key, request, now, interval, refresh);
+        // Before any job this call starts, so that job counts as fetched after it.
+        remote.heard_running(running, now);
         let stale = remote.is_stale(interval);
         let unknown = known.as_ref().is_none_or(SnapshotEntry::needs_reading);
         if !remote.in_flight && (stale || unknown) {
@@ -115,6 +117,8 @@ impl Fetcher {
                 && (r.in_flight_network || !has_snapshot)
                 && r.requests.contains_key(&request.key())
         });
+        let after_running =
+            super::after_running(state.remotes.get(&remote_key), known.as_ref(), running);
         let known = known.unwrap_or_default();
         let push_resync = self.inner.push_resync.load(Ordering::SeqCst);
         SourceState {
@@ -122,6 +126,7 @@ impl Fetcher {
             error: known.error,
             pending,
             resync_within: (push_resync > 0).then_some(push_resync),
+            after_running,
         }
     }
 
@@ -145,8 +150,9 @@ impl Fetcher {
         let needs_reading = known.is_none_or(|entry| {
             entry.snapshot.is_none() && entry.let_go.is_some() && entry.let_go.as_deref() != running
         });
+        let remote = state.remotes.get(&request.remote_key());
         // The same verdict `look` reaches once it has started whatever job is due.
-        let pending = match state.remotes.get(&request.remote_key()) {
+        let pending = match remote {
             None => true,
             Some(remote) if remote.in_flight => remote.in_flight_network || !has_snapshot,
             Some(remote) => remote.is_stale(interval) || needs_reading,
@@ -157,6 +163,7 @@ impl Fetcher {
             error: known.and_then(|k| k.error.clone()),
             pending,
             resync_within: (push_resync > 0).then_some(push_resync),
+            after_running: super::after_running(remote, known, running),
         }
     }
 
@@ -185,6 +192,11 @@ impl Fetcher {
             remote.started = Some(Instant::now());
         }
         remote.in_flight_network = use_network;
+        let commit_from = if use_network {
+            remote.started
+        } else {
+            remote.resolved_from
+        };
         let requests: Vec<SourceRequest> = remote
             .requests
             .values()
@@ -216,6 +228,7 @@ impl Fetcher {
             requests,
             use_network,
             resolved,
+            commit_from,
             current,
         };
         self.inner

@@ -38,6 +38,60 @@ struct RemoteEntry {
     pushed: bool,
     /// A timer waits to start the fetch a push asked for (see `PUSH_SPACING`).
     push_timer: bool,
+    /// When the network job that brought `resolved` started.
+    resolved_from: Option<Instant>,
+    /// Revisions parents said they run, each with when the engine first heard of it
+    /// (the newest few): a copy fetched after that is at least as new.
+    heard: VecDeque<(String, Instant)>,
+}
+
+/// Most running revisions remembered per remote (parents of one ref run one or two
+/// revisions at a time; during a roll, a few). One forgotten costs a fetch, spaced like
+/// pushes, before the copy counts as newer again.
+const HEARD_REVISIONS: usize = 64;
+
+impl RemoteEntry {
+    /// A parent says it runs `running` now.
+    fn heard_running(&mut self, running: Option<&str>, now: Instant) {
+        let Some(running) = running else { return };
+        if self.heard.iter().any(|(revision, _)| revision == running) {
+            return;
+        }
+        if self.heard.len() == HEARD_REVISIONS {
+            self.heard.pop_front();
+        }
+        self.heard.push_back((running.to_owned(), now));
+    }
+}
+
+/// Whether `entry`'s snapshot is at least as new as `running` on the same ref: it is
+/// that revision, or it was fetched by a job that started after the engine first heard
+/// of it. Order comes from when things were seen, never from the commits' own dates
+/// (which anyone who can push, or a skewed clock, sets).
+fn after_running(
+    remote: Option<&RemoteEntry>,
+    entry: Option<&SnapshotEntry>,
+    running: Option<&str>,
+) -> bool {
+    let Some(running) = running else { return true };
+    let Some(entry) = entry else { return false };
+    if entry
+        .snapshot
+        .as_ref()
+        .is_some_and(|snapshot| snapshot.revision == running)
+    {
+        return true;
+    }
+    let heard = remote.and_then(|remote| {
+        remote
+            .heard
+            .iter()
+            .find(|(revision, _)| revision == running)
+            .map(|(_, at)| *at)
+    });
+    heard
+        .zip(entry.fetched_from)
+        .is_some_and(|(heard, fetched)| fetched >= heard)
 }
 
 /// Most handled "fetch now" tokens remembered per remote.
@@ -97,6 +151,8 @@ struct SnapshotEntry {
     /// The parent last said it runs `let_go` already (read back from its ConfigMap), so
     /// nothing needs reading again for it until the source changes.
     held: bool,
+    /// When the network fetch that the latest good result reflects started.
+    fetched_from: Option<Instant>,
     /// A lookup has returned the snapshot since it was fetched. One not yet delivered is
     /// never let go: under a working set larger than the budget, a parent would
     /// otherwise find its snapshot gone every time it came back for it.
@@ -448,8 +504,9 @@ impl Sources for Fetcher {
                 interest.fetch_now.as_deref(),
             );
             if interest.behind {
-                // Another replica runs a newer copy: this one's is refreshed now.
-                let _ = self.look(&interest.request, Duration::ZERO, None, None);
+                // Another replica may run a newer copy: this one's is refreshed now, as
+                // often as pushes are at most.
+                let _ = self.look(&interest.request, PUSH_SPACING, None, None);
             }
         }
     }
@@ -603,6 +660,37 @@ mod tests {
             .and_then(|s| s.files.get("a.env").cloned());
         assert_eq!(text, Some(crate::source::Content::Text("A=2\n".to_owned())));
         assert_eq!(sources.network_fetches(), before + 1);
+    }
+
+    #[tokio::test]
+    async fn a_copy_counts_as_newer_than_what_runs_only_once_fetched_after_hearing_of_it() {
+        let repo = Repo::new();
+        repo.commit("a.env", "A=1\n");
+        let cache = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let sources = fetcher(cache.path());
+        let a = request(&repo.url(), "a.env");
+        let _ = sources.lookup(&a, HOUR);
+        sources.idle().await;
+        let held = sources.lookup(&a, HOUR);
+        let revision = held
+            .snapshot
+            .map(|s| s.revision.clone())
+            .unwrap_or_default();
+        assert!(sources.state(&a, HOUR, Some(&revision)).after_running);
+        // A parent runs a revision this engine never fetched (another replica did):
+        // the copy here was fetched before the engine heard of it.
+        let elsewhere = "HEAD@sha1:0123456789abcdef0123456789abcdef01234567";
+        assert!(
+            !sources
+                .lookup_holding(&a, HOUR, Some(elsewhere))
+                .after_running
+        );
+        assert!(!sources.state(&a, HOUR, Some(elsewhere)).after_running);
+        // The next fetch started after that: its copy is at least as new.
+        sources.expire();
+        let _ = sources.lookup_holding(&a, HOUR, Some(elsewhere));
+        sources.idle().await;
+        assert!(sources.state(&a, HOUR, Some(elsewhere)).after_running);
     }
 
     #[tokio::test]

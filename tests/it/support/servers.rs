@@ -144,12 +144,25 @@ impl Repo {
         self.push("link");
     }
 
+    /// Commits like [`Repo::commit`] with a committer time `ahead_seconds` past the
+    /// clock the other commits follow (a skewed clock, or a date set on purpose).
+    pub fn commit_dated_ahead(&self, files: &[(&str, &str)], ahead_seconds: u64) {
+        for (path, content) in files {
+            std::fs::write(self.work.join(path), content).unwrap();
+        }
+        self.push_at("dated ahead", ahead_seconds);
+    }
+
     fn push(&self, message: &str) {
+        self.push_at(message, 0);
+    }
+
+    fn push_at(&self, message: &str, ahead_seconds: u64) {
         // Commits a test makes in one second still get strictly increasing committer
         // times, as commits made by people do.
         static CLOCK: std::sync::atomic::AtomicU64 =
             std::sync::atomic::AtomicU64::new(1_750_000_000);
-        let at = CLOCK.fetch_add(10, std::sync::atomic::Ordering::SeqCst);
+        let at = CLOCK.fetch_add(10, std::sync::atomic::Ordering::SeqCst) + ahead_seconds;
         git(&self.work, &["add", "-A"]);
         let output = Command::new("git")
             .args(["commit", "-q", "-m", message])
