@@ -654,3 +654,47 @@ async fn a_delta_bomb_ends_the_worker_at_its_memory_limit_not_the_server() {
     let fine = settled(&fetcher, &git(daemon.url(), "team-a", "app.env")).await;
     assert!(fine.snapshot.is_some(), "{:?}", fine.error);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
+    // 48 directories of ~900 KB each (compressible, so the pack is small): 43 MB of
+    // files that one worker holding them all at once could not keep under 96 MiB.
+    let repo = Repo::new();
+    let mut files: Vec<(String, String)> = Vec::new();
+    for n in 0..48 {
+        let line = format!("KEY_{n}=value of directory {n}\n");
+        files.push((format!("d{n}/app.env"), line.repeat(900_000 / line.len())));
+    }
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    repo.commit(&refs);
+    let daemon = GitDaemon::start(&repo);
+    let cache = tempfile::tempdir().unwrap();
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
+    let fetcher = Fetcher::new(support::loopback_policy(&["git"]), cache.path().to_owned())
+        .unwrap()
+        .with_options(FetcherOptions {
+            worker_memory_bytes: 96 * 1024 * 1024,
+            ..FetcherOptions::new(Isolation::Process(program))
+        });
+    let requests: Vec<SourceRequest> = (0..48)
+        .map(|n| git(daemon.url(), "team-a", &format!("d{n}")))
+        .collect();
+    let interval = Duration::from_secs(3600);
+    // The first ask starts a job for its path; the other 47 join the remote while it
+    // runs, and the next job reads them all from the commit it fetched.
+    for request in &requests {
+        fetcher.want(&[metahooks::source::Interest::keep(request, interval)]);
+    }
+    fetcher.idle().await;
+    for request in &requests {
+        let state = settled(&fetcher, request).await;
+        assert!(
+            state.error.is_none() && state.snapshot.is_some(),
+            "{:?}",
+            state.error
+        );
+    }
+}

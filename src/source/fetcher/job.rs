@@ -51,6 +51,40 @@ impl Drop for InFlight {
 
 pub(super) type Results = Vec<(String, Fetched)>;
 
+/// Paths one worker reads at most (each within the config size limit): a worker's memory
+/// follows one batch, however many paths parents name on one remote. Further paths are
+/// read from the commit already fetched, by further workers, without the network.
+const READS_PER_WORKER: usize = 8;
+
+/// Reads `batch` from the `resolved` commit in a worker of its own. A batch that ends the
+/// worker (its memory limit) is read again path by path, so one parent's oversized path
+/// fails that parent alone.
+async fn read_known(
+    isolation: &crate::source::worker::spawn::Isolation,
+    template: &GitJob,
+    resolved: &git::Resolved,
+    batch: &[Read],
+) -> Results {
+    let run = |reads: Vec<Read>| {
+        let job = GitJob {
+            known: Some(resolved.clone()),
+            reads,
+            ..template.clone()
+        };
+        crate::source::worker::spawn::run(isolation, job)
+    };
+    let outcome = run(batch.to_vec()).await;
+    let ended_worker = matches!(outcome.resolved, Err(FetchError::MemoryLimit { .. }));
+    if !ended_worker || batch.len() == 1 {
+        return outcome.results;
+    }
+    let mut results = Results::with_capacity(batch.len());
+    for read in batch {
+        results.extend(run(vec![read.clone()]).await.results);
+    }
+    results
+}
+
 /// hyper's words for a connection that was made and then closed under it.
 pub(super) fn closed_after_connecting(detail: &str) -> bool {
     let detail = detail.to_ascii_lowercase();
@@ -222,6 +256,8 @@ impl Job {
             inner.network_fetches.fetch_add(1, Ordering::SeqCst);
             inner.reserve_disk(&dir).await;
         }
+        let mut first = reads;
+        let rest = first.split_off(READS_PER_WORKER.min(first.len()));
         let job = GitJob {
             repo_dir: dir.clone(),
             url,
@@ -230,21 +266,34 @@ impl Job {
             tls,
             policy: (*inner.policy).clone(),
             known,
-            reads,
+            reads: first,
             limits: WorkerLimits {
                 memory_bytes: options.worker_memory_bytes,
                 timeout_ms: inner.policy.limits.timeout_seconds.saturating_mul(1000),
             },
         };
-        let outcome = crate::source::worker::spawn::run(&options.isolation, job).await;
+        let isolation = &options.isolation;
+        let outcome = crate::source::worker::spawn::run(isolation, job.clone()).await;
         if downloading {
             inner.downloads.fetch_sub(1, Ordering::SeqCst);
+        }
+        let mut results = outcome.results;
+        match &outcome.resolved {
+            Ok(resolved) => {
+                for batch in rest.chunks(READS_PER_WORKER) {
+                    results.extend(read_known(isolation, &job, resolved, batch).await);
+                }
+            }
+            Err(error) => results.extend(
+                rest.iter()
+                    .map(|read| (read.key.clone(), Fetched::Failed(error.clone()))),
+            ),
         }
         drop(repo_guard);
         if let Ok(resolved) = &outcome.resolved {
             self.account_for(resolved, &dir);
         }
-        (outcome.results, outcome.resolved.ok())
+        (results, outcome.resolved.ok())
     }
 
     /// A server refusing our client certificate, or wanting one we do not have (TLS 1.3
