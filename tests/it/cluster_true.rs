@@ -370,6 +370,50 @@ async fn a_commit_dated_ahead_does_not_freeze_the_source() {
     assert_eq!(fetched["status"], "True", "{fetched}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_name_another_parent_holds_is_reported_in_the_losers_status() {
+    let mut h = harness().await;
+    // An APIMock `web` first: its ConfigMap, Deployment and Service are all `web`.
+    h.emulator.apply(
+        json!({"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {"definition": "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths: {}\n"}}),
+    );
+    settle(&mut h, "APIMock", "web", |e| {
+        e.get("apps/v1", "Deployment", "team-a", "web").is_some()
+    })
+    .await;
+    // Then a MonitoredService `web`, whose Deployment and Service need the same names.
+    h.emulator
+        .apply(monitored("web", json!({"image": "app:1"})));
+    // Metacontroller refuses to adopt the APIMock's Deployment (the emulator says so as
+    // it would); the MonitoredService's status is where its owner learns why.
+    let refusal = h
+        .emulator
+        .converge(20)
+        .await
+        .expect_err("the create is refused");
+    assert!(
+        refusal.to_string().contains("OwnershipConflict"),
+        "{refusal}"
+    );
+    let (status, _, message) = condition(ms(&h.emulator, "web"), "Ready").unwrap();
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("Deployment web already exists and belongs to APIMock web"),
+        "{message}"
+    );
+    // The winner is not disturbed: its Deployment is still its own.
+    let deployment = h
+        .emulator
+        .get("apps/v1", "Deployment", "team-a", "web")
+        .unwrap();
+    assert_eq!(
+        deployment["metadata"]["ownerReferences"][0]["kind"],
+        "APIMock"
+    );
+}
+
 #[test]
 fn client_side_apply_merges_list_maps_and_keeps_server_defaults() {
     // What Metacontroller applied last time and wants now: one container, one port.

@@ -247,3 +247,26 @@ async fn a_child_the_hook_replaces_is_no_dropped_child() {
     assert!(emulator.get("v1", "ConfigMap", "ns", "step-2").is_some());
     assert!(emulator.get("v1", "ConfigMap", "ns", "step-1").is_none());
 }
+
+#[tokio::test]
+async fn a_refused_child_does_not_stop_the_others_or_the_status() {
+    // `Bad_Name` breaks the API server's naming rules; `cm` is fine. Metacontroller's
+    // ManageChildren goes on after a failed write, and syncParentObject writes the
+    // status regardless (it returns the manage error afterwards).
+    let body = r#"{"status": {"seen": true}, "children": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}]}"#;
+    let base = raw_hook(body, Duration::ZERO).await;
+    let mut emulator = emulator(&base, "v2", None);
+    let error = emulator
+        .converge(3)
+        .await
+        .expect_err("the bad child is refused");
+    assert!(error.contains("APIServerRefused"), "{error}");
+    assert!(emulator.get("v1", "ConfigMap", "ns", "cm").is_some());
+    assert!(emulator.get("v1", "ConfigMap", "ns", "Bad_Name").is_none());
+    let parent = emulator
+        .get("example.com/v1", "Thing", "ns", "one")
+        .unwrap();
+    assert_eq!(parent["status"]["seen"], true);
+}

@@ -36,6 +36,7 @@ use crate::controllers::common::reading::{self, Reads};
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
+use crate::controllers::common::taken::{self, ChildName};
 use crate::controllers::{Answer, CompositeHooks, Context, ControllerSettings};
 use crate::error::HookError;
 use crate::protocol::{
@@ -163,6 +164,13 @@ impl ApiMockHooks {
             external_url: urls.external,
             source,
             apply_limit: status::apply_limit(&children),
+            taken: taken::condition(
+                &children,
+                &call.request.children,
+                &call.request.related,
+                namespace,
+                "APIMock",
+            ),
         };
         let parent = &call.request.parent;
         let mut response = CompositeResponse::typed(&status::compute(facts, parent, &call.now))?;
@@ -248,9 +256,11 @@ impl CompositeHooks for ApiMockHooks {
             .with_finalized(request.children.is_empty()))
     }
 
-    /// The ConfigMap of `definitionFrom.configMapKeyRef` and the Secret of a source's
+    /// The objects holding its children's names (to tell a name another parent took), the
+    /// ConfigMap of `definitionFrom.configMapKeyRef` and the Secret of a source's
     /// `secretRef`, each by name in the APIMock's namespace only.
     fn customize(&self, request: &CustomizeRequest) -> Result<CustomizeResponse, HookError> {
+        let name = object_name(&request.parent).unwrap_or_default();
         let namespace = object_namespace(&request.parent).unwrap_or("default");
         let Ok(spec) = spec::parse_spec(&request.parent) else {
             return Ok(CustomizeResponse::default());
@@ -262,7 +272,7 @@ impl CompositeHooks for ApiMockHooks {
             namespace: Some(namespace.to_owned()),
             ..RelatedResourceRule::default()
         };
-        let mut rules = Vec::new();
+        let mut rules = taken::rules(namespace, &child_names(name, &spec));
         if let Some(key_ref) = spec
             .definition_from
             .as_ref()
@@ -277,6 +287,24 @@ impl CompositeHooks for ApiMockHooks {
             related_resources: rules,
         })
     }
+}
+
+/// The children an APIMock called `name` answers with: all take its name.
+fn child_names(name: &str, spec: &spec::ApiMockSpec) -> Vec<ChildName> {
+    let mut names = vec![
+        ChildName::new("ConfigMap", "v1", "configmaps", name),
+        ChildName::new("Deployment", "apps/v1", "deployments", name),
+        ChildName::new("Service", "v1", "services", name),
+    ];
+    if spec.ingress.is_some() {
+        names.push(ChildName::new(
+            "Ingress",
+            "networking.k8s.io/v1",
+            "ingresses",
+            name,
+        ));
+    }
+    names
 }
 
 /// What one sync call knows before it decides anything.
@@ -310,6 +338,7 @@ impl Call<'_> {
             external_url: None,
             source,
             apply_limit: None,
+            taken: None,
         };
         let mut response =
             CompositeResponse::typed(&status::compute(facts, &self.request.parent, &self.now))?;

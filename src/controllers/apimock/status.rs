@@ -21,6 +21,8 @@ pub struct Facts<'a> {
     pub source: Option<SourceFacts>,
     /// Set when a child is too large for client-side apply's last-applied copy.
     pub apply_limit: Option<Decided>,
+    /// `Ready=False NameTaken` when another object holds a child's name.
+    pub taken: Option<Decided>,
 }
 
 /// Where the definition came from and how reading it went.
@@ -120,7 +122,9 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
 fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
     let rollout = &facts.rollout;
     let current = facts.serving.is_some() && rollout.served_hash.as_deref() == facts.serving;
-    if facts.serving.is_none() && awaiting {
+    if let Some(taken) = &facts.taken {
+        taken.clone()
+    } else if facts.serving.is_none() && awaiting {
         Decided::new(
             ConditionType::Ready,
             false,

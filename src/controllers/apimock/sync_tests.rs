@@ -347,20 +347,60 @@ fn the_spec_names_exactly_one_definition() {
 fn customize_asks_for_the_config_map_and_the_secret_by_name_in_the_namespace() {
     let harness = Harness::new();
     let customize = |spec: Value| harness.call("apimock", Hook::Customize, &request(spec, &[]));
+    // Every answer asks for the objects holding its children's names (see NameTaken).
+    let children = json!([
+        {"apiVersion": "v1", "resource": "configmaps", "names": ["shop"], "namespace": "team"},
+        {"apiVersion": "apps/v1", "resource": "deployments", "names": ["shop"], "namespace": "team"},
+        {"apiVersion": "v1", "resource": "services", "names": ["shop"], "namespace": "team"}
+    ]);
+    let with = |rule: Value| {
+        let mut rules = children.as_array().cloned().unwrap_or_default();
+        rules.push(rule);
+        Value::Array(rules)
+    };
     assert_eq!(
         customize(json!({"definition": PETS}))["relatedResources"],
-        json!([])
+        children
     );
     assert_eq!(
         customize(json!({"definitionFrom": {"configMapKeyRef": {"name": "docs", "key": "k"}}}))["relatedResources"],
-        json!([{"apiVersion": "v1", "resource": "configmaps", "names": ["docs"], "namespace": "team"}])
+        with(
+            json!({"apiVersion": "v1", "resource": "configmaps", "names": ["docs"], "namespace": "team"})
+        )
     );
     assert_eq!(
         customize(
             json!({"definitionFrom": {"http": {"url": URL, "secretRef": {"name": "creds"}}}})
         )["relatedResources"],
-        json!([{"apiVersion": "v1", "resource": "secrets", "names": ["creds"], "namespace": "team"}])
+        with(
+            json!({"apiVersion": "v1", "resource": "secrets", "names": ["creds"], "namespace": "team"})
+        )
     );
+}
+
+#[test]
+fn a_name_another_parent_holds_is_reported_as_taken() {
+    let harness = Harness::new();
+    // A MonitoredService `shop` already has a Service called `shop` in this namespace.
+    let theirs = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "shop", "namespace": "team", "uid": "s-1",
+            "ownerReferences": [{"apiVersion": "services.example.com/v1alpha1",
+                "kind": "MonitoredService", "name": "shop", "uid": "ms-1", "controller": true}]}});
+    let call = request(json!({"definition": PETS}), &[])
+        .related(json!({"Service.v1": {"team/shop": theirs}}));
+    let answer = harness.call("apimock", Hook::Sync, &call);
+    let ready = condition(&answer, "Ready");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "NameTaken");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Service shop already exists and belongs to MonitoredService shop"),
+        "{message}"
+    );
+    // Once the name is free the same call is ready to roll.
+    let call = request(json!({"definition": PETS}), &[]);
+    let answer = harness.call("apimock", Hook::Sync, &call);
+    assert_ne!(condition(&answer, "Ready")["reason"], "NameTaken");
 }
 
 #[test]
@@ -375,7 +415,11 @@ fn a_certificate_secret_is_asked_for_and_checked_key_by_key() {
         .flatten()
         .flat_map(|rule| rule["names"].as_array().into_iter().flatten())
         .collect();
-    assert_eq!(names, [&json!("creds"), &json!("corp-ca")], "{rules}");
+    assert_eq!(
+        names[names.len() - 2..],
+        [&json!("creds"), &json!("corp-ca")],
+        "{rules}"
+    );
 
     let secret = |name: &str, data: Value| {
         (

@@ -21,3 +21,4 @@ pub mod secrets;
 pub mod source_spec;
 pub mod spec;
 pub mod steps;
+pub mod taken;

@@ -105,6 +105,8 @@ reasons! {
     ConfigInvalid,
     /// The Deployment does not exist yet.
     DeploymentMissing,
+    /// A child's name is held by an object this parent does not own.
+    NameTaken,
     /// The Deployment says enough replicas are available.
     MinimumReplicasAvailable,
     /// The Deployment says too few replicas are available.

@@ -36,6 +36,7 @@ use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
 use crate::controllers::common::steps::{Step, StepKey};
+use crate::controllers::common::taken::{self, ChildName};
 use crate::controllers::{Answer, CompositeHooks, Context};
 use crate::error::HookError;
 use crate::protocol::{
@@ -276,6 +277,15 @@ impl CompositeHooks for MonitoredServiceHooks {
             namespace: Some(namespace.to_owned()),
             ..RelatedResourceRule::default()
         }];
+        // The objects holding its children's names, to tell a name another parent took.
+        rules.extend(taken::rules(
+            namespace,
+            &[
+                ChildName::new("ConfigMap", "v1", "configmaps", config_map_name(name)),
+                ChildName::new("Deployment", "apps/v1", "deployments", name),
+                ChildName::new("Service", "v1", "services", name),
+            ],
+        ));
         if let Ok(spec) = spec::parse_spec(&request.parent)
             && let secrets = secret_names(&spec)
             && !secrets.is_empty()
@@ -331,9 +341,17 @@ impl<'r> Call<'r> {
         children: Vec<Value>,
         resync: u64,
     ) -> Result<CompositeResponse, HookError> {
+        let taken = taken::condition(
+            &children,
+            &self.request.children,
+            &self.request.related,
+            self.namespace,
+            "MonitoredService",
+        );
         let mut response = status::answer(
             facts,
             &self.observed.rollout,
+            taken,
             &self.request.parent,
             &self.now,
         )?;

@@ -90,19 +90,21 @@ impl<'a> Facts<'a> {
 }
 
 /// The answer's status (children are the caller's): what was decided, and the rollout
-/// as observed.
+/// as observed; `taken` (a child's name held by another object) is what `Ready` says
+/// when it is set.
 ///
 /// # Errors
 /// The status does not serialise (a bug, answered 500).
 pub fn answer(
     facts: Facts<'_>,
     rollout: &Rollout,
+    taken: Option<Decided>,
     parent: &Value,
     now: &str,
 ) -> Result<CompositeResponse, HookError> {
     let hash = facts.config.map(Config::hash);
     let current = hash == rollout.served_hash.as_deref() || (hash.is_none() && rollout.exists);
-    let ready = ready(&facts, rollout, current);
+    let ready = taken.unwrap_or_else(|| ready(&facts, rollout, current));
     let generation = parent
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);

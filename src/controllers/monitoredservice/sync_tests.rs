@@ -308,3 +308,43 @@ fn a_string_over_its_limit_is_refused_where_it_enters() {
         "{message}"
     );
 }
+
+#[test]
+fn a_config_map_name_an_apimock_holds_is_reported_as_taken() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    // An APIMock called `web-config` owns the ConfigMap this service's config needs.
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "web-config", "namespace": "team", "uid": "c-1",
+            "ownerReferences": [{"apiVersion": "apirator.io/v1alpha1", "kind": "APIMock",
+                "name": "web-config", "uid": "m-1", "controller": true}]}});
+    let request = Request::composite(
+        "services.example.com/v1alpha1",
+        "MonitoredService",
+        "web",
+        "team",
+    )
+    .spec(spec())
+    .related(json!({"ConfigMap.v1": {"team/web-config": theirs}}));
+    let answer = harness.call("monitoredservice", Hook::Sync, &request);
+    let ready = condition(&answer, "Ready");
+    assert_eq!(ready["reason"], "NameTaken");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("ConfigMap web-config already exists and belongs to APIMock web-config")
+            && message.contains("this MonitoredService cannot create its own"),
+        "{message}"
+    );
+    // The customize hook asks for the objects of each child's name.
+    let customize = harness.call("monitoredservice", Hook::Customize, &request);
+    let names: Vec<&str> = customize["relatedResources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|rule| rule["names"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(names, ["web-config", "web", "web"]);
+}

@@ -12,7 +12,18 @@ use crate::objects::{apply_server_defaults, owner_uid, three_way};
 use crate::registration::{ControllerType, Registration};
 use crate::{Key, key_of};
 
+/// What managing a parent's children did: the children deleted and asked for again
+/// (`dropped`), and the writes that failed, each a finding.
+#[derive(Default)]
+pub(super) struct Managed {
+    pub(super) dropped: Vec<Key>,
+    pub(super) failed: Vec<Problem>,
+}
+
 impl Emulator {
+    /// Deletes the owned children the answer left out and writes the desired ones. Like
+    /// Metacontroller's `ManageChildren`, a write that fails does not stop the others:
+    /// each failure is kept and the caller goes on to write the parent's status.
     pub(super) fn manage_children(
         &mut self,
         registration: &Registration,
@@ -20,11 +31,11 @@ impl Emulator {
         owned: Vec<Key>,
         desired: Vec<Value>,
         report: &mut RoundReport,
-    ) -> Result<Vec<Key>, Problem> {
+    ) -> Managed {
         let identity = parent_identity(parent);
         let desired_by_key = self.as_written(desired, &key_of(parent).2);
         self.delete_undesired(owned, &desired_by_key, identity, report);
-        let mut dropped = Vec::new();
+        let mut managed = Managed::default();
         for (key, child) in desired_by_key {
             self.desired_under.insert(key.clone(), identity);
             // Dropped and asked for again with the parent unchanged all along: the child
@@ -32,11 +43,13 @@ impl Emulator {
             if self.dropped_under.remove(&key).as_ref() == Some(&identity)
                 && !self.objects.contains_key(&key)
             {
-                dropped.push(key.clone());
+                managed.dropped.push(key.clone());
             }
-            self.write_child(registration, parent, key, child, report)?;
+            if let Err(problem) = self.write_child(registration, parent, key, child, report) {
+                managed.failed.push(problem);
+            }
         }
-        Ok(dropped)
+        managed
     }
 
     /// The desired children as Metacontroller writes them, by key: without status, and

@@ -163,11 +163,13 @@ impl Emulator {
         // finalize hook (syncParentObject); a terminating parent without one only gets
         // its status written.
         let terminating = parent.pointer("/metadata/deletionTimestamp").is_some();
-        let dropped = if !terminating || finalizing {
-            self.manage_children(registration, &parent, owned, desired, report)?
+        let managed = if !terminating || finalizing {
+            self.manage_children(registration, &parent, owned, desired, report)
         } else {
-            Vec::new()
+            super::children::Managed::default()
         };
+        // Status, resync and finalizer go on whatever the children's writes did
+        // (syncParentObject remembers the manage error and updates status regardless).
         match registration.type_ {
             ControllerType::Composite => {
                 self.write_composite_status(&parent_key, &response, report)
@@ -182,6 +184,10 @@ impl Emulator {
         if response.get("finalized").and_then(Value::as_bool) == Some(true) {
             self.finalized(&parent_key, &registration.finalizer(), report);
         }
+        if let Some(problem) = joined(managed.failed) {
+            return Err(problem);
+        }
+        let dropped = managed.dropped;
         if !finalizing && !dropped.is_empty() {
             let names: Vec<String> = dropped.iter().map(describe).collect();
             return Err((
@@ -384,4 +390,16 @@ fn has_selector(parent: &Value) -> bool {
             })
     };
     non_empty("matchLabels") || non_empty("matchExpressions")
+}
+
+/// The failed writes of one apply as one finding: the first's rule, every message.
+fn joined(failed: Vec<Problem>) -> Option<Problem> {
+    let mut failed = failed.into_iter();
+    let (rule, first) = failed.next()?;
+    let mut message = first;
+    for (_, more) in failed {
+        message.push_str("; ");
+        message.push_str(&more);
+    }
+    Some((rule, message))
 }
