@@ -376,12 +376,15 @@ def attack_tree_bomb():
 SOURCE_FLAGS = ("--allow-scheme", "git,http", "--allow-private-addresses")
 
 
-def service_request(name, source, namespace="team-a", related=None, children_=None):
+def service_request(name, source, namespace="team-a", related=None, children_=None, interval=None):
+    spec = {"image": "app:1", "source": source}
+    if interval:
+        spec["intervalSeconds"] = interval
     return json.dumps({
         "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}},
         "parent": {"apiVersion": "services.example.com/v1alpha1", "kind": "MonitoredService",
                    "metadata": {"name": name, "namespace": namespace, "uid": f"u-{namespace}-{name}", "generation": 1},
-                   "spec": {"image": "app:1", "source": source}},
+                   "spec": spec},
         "children": children_ or {}, "related": related or {}, "finalizing": False}).encode()
 
 
@@ -708,6 +711,242 @@ def attack_disk_cap(repos=8, size=40 << 20, cap=100 << 20):
         daemon.terminate()
 
 
+def legitimate_calls(server, stop, codes, lock):
+    """A client syncing a small valid APIMock until `stop`, counting the answers."""
+    request = apimock_request("openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n", name="legit")
+    while time.time() < stop:
+        try:
+            code, _ = post(server.hook, "/apimock/sync", request, timeout=10)
+        except OSError:
+            code = "error"
+        with lock:
+            codes[code] = codes.get(code, 0) + 1
+        time.sleep(0.05)
+
+
+def attack_probe_port(count=2000, head=390 * 1024):
+    """2000 connections to the probe port, each sending 390 KiB of a header it never
+    finishes, while /healthz is asked every 50 ms on a connection of its own."""
+    server = Server()
+    server.sampler = Sampler(server)
+    started = time.time()
+    opened = []
+    closed_at = []
+    lock = threading.Lock()
+
+    def hold():
+        try:
+            s = socket.create_connection(("127.0.0.1", server.probe), timeout=5)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * head)
+        except OSError:
+            with lock:
+                closed_at.append(time.time() - started)
+            return
+        s.settimeout(60)
+        with lock:
+            opened.append(s)
+        try:
+            while s.recv(4096):
+                pass
+        except OSError:
+            pass
+        with lock:
+            closed_at.append(time.time() - started)
+
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(count)]
+    for t in holders:
+        t.start()
+    probes, slow = 0, 0
+    stop = time.time() + 20
+    while time.time() < stop:
+        t0 = time.time()
+        try:
+            ok = get(server.probe, "/healthz", timeout=1)[0] == 200
+        except OSError:
+            ok = False
+        probes += 1
+        slow += 0 if ok and time.time() - t0 < 1 else 1
+        time.sleep(0.05)
+    for t in holders:
+        t.join(timeout=60)
+    with lock:
+        closed = len(closed_at)
+        last = max(closed_at) if closed_at else 0
+    report(f"probe port: {count} connections x {head // 1024} KiB unfinished header", server, started,
+           f"{closed}/{count} closed by the server, the last after {last:.1f} s; /healthz answered within 1 s {probes - slow}/{probes}")
+    finish(server)
+
+
+def attack_trickled_bodies(count=64):
+    """64 calls that send one byte of their body every 2 s, while a client syncs."""
+    server = Server("--max-in-flight", "64", "--body-read-timeout-seconds", "30")
+    server.sampler = Sampler(server)
+    started = time.time()
+    tricklers = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", server.hook))
+        s.sendall(b"POST /apimock/sync HTTP/1.1\r\nHost: x\r\ncontent-length: 1000\r\n\r\n{")
+        tricklers.append(s)
+    codes, lock = {}, threading.Lock()
+    stop = time.time() + 20
+    legit = threading.Thread(target=legitimate_calls, args=(server, stop, codes, lock))
+    legit.start()
+    while time.time() < stop:
+        for s in tricklers:
+            try:
+                s.sendall(b" ")
+            except OSError:
+                pass
+        time.sleep(2)
+    legit.join()
+    for s in tricklers:
+        s.close()
+    report(f"{count} trickled bodies (1 byte / 2 s), --max-in-flight 64", server, started,
+           f"legitimate calls during the attack: {codes}")
+    finish(server)
+
+
+def attack_long_urls(count=160, length=400 * 1000):
+    """160 MonitoredServices whose git URLs are 400 KB long."""
+    server = sourced_server()
+    started = time.time()
+    outcomes = {}
+    for i in range(count):
+        url = f"http://127.0.0.1:9/{'a' * length}{i}.git"
+        code, data = post(server.hook, "/monitoredservice/sync", service_request(f"u{i}", {"git": {"url": url, "path": "x"}}))
+        reason = "-"
+        try:
+            for c in json.loads(data)["status"]["conditions"]:
+                if c["type"] == "ConfigValid":
+                    reason = f"ConfigValid={c['status']} {c['reason']}"
+        except (ValueError, KeyError):
+            pass
+        outcomes[f"{code} {reason}"] = outcomes.get(f"{code} {reason}", 0) + 1
+    scrape = len(get(server.probe, "/metrics")[1])
+    report(f"{count} MonitoredServices with {length // 1000} KB git URLs", server, started,
+           f"{outcomes}; /metrics {scrape // 1024} KiB")
+    finish(server)
+
+
+def attack_path_spellings(count=200):
+    """200 MonitoredServices on one remote, each spelling the same path differently."""
+    url, daemon = git_repo({"app.env": b"A=1\n" + b"B=" + b"x" * 500_000 + b"\n"})
+    server = sourced_server()
+    started = time.time()
+    spellings = ["./" * (i % 20) + "app.env" + "/." * (i // 20) for i in range(count)]
+    summary, pending = sync_all(server, [service_request(f"p{i}", {"git": {"url": url, "path": p}})
+                                         for i, p in enumerate(spellings)], limit=120)
+    report(f"{count} spellings of one path on one remote", server, started, f"{summary}; {pending} pending",
+           f"most workers at once: {server.sampler.most_workers}")
+    finish(server)
+    daemon.terminate()
+
+
+def attack_future_dated():
+    """A commit dated a day ahead, then an ordinary one: the ordinary one must roll."""
+    root = tempfile.mkdtemp(prefix="metahooks-dated-")
+    bare = os.path.join(root, "config.git")
+    work = os.path.join(root, "work")
+    subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", bare], check=True)
+    subprocess.run(["git", "init", "-q", "--initial-branch=main", work], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+
+    def commit(text, ahead):
+        with open(os.path.join(work, "app.env"), "w") as f:
+            f.write(text)
+        at = f"@{int(time.time()) + ahead} +0000"
+        subprocess.run(["git", "add", "-A"], cwd=work, check=True, env=env)
+        subprocess.run(["git", "commit", "-q", "-m", text], cwd=work, check=True,
+                       env={**env, "GIT_AUTHOR_DATE": at, "GIT_COMMITTER_DATE": at})
+        subprocess.run(["git", "push", "-q", bare, "HEAD:main"], cwd=work, check=True, env=env)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True, check=True).stdout.decode().strip()
+
+    port = free_port()
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={root}",
+                               "--listen=127.0.0.1", f"--port={port}", root],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"git://127.0.0.1:{port}/config.git"
+    commit("V=1\n", 86_400)
+    server = sourced_server()
+    started = time.time()
+    source = {"git": {"url": url, "path": "app.env"}}
+    children_ = {}
+    fetches = 0
+
+    def sync():
+        nonlocal children_
+        _, data = post(server.hook, "/monitoredservice/sync", service_request("dated", source, children_=children_, interval=10))
+        answer = json.loads(data)
+        children_ = {}
+        for child in answer.get("children", []):
+            key = f"{child['kind']}.{child['apiVersion']}"
+            children_.setdefault(key, {})[f"team-a/{child['metadata']['name']}"] = child
+        return answer.get("status", {}).get("revision") or ""
+
+    deadline = time.time() + 30
+    while "@sha1:" not in sync() and time.time() < deadline:
+        time.sleep(0.2)
+    second = commit("V=2\n", 0)
+    rolled = None
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if sync().endswith(second):
+            rolled = time.time() - started
+            break
+        fetches += 1
+        time.sleep(0.5)
+    outcome = f"the next ordinary commit rolled after {rolled:.1f} s" if rolled else "the next ordinary commit never rolled (60 s)"
+    report("a commit dated a day ahead, then an ordinary one (poll interval 10 s)", server, started, outcome)
+    finish(server)
+    daemon.terminate()
+
+
+def attack_receiver_slots(count=16, pushes=6):
+    """16 unsigned senders that never finish their bodies, then 6 signed pushes."""
+    import hashlib
+    import hmac
+    secret = b"abuse-secret"
+    secret_file = tempfile.NamedTemporaryFile(delete=False)
+    secret_file.write(secret)
+    secret_file.close()
+    receiver = free_port()
+    server = sourced_server("--receiver-listen", f"127.0.0.1:{receiver}", "--receiver-secret-file", secret_file.name)
+    started = time.time()
+    stalled = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", receiver))
+        s.sendall(b"POST /receivers/github HTTP/1.1\r\nHost: x\r\ncontent-length: 100000\r\n\r\n{")
+        stalled.append(s)
+    codes = {}
+    for i in range(pushes):
+        body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": f"https://git.example.com/org/r{i}.git"}}).encode()
+        signature = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+        conn = http.client.HTTPConnection("127.0.0.1", receiver, timeout=10)
+        try:
+            conn.request("POST", "/receivers/github", body=body, headers={
+                "Content-Type": "application/json", "X-Hub-Signature-256": signature, "X-GitHub-Event": "push"})
+            code = conn.getresponse().status
+        except OSError:
+            code = "error"
+        conn.close()
+        codes[code] = codes.get(code, 0) + 1
+    for s in stalled:
+        s.close()
+    report(f"receivers: {count} unsigned stalled senders, then {pushes} signed pushes", server, started,
+           f"signed pushes answered {codes}")
+    finish(server)
+    os.unlink(secret_file.name)
+
+
+def attack_bounds():
+    attack_probe_port()
+    attack_trickled_bodies()
+    attack_long_urls()
+    attack_path_spellings()
+    attack_future_dated()
+    attack_receiver_slots()
+
+
 def attack_sources():
     attack_exfiltration()
     attack_ref_flood(http=False)
@@ -720,10 +959,11 @@ def attack_sources():
 
 
 def main():
-    # ABUSE_ONLY=sources runs the source attacks alone; ABUSE_ONLY=<function> one attack.
+    # ABUSE_ONLY=sources (or bounds) runs that group alone; ABUSE_ONLY=<function> one attack.
     only = os.environ.get("ABUSE_ONLY")
     if only:
-        (attack_sources if only == "sources" else globals()[only])()
+        groups = {"sources": attack_sources, "bounds": attack_bounds}
+        (groups.get(only) or globals()[only])()
         return table()
     attack_definition("YAML nested alias bomb (anchors of anchors, 100^6 nodes)", nested_alias_bomb(6, 100, pad=32 * 1024))
     attack_definition("YAML flat alias bomb", flat_alias_bomb(200 * 1024))
@@ -736,6 +976,7 @@ def main():
     attack_slow_clients()
     attack_tree_bomb()
     attack_sources()
+    attack_bounds()
     table()
 
 

@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked
-# ABUSE_ONLY=sources scripts/abuse.sh: only the attacks on the source engine.
+# ABUSE_ONLY=sources scripts/abuse.sh: only the attacks on the source engine;
+# ABUSE_ONLY=bounds: only the bounds attacks (probe port, trickled bodies, long URLs,
+# path spellings, a future-dated commit, receiver slots).
 python3 scripts/abuse.py target/release/metahooks
