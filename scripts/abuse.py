@@ -724,20 +724,27 @@ def legitimate_calls(server, stop, codes, lock):
         time.sleep(0.05)
 
 
-def attack_probe_port(count=2000, head=390 * 1024):
+def attack_probe_port(count=2000, head=390 * 1024, hook_port=False):
     """2000 connections to the probe port, each sending 390 KiB of a header it never
-    finishes, while /healthz is asked every 50 ms on a connection of its own."""
+    finishes, while /healthz is asked every 50 ms on a connection of its own (with
+    `hook_port`, 1100 such connections to the hook port while a client syncs)."""
     server = Server()
     server.sampler = Sampler(server)
     started = time.time()
+    target = server.hook if hook_port else server.probe
+    codes, codes_lock = {}, threading.Lock()
+    legit = None
+    if hook_port:
+        legit = threading.Thread(target=legitimate_calls, args=(server, time.time() + 20, codes, codes_lock))
+        legit.start()
     opened = []
     closed_at = []
     lock = threading.Lock()
 
     def hold():
         try:
-            s = socket.create_connection(("127.0.0.1", server.probe), timeout=5)
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * head)
+            s = socket.create_connection(("127.0.0.1", target), timeout=5)
+            s.sendall(b"POST /apimock/sync HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * head)
         except OSError:
             with lock:
                 closed_at.append(time.time() - started)
@@ -772,9 +779,17 @@ def attack_probe_port(count=2000, head=390 * 1024):
     with lock:
         closed = len(closed_at)
         last = max(closed_at) if closed_at else 0
-    report(f"probe port: {count} connections x {head // 1024} KiB unfinished header", server, started,
-           f"{closed}/{count} closed by the server, the last after {last:.1f} s; /healthz answered within 1 s {probes - slow}/{probes}")
+    if legit:
+        legit.join()
+    port = "hook" if hook_port else "probe"
+    during = f"; legitimate calls during the attack: {codes}" if hook_port else ""
+    report(f"{port} port: {count} connections x {head // 1024} KiB unfinished header", server, started,
+           f"{closed}/{count} closed by the server, the last after {last:.1f} s; /healthz answered within 1 s {probes - slow}/{probes}{during}")
     finish(server)
+
+
+def attack_hook_port_heads():
+    attack_probe_port(count=1100, head=400 * 1024, hook_port=True)
 
 
 def attack_trickled_bodies(count=64):
@@ -940,6 +955,7 @@ def attack_receiver_slots(count=16, pushes=6):
 
 def attack_bounds():
     attack_probe_port()
+    attack_hook_port_heads()
     attack_trickled_bodies()
     attack_long_urls()
     attack_path_spellings()
