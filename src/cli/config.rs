@@ -139,6 +139,8 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
     let policy = Policy {
         extra_schemes: args.allow_scheme.iter().cloned().collect(),
         allow_private_addresses: args.allow_private_addresses,
+        allow_cidrs: args.allow_cidr.clone(),
+        allow_hosts: args.allow_host.clone(),
         limits: SourceLimits::default(),
         source_ca_pem: args
             .source_ca_file

@@ -235,9 +235,29 @@ pub struct ControllerArgs {
     /// git and HTTP sources alike.
     #[arg(long, env = "METAHOOKS_SOURCE_CA_FILE", value_name = "PEM")]
     pub source_ca_file: Option<std::path::PathBuf>,
-    /// Let sources reach loopback, private and link-local addresses (cloud metadata too).
+    /// Let sources reach loopback, private and link-local addresses (cloud metadata too):
+    /// the blunt switch; prefer --allow-cidr and --allow-host.
     #[arg(long, env = "METAHOOKS_ALLOW_PRIVATE_ADDRESSES", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_private_addresses: bool,
+    /// Let sources reach this address range (CIDR, e.g. 10.20.0.0/16); repeatable or
+    /// comma-separated. Link-local (cloud metadata) addresses only by a range inside
+    /// 169.254.0.0/16, fe80::/10 or fd00:ec2::254 itself.
+    #[arg(
+        long = "allow-cidr",
+        env = "METAHOOKS_ALLOW_CIDR",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    pub allow_cidr: Vec<ipnet::IpNet>,
+    /// Let sources on this host reach private addresses: a name, or *.name for any host
+    /// below it; repeatable or comma-separated. Never link-local (cloud metadata).
+    #[arg(
+        long = "allow-host",
+        env = "METAHOOKS_ALLOW_HOST",
+        value_delimiter = ',',
+        value_name = "PATTERN"
+    )]
+    pub allow_host: Vec<crate::source::policy::HostPattern>,
     /// Where fetched sources are cached (default: a metahooks folder in the temp dir).
     #[arg(long, env = "METAHOOKS_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,

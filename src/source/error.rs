@@ -8,7 +8,7 @@ pub enum FetchError {
     InvalidUrl { url: String, problem: String },
     #[error("scheme {scheme:?} is not allowed (https is; others need --allow-scheme {scheme})")]
     SchemeRefused { scheme: String },
-    #[error("host {host} is refused: {why} (allow with --allow-private-addresses)")]
+    #[error("host {host} is refused: {why}")]
     HostRefused { host: String, why: String },
     #[error("the credentials of Secret {secret:?} are not sent to {url}: {why}")]
     CredentialsNotAllowed {

@@ -348,7 +348,7 @@ mod tests {
             extra_schemes: BTreeSet::from(["http".to_owned()]),
             allow_private_addresses: true,
             limits,
-            source_ca_pem: None,
+            ..Policy::default()
         }
     }
 

@@ -44,8 +44,19 @@ impl Default for SourceLimits {
 pub struct Policy {
     /// Schemes besides https that may be fetched (`http`, `git`, `file`).
     pub extra_schemes: BTreeSet<String>,
-    /// Loopback, private and link-local destinations (cloud metadata included).
+    /// Loopback, private and link-local destinations (cloud metadata included): the
+    /// blunt switch.
     pub allow_private_addresses: bool,
+    /// Destinations allowed one range at a time (`--allow-cidr`). A link-local (cloud
+    /// metadata) address is allowed only by a range that lies inside the link-local
+    /// block itself, so a wide range never opens it by accident.
+    #[serde(default)]
+    pub allow_cidrs: Vec<ipnet::IpNet>,
+    /// Hosts that may resolve to private destinations (`--allow-host`): `git.corp.example`
+    /// exactly, or `*.corp.example` for one or more labels before `corp.example`. Never
+    /// a link-local (cloud metadata) address.
+    #[serde(default)]
+    pub allow_hosts: Vec<HostPattern>,
     /// Size, count and time bounds of a fetch.
     pub limits: SourceLimits,
     /// CAs every https source trusts besides the public web roots (`--source-ca-file`),
@@ -88,18 +99,43 @@ impl Policy {
         Ok(parsed)
     }
 
-    /// Refuses a destination address unless private addresses are allowed.
+    /// Refuses a destination address that is not public, unless an allow-list (or the
+    /// blunt `--allow-private-addresses`) admits it for `host`. The refusal names the
+    /// address, the host and the flag that would allow it.
     pub fn check_address(&self, host: &str, address: IpAddr) -> Result<(), FetchError> {
         if self.allow_private_addresses {
             return Ok(());
         }
-        match refusal(address) {
-            Some(why) => Err(FetchError::HostRefused {
-                host: host.to_owned(),
-                why: format!("{address} is {why}"),
-            }),
-            None => Ok(()),
+        let Some(why) = refusal(address) else {
+            return Ok(());
+        };
+        if self.allows(host, address) {
+            return Ok(());
         }
+        let exact = ipnet::IpNet::from(address);
+        let how = if is_link_local(address) {
+            format!(
+                "cloud metadata lives in this range, so only --allow-cidr {exact} (a range inside the link-local block) allows it"
+            )
+        } else {
+            format!(
+                "allow it with --allow-cidr {exact} (or a range holding it) or --allow-host {host}"
+            )
+        };
+        Err(FetchError::HostRefused {
+            host: host.to_owned(),
+            why: format!("{address} is {why}; {how}"),
+        })
+    }
+
+    /// Whether an allow-list admits `address` (reached for `host`).
+    fn allows(&self, host: &str, address: IpAddr) -> bool {
+        let link_local = is_link_local(address);
+        let by_range = self
+            .allow_cidrs
+            .iter()
+            .any(|range| range.contains(&address) && (!link_local || inside_link_local(range)));
+        by_range || (!link_local && self.allow_hosts.iter().any(|pattern| pattern.matches(host)))
     }
 
     /// Resolves a URL's host and checks every address it resolves to.
@@ -127,6 +163,110 @@ impl Policy {
         }
         Ok(())
     }
+}
+
+/// A host name pattern of `--allow-host`: a name, or `*.` and a name for any host one or
+/// more labels below it. Compared without case and without a trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostPattern {
+    /// The name (below which any host matches when `wildcard`), lower-case.
+    name: String,
+    wildcard: bool,
+}
+
+impl HostPattern {
+    /// Whether `host` (as a URL names it) matches.
+    pub fn matches(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        if !self.wildcard {
+            return host == self.name;
+        }
+        host.strip_suffix(&self.name)
+            .and_then(|below| below.strip_suffix('.'))
+            .is_some_and(|labels| !labels.is_empty())
+    }
+}
+
+impl std::str::FromStr for HostPattern {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<HostPattern, String> {
+        let lowered = raw.trim_end_matches('.').to_ascii_lowercase();
+        let (wildcard, name) = match lowered.strip_prefix("*.") {
+            Some(name) => (true, name.to_owned()),
+            None => (false, lowered),
+        };
+        let label_ok = |label: &str| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        };
+        if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+            return Err(format!(
+                "{raw:?} is not a host name or *.name pattern (letters, digits, '-' and '.'; '*' only as the first label)"
+            ));
+        }
+        Ok(HostPattern { name, wildcard })
+    }
+}
+
+impl TryFrom<String> for HostPattern {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<HostPattern, String> {
+        raw.parse()
+    }
+}
+
+impl From<HostPattern> for String {
+    fn from(pattern: HostPattern) -> String {
+        if pattern.wildcard {
+            format!("*.{}", pattern.name)
+        } else {
+            pattern.name
+        }
+    }
+}
+
+/// The blocks where cloud metadata services answer: IPv4 link-local, IPv6 link-local,
+/// and AWS's IPv6 metadata address (inside the unique-local block).
+fn link_local_blocks() -> [ipnet::IpNet; 3] {
+    [
+        ipnet::IpNet::V4(ipnet::Ipv4Net::new_assert(
+            std::net::Ipv4Addr::new(169, 254, 0, 0),
+            16,
+        )),
+        ipnet::IpNet::V6(ipnet::Ipv6Net::new_assert(
+            std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+            10,
+        )),
+        ipnet::IpNet::V6(ipnet::Ipv6Net::new_assert(
+            std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
+            128,
+        )),
+    ]
+}
+
+/// Whether `address` is where cloud metadata may answer (an IPv4 address mapped into
+/// IPv6 judged as itself).
+fn is_link_local(address: IpAddr) -> bool {
+    let address = match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+        v4 => v4,
+    };
+    link_local_blocks()
+        .iter()
+        .any(|block| block.contains(&address))
+}
+
+/// Whether an allowed range lies wholly inside a link-local block.
+fn inside_link_local(range: &ipnet::IpNet) -> bool {
+    link_local_blocks()
+        .iter()
+        .any(|block| block.contains(range))
 }
 
 /// What is wrong with a URL that does not parse, in words for whoever wrote it: the url
@@ -442,5 +582,80 @@ mod tests {
         assert!(check_repo_path("../etc/passwd").is_err());
         assert!(check_repo_path("a/../../b").is_err());
         assert!(check_repo_path("/etc/passwd").is_err());
+    }
+
+    fn allowing(cidrs: &[&str], hosts: &[&str]) -> Policy {
+        Policy {
+            allow_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+            allow_hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
+            ..Policy::default()
+        }
+    }
+
+    fn refused(policy: &Policy, host: &str, address: &str) -> Option<String> {
+        policy
+            .check_address(host, address.parse().unwrap())
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_allowed_range_opens_its_addresses_and_nothing_else() {
+        let policy = allowing(&["10.20.0.0/16"], &[]);
+        assert_eq!(refused(&policy, "gitlab", "10.20.0.5"), None);
+        let other = refused(&policy, "gitlab", "10.21.0.5").unwrap();
+        assert!(
+            other.contains("host gitlab is refused: 10.21.0.5 is a private address")
+                && other.contains("--allow-cidr 10.21.0.5/32")
+                && other.contains("--allow-host gitlab"),
+            "{other}"
+        );
+        assert!(refused(&policy, "x", "127.0.0.1").is_some());
+    }
+
+    #[test]
+    fn metadata_addresses_need_a_range_inside_the_link_local_block() {
+        // A wide range, or a host allowed by name, never opens cloud metadata.
+        let wide = allowing(&["0.0.0.0/0", "::/0"], &["*.corp.example"]);
+        for metadata in [
+            "169.254.169.254",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::ffff:169.254.169.254",
+        ] {
+            let message = refused(&wide, "metadata.corp.example", metadata)
+                .unwrap_or_else(|| panic!("{metadata} was allowed"));
+            assert!(message.contains("only --allow-cidr"), "{message}");
+        }
+        // Everything else the wide range holds is allowed.
+        assert_eq!(refused(&wide, "h", "10.0.0.1"), None);
+        assert_eq!(refused(&wide, "h", "fd00::1"), None);
+        // Named exactly, it is allowed.
+        let exact = allowing(&["169.254.169.254/32", "fd00:ec2::254/128"], &[]);
+        assert_eq!(refused(&exact, "h", "169.254.169.254"), None);
+        assert_eq!(refused(&exact, "h", "fd00:ec2::254"), None);
+        assert!(refused(&exact, "h", "169.254.169.253").is_some());
+    }
+
+    #[test]
+    fn host_patterns_match_a_name_or_the_labels_below_it() {
+        let policy = allowing(&[], &["git.corp.example", "*.internal.example"]);
+        assert_eq!(refused(&policy, "git.corp.example", "10.0.0.1"), None);
+        assert_eq!(refused(&policy, "GIT.corp.example.", "10.0.0.1"), None);
+        assert!(refused(&policy, "other.corp.example", "10.0.0.1").is_some());
+        assert_eq!(refused(&policy, "a.internal.example", "10.0.0.1"), None);
+        assert_eq!(
+            refused(&policy, "a.b.internal.example", "192.168.1.1"),
+            None
+        );
+        assert!(refused(&policy, "internal.example", "10.0.0.1").is_some());
+        assert!(refused(&policy, "evilinternal.example", "10.0.0.1").is_some());
+        for bad in ["", "*", "*.", "a.*.b", "a b", "-a.example", "a..b"] {
+            assert!(bad.parse::<HostPattern>().is_err(), "{bad:?} parsed");
+        }
+        // Patterns travel to fetch workers as text.
+        let json = serde_json::to_string(&policy).unwrap();
+        let back: Policy = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.allow_hosts, policy.allow_hosts);
     }
 }

@@ -348,3 +348,40 @@ async fn the_disk_cache_stays_under_its_cap() {
         metahooks::source::Content::Text("A=2\n".to_owned())
     );
 }
+
+/// Internal git without the blunt switch: a range or a host name allows the one server,
+/// and a refusal names the address, the host and the flag that would allow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_lists_open_one_internal_server_and_nothing_else() {
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "A=1\n")]);
+    let daemon = GitDaemon::start(&repo);
+    let by_address = daemon.url();
+    let by_name = by_address.replace("127.0.0.1", "localhost");
+    let policy = |cidrs: &[&str], hosts: &[&str]| Policy {
+        extra_schemes: ["git".to_owned()].into(),
+        allow_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+        allow_hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
+        ..Policy::default()
+    };
+    let fetch = |policy: Policy, url: String| async move {
+        let cache = tempfile::tempdir().unwrap();
+        let fetcher = support::fetcher(policy, cache.path());
+        settled(&fetcher, &git_request(&url, None, "app.env")).await
+    };
+    let ranged = fetch(policy(&["127.0.0.0/8"], &[]), by_address.clone()).await;
+    assert!(ranged.snapshot.is_some(), "{:?}", ranged.error);
+    let named = fetch(policy(&[], &["localhost"]), by_name.clone()).await;
+    assert!(named.snapshot.is_some(), "{:?}", named.error);
+    // Another range allowed, or another host: refused, with the way to allow it.
+    let refused = fetch(policy(&["10.20.0.0/16"], &["git.corp.example"]), by_name).await;
+    let error = refused.error.expect("refused");
+    assert_eq!(error.reason(), "HostRefused");
+    let message = error.to_string();
+    assert!(
+        message.contains("127.0.0.1 is a loopback address")
+            && message.contains("--allow-cidr 127.0.0.1/32")
+            && message.contains("--allow-host localhost"),
+        "{message}"
+    );
+}
