@@ -802,6 +802,15 @@ def attack_trickled_bodies(count=64):
         s = socket.create_connection(("127.0.0.1", server.hook))
         s.sendall(b"POST /apimock/sync HTTP/1.1\r\nHost: x\r\ncontent-length: 1000\r\n\r\n{")
         tricklers.append(s)
+    # Every trickler is in (holding a slot, or a byte of the body budget) before the
+    # legitimate client starts, or the first legitimate call could race one out.
+    admitted = (f"metahooks_hook_in_flight {count}", f"metahooks_hook_body_bytes {count}")
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        lines = get(server.probe, "/metrics")[1].decode().splitlines()
+        if any(line in admitted for line in lines):
+            break
+        time.sleep(0.05)
     codes, lock = {}, threading.Lock()
     stop = time.time() + 20
     legit = threading.Thread(target=legitimate_calls, args=(server, stop, codes, lock))
