@@ -425,6 +425,72 @@ async fn trickling_bodies_hold_no_in_flight_slot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_a_client_does_not_read_hold_their_slots_until_it_goes() {
+    use axum::body::Bytes;
+    let mut settings = support::local_settings();
+    settings.limits.max_in_flight = 2;
+    let server = start(settings).await;
+    let base = format!("http://{}", server.hook_addr);
+    // An HTTP/2 client that grants no flow-control window: the heads of its answers
+    // arrive, their bodies never can.
+    let tcp = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    let (mut client, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+    let mut unread = Vec::new();
+    for name in ["a", "b"] {
+        let request = axum::http::Request::post(format!("{base}/probe/sync"))
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        let bytes = serde_json::to_vec(&hook_request(name)).unwrap();
+        body.send_data(Bytes::from(bytes), true).unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        unread.push(response);
+    }
+    // Both slots are held by answers nobody reads.
+    let (code, message) = error_of(
+        post_raw(
+            &base,
+            "/probe/sync",
+            serde_json::to_vec(&hook_request("c")).unwrap(),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(code, 429, "{message}");
+    // Once that client is gone, so are its answers and their slots (polled: the
+    // server sees the connection close in its own time).
+    drop(unread);
+    drop(client);
+    driver.abort();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let response = post_raw(
+            &base,
+            "/probe/sync",
+            serde_json::to_vec(&hook_request("d")).unwrap(),
+        )
+        .await;
+        if response.status() == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slots never came back"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_beyond_the_byte_budget_are_refused_without_waiting() {
     let mut settings = support::local_settings();
     settings.limits.body_bytes = 1000;
