@@ -165,7 +165,8 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         .context("cannot start the source fetcher")?
         .with_options(options)
         .with_cache_max_bytes(args.cache_max_bytes)
-        .with_snapshot_budget(args.snapshot_memory_bytes))
+        .with_snapshot_budget(args.snapshot_memory_bytes)
+        .with_max_remote_series(args.metrics_max_remotes))
 }
 
 /// File descriptors kept for everything but hook connections: listeners, probes and

@@ -279,6 +279,10 @@ pub struct ControllerArgs {
     /// go (parents keep running what their ConfigMaps hold; others are read again).
     #[arg(long, env = "METAHOOKS_SNAPSHOT_MEMORY_BYTES", default_value_t = crate::source::fetcher::DEFAULT_SNAPSHOT_BUDGET_BYTES)]
     pub snapshot_memory_bytes: u64,
+    /// Remotes that get per-remote metric series (last success, interval); beyond it the
+    /// least recently fetched lose theirs. Each label is bounded (a prefix and a hash).
+    #[arg(long, env = "METAHOOKS_METRICS_MAX_REMOTES", default_value_t = crate::source::metrics::MAX_REMOTE_SERIES)]
+    pub metrics_max_remotes: usize,
 }
 
 /// `condition=TYPE` → TYPE.

@@ -9,11 +9,11 @@
 //!   connecting (scheme, address, redirect, credentials binding, host key, certificate);
 //! - `fetch_duration_seconds{kind}`: each fetch job's time;
 //! - `last_success_timestamp_seconds{remote}` and `interval_seconds{remote}`: the URL
-//!   without credentials; at most [`MAX_REMOTE_SERIES`] remotes, the least recently
-//!   fetched dropped beyond;
+//!   without credentials, bounded; at most `--metrics-max-remotes` remotes (default
+//!   [`MAX_REMOTE_SERIES`]), the least recently fetched dropped beyond;
 //! - `cache_evictions_total`, `snapshot_evictions_total`; and, read from the engine at
-//!   each scrape, `cache_bytes`, `snapshot_bytes`, `git_workers_busy`, `git_jobs_waiting`
-//!   ([`EngineGaugesFn`]).
+//!   each scrape, `cache_bytes`, `snapshot_bytes`, `git_workers_busy`, `git_jobs_waiting`,
+//!   `remote_series` ([`EngineGaugesFn`]).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -67,6 +67,8 @@ pub struct SourceMetrics {
     intervals: Family<RemoteLabels, Gauge>,
     /// Remotes with a last-success series, least recently successful first.
     remotes: Mutex<VecDeque<String>>,
+    /// Most remotes with series (`--metrics-max-remotes`).
+    max_remotes: std::sync::atomic::AtomicUsize,
     pub(super) cache_evictions: Counter,
     pub(super) snapshot_evictions: Counter,
 }
@@ -84,6 +86,7 @@ impl Default for SourceMetrics {
             last_success: Family::default(),
             intervals: Family::default(),
             remotes: Mutex::default(),
+            max_remotes: std::sync::atomic::AtomicUsize::new(MAX_REMOTE_SERIES),
             cache_evictions: Counter::default(),
             snapshot_evictions: Counter::default(),
         }
@@ -207,7 +210,21 @@ impl SourceMetrics {
         self.track(remote, succeeded, interval);
     }
 
-    /// Keeps `remote`'s series, at most [`MAX_REMOTE_SERIES`] remotes (the least recently
+    /// Keeps series for at most `most` remotes (the least recently fetched dropped first).
+    pub(super) fn set_max_remotes(&self, most: usize) {
+        self.max_remotes
+            .store(most, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Remotes with series now.
+    pub(super) fn remote_series(&self) -> usize {
+        self.remotes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// Keeps `remote`'s series, at most `--metrics-max-remotes` remotes (the least recently
     /// fetched dropped beyond): its interval, and its last success when it succeeded.
     fn track(&self, remote: &str, succeeded: bool, interval: u64) {
         let now = std::time::SystemTime::now()
@@ -220,7 +237,8 @@ impl SourceMetrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         remotes.retain(|r| r != remote);
         remotes.push_back(remote.to_owned());
-        while remotes.len() > MAX_REMOTE_SERIES {
+        let most = self.max_remotes.load(std::sync::atomic::Ordering::SeqCst);
+        while remotes.len() > most {
             if let Some(oldest) = remotes.pop_front() {
                 let labels = RemoteLabels { remote: oldest };
                 self.last_success.remove(&labels);
@@ -248,6 +266,8 @@ pub struct Gauges {
     pub snapshot_bytes: u64,
     /// Git jobs running, and waiting for a worker.
     pub git_jobs: (usize, usize),
+    /// Remotes with per-remote series.
+    pub remote_series: usize,
 }
 
 impl<F: Fn() -> Gauges + Send + Sync + 'static> std::fmt::Debug for EngineGaugesFn<F> {
@@ -290,6 +310,11 @@ impl<F: Fn() -> Gauges + Send + Sync + 'static> prometheus_client::collector::Co
                 "metahooks_source_git_jobs_waiting",
                 "Git fetch jobs waiting for a worker",
                 to_i64(now.git_jobs.1 as u64),
+            ),
+            (
+                "metahooks_source_remote_series",
+                "Remotes with per-remote series (--metrics-max-remotes at most)",
+                to_i64(now.remote_series as u64),
             ),
         ] {
             let gauge = ConstGauge::new(value);
@@ -354,6 +379,18 @@ mod tests {
             .filter(|l| l.starts_with("metahooks_source_last_success_timestamp_seconds{"))
             .count();
         assert_eq!(series, MAX_REMOTE_SERIES);
+        assert_eq!(metrics.remote_series(), MAX_REMOTE_SERIES);
+        // A lower bound set at start is kept from the next fetch on.
+        metrics.set_max_remotes(3);
+        metrics.job("http", "https://files.example.com/last", 0.1, 60, &[None]);
+        assert_eq!(metrics.remote_series(), 3);
+        let out = text(&metrics);
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.starts_with("metahooks_source_interval_seconds{"))
+                .count(),
+            3
+        );
         assert!(
             !out.contains("git.example.com/a.git\""),
             "the oldest remote went first"

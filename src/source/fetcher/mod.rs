@@ -409,6 +409,12 @@ impl Fetcher {
         self
     }
 
+    /// Keeps per-remote metric series for at most `most` remotes.
+    pub fn with_max_remote_series(self, most: usize) -> Fetcher {
+        self.inner.metrics.set_max_remotes(most);
+        self
+    }
+
     /// Bytes of the snapshots held in memory now.
     pub fn snapshot_bytes(&self) -> u64 {
         lock(&self.inner.state).snapshot_bytes
@@ -523,6 +529,7 @@ impl Sources for Fetcher {
                 cache_bytes: inner.cache_bytes.load(Ordering::SeqCst),
                 snapshot_bytes: lock(&inner.state).snapshot_bytes,
                 git_jobs: lock(&inner.git_slots).load(),
+                remote_series: inner.metrics.remote_series(),
             }
         })));
     }
