@@ -51,14 +51,9 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Option<Auth>> {
     )
 }
 
-/// [`serve_settings`], and the push receivers' settings when `--receiver-listen` is set
-/// (the source engine then asks parents to resync within `--receiver-resync-seconds`).
-///
-/// # Errors
-/// As [`serve_settings`], and an unreadable or empty receiver secret.
-pub fn serve_settings_with_receivers(
-    args: &ServeArgs,
-) -> anyhow::Result<(ServerSettings, Registry, Option<ReceiverSettings>)> {
+/// The connection cap fitted to the open-file limit, once the call bounds are known to
+/// fit one another.
+fn checked_bounds(args: &ServeArgs) -> anyhow::Result<usize> {
     let max_connections = fit_to_open_files(args.max_connections);
     if max_connections < args.max_in_flight {
         bail!(
@@ -73,6 +68,18 @@ pub fn serve_settings_with_receivers(
             args.body_limit_bytes
         );
     }
+    Ok(max_connections)
+}
+
+/// [`serve_settings`], and the push receivers' settings when `--receiver-listen` is set
+/// (the source engine then asks parents to resync within `--receiver-resync-seconds`).
+///
+/// # Errors
+/// As [`serve_settings`], and an unreadable or empty receiver secret.
+pub fn serve_settings_with_receivers(
+    args: &ServeArgs,
+) -> anyhow::Result<(ServerSettings, Registry, Option<ReceiverSettings>)> {
+    let max_connections = checked_bounds(args)?;
     let auth = auth(args)?;
     let tls = match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => Some(TlsFiles {

@@ -264,26 +264,10 @@ async fn answer(
     body: Body,
     started: Instant,
 ) -> Answered {
-    let route = match admit(state, target, headers) {
-        Ok(route) => route,
+    let (route, body, key, slot) = match received(state, target, headers, body).await {
+        Ok(received) => received,
         Err(error) => return Answered::refused(error),
     };
-    let mut hasher = CallHasher::new(&route.key);
-    let (body, body_bytes) = match read_body(state, headers, body, &mut hasher).await {
-        Ok(read) => read,
-        Err(error) => return Answered::refused(error),
-    };
-    let Ok(call) = state.in_flight.clone().try_acquire_owned() else {
-        return Answered::refused(CallError::Overloaded {
-            limit: state.limits.max_in_flight,
-            retry_after_seconds: state.limits.retry_after_seconds,
-        });
-    };
-    let slot = Arc::new(Held {
-        _call: call,
-        _body: body_bytes,
-    });
-    let key = hasher.finish();
     if let Some(remembered) = remembered(state, &key) {
         return Answered {
             parent: remembered.parent.clone(),
@@ -324,6 +308,30 @@ async fn answer(
         changes,
         slot: Some(slot),
     }
+}
+
+/// A call let in, its body read within the budget and hashed, and an in-flight slot
+/// taken for it (the slot only once the whole body is in).
+async fn received(
+    state: &Arc<HookState>,
+    target: Target,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(HookRoute, ReadBody, CallKey, Slot), CallError> {
+    let route = admit(state, target, headers)?;
+    let mut hasher = CallHasher::new(&route.key);
+    let (body, body_bytes) = read_body(state, headers, body, &mut hasher).await?;
+    let Ok(call) = state.in_flight.clone().try_acquire_owned() else {
+        return Err(CallError::Overloaded {
+            limit: state.limits.max_in_flight,
+            retry_after_seconds: state.limits.retry_after_seconds,
+        });
+    };
+    let slot = Arc::new(Held {
+        _call: call,
+        _body: body_bytes,
+    });
+    Ok((route, body, hasher.finish(), slot))
 }
 
 /// The answer remembered for the call `key`, if it still holds: the engine holds what it

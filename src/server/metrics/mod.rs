@@ -131,17 +131,15 @@ impl Metrics {
             Unit::Seconds,
             durations.clone(),
         );
-        let in_flight = Gauge::<i64, AtomicI64>::default();
-        registry.register(
+        let in_flight = gauge(
+            &mut registry,
             "metahooks_hook_in_flight",
             "Hook calls being answered now",
-            in_flight.clone(),
         );
-        let connections = Gauge::<i64, AtomicI64>::default();
-        registry.register(
+        let connections = gauge(
+            &mut registry,
             "metahooks_hook_connections_open",
             "Hook port connections open now",
-            connections.clone(),
         );
         let answer_memo = gauge(
             &mut registry,
@@ -158,15 +156,7 @@ impl Metrics {
             "metahooks_hook_body_bytes",
             "Bytes of hook request bodies being read or answered (--body-budget-bytes at most)",
         );
-        let build = Family::<BuildLabels, Gauge>::default();
-        build
-            .get_or_create(&BuildLabels {
-                version: env!("CARGO_PKG_VERSION"),
-            })
-            .set(1);
-        registry.register("metahooks_build_info", "The running build (value 1)", build);
-        registry.register_collector(Box::new(ProcessCollector));
-        registry.register_collector(Box::new(DroppedLogLines));
+        register_process(&mut registry);
         if let Some(sources) = sources {
             sources.register_metrics(&mut registry);
         }
@@ -251,6 +241,20 @@ impl Metrics {
         }
         out
     }
+}
+
+/// What describes the process rather than its calls: the build, the process collector
+/// and the log lines dropped.
+fn register_process(registry: &mut Registry) {
+    let build = Family::<BuildLabels, Gauge>::default();
+    build
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1);
+    registry.register("metahooks_build_info", "The running build (value 1)", build);
+    registry.register_collector(Box::new(ProcessCollector));
+    registry.register_collector(Box::new(DroppedLogLines));
 }
 
 /// A gauge registered under `name`.

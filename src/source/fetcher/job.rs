@@ -56,6 +56,33 @@ pub(super) type Results = Vec<(String, Fetched)>;
 /// read from the commit already fetched, by further workers, without the network.
 const READS_PER_WORKER: usize = 8;
 
+/// The paths beyond the first worker's, read batch by batch from the commit it resolved
+/// (or failed as it failed).
+async fn read_rest(
+    isolation: &crate::source::worker::spawn::Isolation,
+    template: &GitJob,
+    resolved: &Result<git::Resolved, FetchError>,
+    rest: &[Read],
+) -> Results {
+    let resolved = match resolved {
+        Ok(resolved) => resolved,
+        Err(error) => return failed_reads(rest, error),
+    };
+    let mut results = Results::with_capacity(rest.len());
+    for batch in rest.chunks(READS_PER_WORKER) {
+        results.extend(read_known(isolation, template, resolved, batch).await);
+    }
+    results
+}
+
+/// Every read failed with `error`.
+fn failed_reads(reads: &[Read], error: &FetchError) -> Results {
+    reads
+        .iter()
+        .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
+        .collect()
+}
+
 /// Reads `batch` from the `resolved` commit in a worker of its own. A batch that ends the
 /// worker (its memory limit) is read again path by path, so one parent's oversized path
 /// fails that parent alone.
@@ -229,15 +256,8 @@ impl Job {
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
         let tls = self.requests.iter().find_map(|r| r.tls.clone());
         let reads = self.reads();
-        let failed = |error: FetchError| -> (Results, Option<git::Resolved>) {
-            let results = reads
-                .iter()
-                .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
-                .collect();
-            (results, None)
-        };
         if let Err(refusal) = inner.refuse_cache_url(&url) {
-            return failed(refusal);
+            return (failed_reads(&reads, &refusal), None);
         }
         let fingerprint = holder_fingerprint(credentials.as_ref(), tls.as_ref(), &inner.disk_key);
         let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
@@ -267,10 +287,7 @@ impl Job {
             policy: (*inner.policy).clone(),
             known,
             reads: first,
-            limits: WorkerLimits {
-                memory_bytes: options.worker_memory_bytes,
-                timeout_ms: inner.policy.limits.timeout_seconds.saturating_mul(1000),
-            },
+            limits: self.worker_limits(options.worker_memory_bytes),
         };
         let isolation = &options.isolation;
         let outcome = crate::source::worker::spawn::run(isolation, job.clone()).await;
@@ -278,22 +295,25 @@ impl Job {
             inner.downloads.fetch_sub(1, Ordering::SeqCst);
         }
         let mut results = outcome.results;
-        match &outcome.resolved {
-            Ok(resolved) => {
-                for batch in rest.chunks(READS_PER_WORKER) {
-                    results.extend(read_known(isolation, &job, resolved, batch).await);
-                }
-            }
-            Err(error) => results.extend(
-                rest.iter()
-                    .map(|read| (read.key.clone(), Fetched::Failed(error.clone()))),
-            ),
-        }
+        results.extend(read_rest(isolation, &job, &outcome.resolved, &rest).await);
         drop(repo_guard);
         if let Ok(resolved) = &outcome.resolved {
             self.account_for(resolved, &dir);
         }
         (results, outcome.resolved.ok())
+    }
+
+    /// What one worker of this job may use.
+    fn worker_limits(&self, memory_bytes: u64) -> WorkerLimits {
+        WorkerLimits {
+            memory_bytes,
+            timeout_ms: self
+                .inner
+                .policy
+                .limits
+                .timeout_seconds
+                .saturating_mul(1000),
+        }
     }
 
     /// A server refusing our client certificate, or wanting one we do not have (TLS 1.3

@@ -181,22 +181,7 @@ impl Fetcher {
         let Some(remote) = state.remotes.get_mut(remote_key) else {
             return;
         };
-        remote.in_flight = true;
-        if stale {
-            remote.refresh.job_started();
-            remote.pushed = false;
-        }
-        // A fresh remote with a new path only needs reading, not another fetch.
-        let use_network = stale || remote.resolved.is_none();
-        if use_network {
-            remote.started = Some(Instant::now());
-        }
-        remote.in_flight_network = use_network;
-        let commit_from = if use_network {
-            remote.started
-        } else {
-            remote.resolved_from
-        };
+        let (use_network, commit_from) = remote.job_starts(stale);
         let requests: Vec<SourceRequest> = remote
             .requests
             .values()
@@ -270,6 +255,29 @@ impl SnapshotEntry {
 }
 
 impl RemoteEntry {
+    /// Marks a job started (over the network when `stale` or nothing was fetched yet);
+    /// returns whether it asks the remote, and when the fetch whose commit it will read
+    /// started.
+    fn job_starts(&mut self, stale: bool) -> (bool, Option<Instant>) {
+        self.in_flight = true;
+        if stale {
+            self.refresh.job_started();
+            self.pushed = false;
+        }
+        // A fresh remote with a new path only needs reading, not another fetch.
+        let use_network = stale || self.resolved.is_none();
+        if use_network {
+            self.started = Some(Instant::now());
+        }
+        self.in_flight_network = use_network;
+        let commit_from = if use_network {
+            self.started
+        } else {
+            self.resolved_from
+        };
+        (use_network, commit_from)
+    }
+
     /// Whether the remote is due a fetch: its interval has passed since the last one
     /// started, or a "fetch now" or a push asks and the push spacing has passed ("fetch
     /// now" and pushes are spaced like each other: however often a CR's annotation is
