@@ -109,6 +109,8 @@ step "image check: the runtime stage provides every library the binary links" \
 
 render_manifests() {
   kubectl kustomize manifests/ > /dev/null
+  kubectl kustomize manifests/crds/ > /dev/null
+  kubectl kustomize overlays/production/ | grep -q "namespace: platform-metahooks"
   # The optional push-receivers component, through an overlay outside manifests/ (an
   # overlay inside the base's directory is a cycle to kustomize).
   local overlay="$TOOLS/overlay-receivers" base
@@ -120,7 +122,7 @@ render_manifests() {
   mkdir -p "$overlay"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/monitoring]\n' "$base" "$base" > "$overlay/kustomization.yaml"
   kubectl kustomize "$overlay" | grep -q "kind: PrometheusRule"
-  echo "manifests render (and with the receivers and monitoring components)"
+  echo "manifests render (the CRDs apart, the production overlay, and with the receivers and monitoring components)"
 }
 if command -v kubectl >/dev/null 2>&1; then
   step "kubectl kustomize manifests/ (offline render)" render_manifests

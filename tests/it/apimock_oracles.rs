@@ -153,6 +153,9 @@ fn server_manifests_pass_kubernetes_validate_strict() {
     objects.extend(support::read_yaml_documents(
         &support::repo_dir().join("manifests/crds/apimocks.apirator.io.yaml"),
     ));
+    objects.extend(support::read_yaml_documents(
+        &support::repo_dir().join("manifests/crds/aggregated-roles.yaml"),
+    ));
     // The optional push-receivers component's own objects (its Deployment patch is
     // rendered by `kubectl kustomize` in scripts/test.sh).
     for file in ["service.yaml", "networkpolicy.yaml"] {

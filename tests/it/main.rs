@@ -23,6 +23,7 @@ mod golden;
 mod hostile_crs;
 mod http;
 mod layers;
+mod manifests;
 mod monitoredservice_oracles;
 mod monitoredservice_sources;
 mod monitoring;

@@ -1,0 +1,192 @@
+//! The kustomize manifests as a platform team uses them: rendered by `kubectl kustomize`
+//! (when kubectl is installed; the test command runs it too), with the CRDs apart from
+//! the server, and an overlay that moves the server whose hook registrations and
+//! NetworkPolicies follow. Every rendered object of a built-in kind passes
+//! `kubernetes-validate --strict`.
+
+use crate::support;
+
+use serde_json::Value;
+
+/// `kubectl kustomize dir`, or None (with a note) when kubectl is not installed.
+fn render(dir: &std::path::Path) -> Option<Vec<Value>> {
+    let output = match std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+    {
+        Ok(output) => output,
+        Err(_) => {
+            eprintln!("note: kubectl is not installed; the kustomize render checks were SKIPPED");
+            return None;
+        }
+    };
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    Some(
+        metahooks::yaml::documents::<Value>(&text)
+            .unwrap()
+            .into_iter()
+            .filter(|d| !d.is_null())
+            .collect(),
+    )
+}
+
+/// Every webhook `service.namespace` of the hook registrations.
+fn hook_namespaces(objects: &[Value]) -> Vec<String> {
+    objects
+        .iter()
+        .filter(|o| o["apiVersion"] == "metacontroller.k8s.io/v1alpha1")
+        .flat_map(|o| {
+            ["sync", "finalize", "customize"]
+                .into_iter()
+                .filter_map(move |hook| {
+                    o["spec"]["hooks"][hook]["webhook"]["service"]["namespace"].as_str()
+                })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The namespace a NetworkPolicy's `index`-th ingress rule admits.
+fn admitted(objects: &[Value], policy: &str, index: usize) -> Option<String> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == "NetworkPolicy" && o["metadata"]["name"] == policy)?
+        ["spec"]["ingress"][index]["from"][0]["namespaceSelector"]["matchLabels"]
+        ["kubernetes.io/metadata.name"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn validate_built_in(objects: &[Value]) {
+    let built_in: Vec<Value> = objects
+        .iter()
+        .filter(|o| {
+            let api = o["apiVersion"].as_str().unwrap_or("");
+            !api.starts_with("metacontroller.k8s.io/") && !api.starts_with("monitoring.coreos.com/")
+        })
+        .cloned()
+        .collect();
+    if let Some(problems) = support::oracles::kubernetes_validate(&built_in, &["1.30", "1.33"]) {
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+}
+
+#[test]
+fn the_base_leaves_the_crds_alone_and_the_crds_bring_their_roles() {
+    let Some(base) = render(&support::repo_dir().join("manifests")) else {
+        return;
+    };
+    assert!(
+        !base.iter().any(|o| o["kind"] == "CustomResourceDefinition"),
+        "deleting the server must not delete the CRDs"
+    );
+    assert!(
+        !base.iter().any(|o| o["kind"] == "ConfigMap"),
+        "the settings object is never applied"
+    );
+    assert_eq!(hook_namespaces(&base), vec!["metahooks"; 9]);
+    validate_built_in(&base);
+    let crds = render(&support::repo_dir().join("manifests/crds")).unwrap_or_default();
+    let kinds: Vec<&str> = crds.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRole"
+        ]
+    );
+    let aggregated: Vec<&Value> = crds
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole")
+        .flat_map(|o| o["metadata"]["labels"].as_object().into_iter().flatten())
+        .filter(|(key, _)| key.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+        .map(|(_, value)| value)
+        .collect();
+    assert_eq!(aggregated.len(), 3, "admin, edit and view");
+    validate_built_in(&crds);
+}
+
+#[test]
+fn an_overlay_in_another_namespace_takes_the_hooks_and_policies_along() {
+    let Some(production) = render(&support::repo_dir().join("overlays/production")) else {
+        return;
+    };
+    assert_eq!(hook_namespaces(&production), vec!["platform-metahooks"; 9]);
+    let service = production
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "metahooks")
+        .unwrap();
+    assert_eq!(service["metadata"]["namespace"], "platform-metahooks");
+    assert_eq!(
+        admitted(&production, "metahooks", 0).as_deref(),
+        Some("metacontroller")
+    );
+    assert_eq!(
+        admitted(&production, "metahooks", 1).as_deref(),
+        Some("monitoring")
+    );
+    let env: Vec<&str> = production
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["env"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    for flag in [
+        "METAHOOKS_INGRESS_HOST",
+        "METAHOOKS_INGRESS_CLASS",
+        "METAHOOKS_CHILD_ANNOTATION",
+        "METAHOOKS_SERVICE_TYPE",
+        "METAHOOKS_DENY_SECRET_ENV",
+    ] {
+        assert!(env.contains(&flag), "{flag} missing from {env:?}");
+    }
+    assert!(production.iter().any(|o| o["kind"] == "PrometheusRule"));
+    validate_built_in(&production);
+
+    // An overlay of its own: another namespace, Metacontroller and the ingress controller
+    // elsewhere, the receivers component; one settings patch and the retarget transformer.
+    let dir = tempfile::tempdir().unwrap();
+    // kustomize takes only relative paths to other kustomizations.
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let repo = support::repo_dir();
+    let base = format!(
+        "{up}{}",
+        repo.join("manifests")
+            .to_string_lossy()
+            .trim_start_matches('/')
+    );
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "namespace: hooks-elsewhere\nresources: [{base}]\ncomponents: [{base}/receivers]\n\
+             patches:\n  - target: {{kind: ConfigMap, name: metahooks-settings}}\n    patch: |-\n\
+             \x20     - {{op: replace, path: /data/metacontrollerNamespace, value: mc-system}}\n\
+             \x20     - {{op: replace, path: /data/ingressNamespace, value: gateways}}\n\
+             transformers: [{base}/retarget]\n"
+        ),
+    )
+    .unwrap();
+    let Some(elsewhere) = render(dir.path()) else {
+        return;
+    };
+    assert_eq!(hook_namespaces(&elsewhere), vec!["hooks-elsewhere"; 9]);
+    assert_eq!(
+        admitted(&elsewhere, "metahooks", 0).as_deref(),
+        Some("mc-system")
+    );
+    assert_eq!(
+        admitted(&elsewhere, "metahooks-receivers", 0).as_deref(),
+        Some("gateways")
+    );
+}
