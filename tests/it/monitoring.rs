@@ -60,6 +60,28 @@ fn metric_names(expr: &str) -> Vec<String> {
         .collect()
 }
 
+/// Metric references in `expr` not scoped to the dashboard's `job` and `namespace`
+/// variables (with two metahooks installs, or another process_* exporter, in one
+/// Prometheus, an unscoped panel sums them all).
+fn unscoped(expr: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find(|c: char| c.is_ascii_alphabetic()) {
+        rest = &rest[at..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(rest.len());
+        let (token, after) = rest.split_at(end);
+        if (token.starts_with("metahooks_") || token.starts_with("process_"))
+            && !after.starts_with(r#"{job=~"$job",namespace=~"$namespace""#)
+        {
+            found.push(token.to_owned());
+        }
+        rest = after;
+    }
+    found
+}
+
 /// The families a scrape declares (`# TYPE name type`), with their types.
 fn families(scraped: &str) -> Vec<(String, String)> {
     scraped
@@ -161,9 +183,23 @@ async fn alerts_and_panels_use_only_metrics_the_server_exposes() {
     let rule_names = used.len();
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
-            used.extend(metric_names(target["expr"].as_str().unwrap()));
+            let expr = target["expr"].as_str().unwrap();
+            used.extend(metric_names(expr));
+            assert_eq!(unscoped(expr), Vec::<String>::new(), "{expr}");
         }
     }
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(variables, ["datasource", "job", "namespace"]);
+    assert_eq!(
+        unscoped("sum(process_open_fds) + metahooks_x{job=~\"$job\"}"),
+        ["process_open_fds", "metahooks_x"],
+        "the check itself finds unscoped references"
+    );
     assert!(rule_names >= 4 && used.len() > rule_names, "{used:?}");
     let missing: Vec<&String> = used
         .iter()
