@@ -42,6 +42,8 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # sshd and ssh-keygen: git over ssh is tested against a real OpenSSH server on loopback.
 { [ -x /usr/sbin/sshd ] && command -v ssh-keygen; } >/dev/null 2>&1 || missing+=(openssh-server openssh-client)
+# tinyproxy: sources are tested through a real egress proxy on loopback.
+command -v tinyproxy >/dev/null 2>&1 || [ -x /usr/bin/tinyproxy ] || missing+=(tinyproxy)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]}"
   as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
@@ -100,6 +102,7 @@ export METAHOOKS_REQUIRE_ORACLES=1
 export METAHOOKS_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
 export METAHOOKS_PRISM="$PRISM"
 export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
+export METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 step "cargo test" cargo test --locked --workspace --all-targets --no-fail-fast

@@ -138,6 +138,18 @@ pub fn standard_registry(args: &ControllerArgs) -> anyhow::Result<Registry> {
     Ok(Registry::standard(controller_settings(args)).with_sources(std::sync::Arc::new(fetcher)))
 }
 
+/// The egress proxies: `--source-proxy`, else the process environment's.
+fn proxies(args: &ControllerArgs) -> anyhow::Result<crate::source::proxy::Proxies> {
+    let credentials = match &args.source_proxy_credentials_file {
+        Some(file) => Some(read_secret("--source-proxy-credentials-file", file)?),
+        None => None,
+    };
+    crate::source::proxy::Proxies::configure(args.source_proxy.as_deref(), credentials, |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(anyhow::Error::msg)
+}
+
 /// The source engine the controller flags describe.
 ///
 /// # Errors
@@ -148,6 +160,7 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         allow_private_addresses: args.allow_private_addresses,
         allow_cidrs: args.allow_cidr.clone(),
         allow_hosts: args.allow_host.clone(),
+        proxies: proxies(args)?,
         limits: SourceLimits::default(),
         source_ca_pem: args
             .source_ca_file

@@ -239,6 +239,19 @@ pub struct ControllerArgs {
     /// the blunt switch; prefer --allow-cidr and --allow-host.
     #[arg(long, env = "METAHOOKS_ALLOW_PRIVATE_ADDRESSES", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_private_addresses: bool,
+    /// Egress proxy for http and https sources (http://[user:password@]host:port),
+    /// overriding HTTPS_PROXY/HTTP_PROXY; NO_PROXY still names the hosts that go direct.
+    /// git:// and ssh:// sources never use a proxy.
+    #[arg(long, env = "METAHOOKS_SOURCE_PROXY", value_name = "URL")]
+    pub source_proxy: Option<String>,
+    /// A file holding `user:password` for the egress proxy (instead of putting them in
+    /// its URL).
+    #[arg(
+        long,
+        env = "METAHOOKS_SOURCE_PROXY_CREDENTIALS_FILE",
+        value_name = "FILE"
+    )]
+    pub source_proxy_credentials_file: Option<std::path::PathBuf>,
     /// Let sources reach this address range (CIDR, e.g. 10.20.0.0/16); repeatable or
     /// comma-separated. Link-local (cloud metadata) addresses only by a range inside
     /// 169.254.0.0/16, fe80::/10 or fd00:ec2::254 itself.

@@ -57,20 +57,44 @@ pub fn client(
     tls: Option<&super::tls::TlsMaterial>,
 ) -> Result<reqwest::Client, FetchError> {
     let config = super::tls::client_config(policy.source_ca_pem.as_deref(), tls)?;
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .use_preconfigured_tls(rustls::ClientConfig::clone(&config))
         .dns_resolver(Arc::new(PolicyResolver {
             policy: policy.clone(),
         }))
         .redirect(reqwest::redirect::Policy::none())
-        // Proxies from the environment would resolve and connect on our behalf, past the
-        // address policy; sources always connect directly.
-        .no_proxy()
+        // reqwest would read the environment's proxies itself; the engine's own (from
+        // the same variables, or --source-proxy) are the ones used.
+        .no_proxy();
+    if policy.proxies.any() {
+        builder = builder.proxy(egress(&policy.proxies));
+    }
+    builder
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(policy.limits.timeout_seconds))
         .user_agent(concat!("metahooks/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| FetchError::Other(format!("cannot build the HTTP client: {e}")))
+}
+
+/// The egress proxy for each destination (none for a `NO_PROXY` host). The proxy's own
+/// name is resolved through [`PolicyResolver`], so its address is checked; the
+/// destination's is the proxy's to resolve.
+fn egress(proxies: &super::proxy::Proxies) -> reqwest::Proxy {
+    let proxies = proxies.clone();
+    let credentials = proxies
+        .https
+        .iter()
+        .chain(proxies.http.iter())
+        .find_map(|p| p.credentials.clone());
+    let proxy = reqwest::Proxy::custom(move |url| {
+        let proxy = proxies.for_destination(url.scheme(), url.host_str()?)?;
+        url::Url::parse(&proxy.shown()).ok()
+    });
+    match credentials.as_deref().and_then(|c| c.split_once(':')) {
+        Some((user, password)) => proxy.basic_auth(user, password),
+        None => proxy,
+    }
 }
 
 /// IP-literal hosts never reach the resolver, so they are checked here.

@@ -22,6 +22,7 @@ pub mod http;
 pub mod known_hosts;
 pub mod metrics;
 pub mod policy;
+pub mod proxy;
 pub mod repository;
 pub mod slots;
 pub mod tls;

@@ -63,6 +63,9 @@ pub struct Policy {
     /// as PEM.
     #[serde(default)]
     pub source_ca_pem: Option<String>,
+    /// Egress proxies for http(s) sources ([`super::proxy`]).
+    #[serde(default)]
+    pub proxies: super::proxy::Proxies,
 }
 
 impl Policy {
@@ -149,7 +152,14 @@ impl Policy {
         if let Ok(address) = bare.parse::<IpAddr>() {
             return self.check_address(host, address);
         }
-        if self.allow_private_addresses {
+        // A proxied destination is named to the proxy, which resolves it (the server may
+        // not even be able to); only the proxy's own address is checked, when connected.
+        if self.allow_private_addresses
+            || self
+                .proxies
+                .for_destination(parsed.scheme(), bare)
+                .is_some()
+        {
             return Ok(());
         }
         let addresses = std::net::ToSocketAddrs::to_socket_addrs(&(bare, port)).map_err(|e| {

@@ -73,7 +73,9 @@ pub(super) fn stand_in(
         Ok(upstream) => upstream,
         Err(refusal) => return shared.refuse(&mut client, refusal),
     };
-    let mut forwarded = format!("{method} {target} HTTP/1.1\r\n").into_bytes();
+    let (request_target, proxy_authorization) = shared.request_target(target);
+    let mut forwarded =
+        format!("{method} {request_target} HTTP/1.1\r\n{proxy_authorization}").into_bytes();
     for (name, value) in headers {
         if !matches!(
             name.to_ascii_lowercase().as_str(),
@@ -203,8 +205,17 @@ pub(super) fn answer_back(
     };
     let reason = response.reason.unwrap_or_default().to_owned();
     let headers = owned(response.headers);
-    let mut out = format!("HTTP/1.1 {status} {reason}\r\n").into_bytes();
+    // The guard serves one exchange per connection and closes it after: it says so,
+    // whatever the origin (or a proxy) said, or libgit2 would send its next request on
+    // a connection that is about to close.
+    let mut out = format!("HTTP/1.1 {status} {reason}\r\nConnection: close\r\n").into_bytes();
     for (name, value) in &headers {
+        if ["connection", "keep-alive", "proxy-connection"]
+            .iter()
+            .any(|hop| name.eq_ignore_ascii_case(hop))
+        {
+            continue;
+        }
         if (300..400).contains(&status) && name.eq_ignore_ascii_case("location") {
             match redirect_within_origin(value, scheme, shared) {
                 Ok(location) => out.extend_from_slice(location.as_bytes()),

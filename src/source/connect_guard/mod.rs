@@ -6,7 +6,9 @@
 //! connects (DNS rebinding), and a redirect could carry a user's token to another port or
 //! host. The guard resolves each destination once, checks every address against the
 //! policy, connects to the address it checked, and refuses redirects to another origin.
-//! Environment proxies are never used.
+//! With an egress proxy ([`super::proxy`]) for the origin, the guard connects to the
+//! proxy's checked address instead: https through a CONNECT tunnel (TLS still ends at
+//! the origin), http with absolute-form requests; libgit2 itself never uses a proxy.
 //!
 //! - http and https: the guard stands in for the origin itself (libgit2 is given the
 //!   guard's address, over plain http on loopback); it forwards each request to the

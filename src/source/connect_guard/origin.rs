@@ -153,7 +153,10 @@ impl Shared {
     /// handshake (the server's certificate checked against the roots and the source's
     /// CAs, for the origin's host name).
     pub(super) fn open(&self, target: &Origin) -> Result<Upstream, FetchError> {
-        let mut socket = self.connect(target)?;
+        let mut socket = match self.proxy() {
+            Some(proxy) => self.through(proxy, target)?,
+            None => self.connect(target)?,
+        };
         let Some(config) = &self.tls else {
             return Ok(Upstream::Plain(socket));
         };
@@ -175,6 +178,82 @@ impl Shared {
         Ok(Upstream::Tls(Box::new(rustls::StreamOwned::new(
             connection, socket,
         ))))
+    }
+
+    /// The egress proxy this fetch's http(s) requests go through, if any (git:// is
+    /// relayed as bytes and never proxied).
+    pub(super) fn proxy(&self) -> Option<&crate::source::proxy::ProxyUrl> {
+        if self.mode != super::Mode::Stand {
+            return None;
+        }
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        self.policy
+            .proxies
+            .for_destination(scheme, &self.origin.host)
+    }
+
+    /// A connection to the proxy (its address checked like any other) that reaches
+    /// `target`: for https a CONNECT tunnel, for http the proxy itself, which is sent
+    /// absolute-form requests. The destination is named, not resolved, here; an address
+    /// written as the host is still checked.
+    fn through(
+        &self,
+        proxy: &crate::source::proxy::ProxyUrl,
+        target: &Origin,
+    ) -> Result<TcpStream, FetchError> {
+        if let Ok(address) = target.host.parse::<std::net::IpAddr>() {
+            self.policy.check_address(&target.host, address)?;
+        }
+        let mut socket = connect_checked(
+            &self.policy,
+            &proxy.host,
+            proxy.port,
+            self.remaining().min(Duration::from_secs(10)),
+        )?;
+        if self.tls.is_none() {
+            return Ok(socket);
+        }
+        let failed = |detail: String| FetchError::Unreachable {
+            url: self.shown.clone(),
+            detail: format!("through the proxy {}: {detail}", proxy.shown()),
+        };
+        let _ = socket.set_read_timeout(Some(self.remaining()));
+        let _ = socket.set_write_timeout(Some(self.remaining()));
+        let request = format!(
+            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{}\r\n",
+            proxy.authorization()
+        );
+        socket
+            .write_all(request.as_bytes())
+            .map_err(|e| failed(e.to_string()))?;
+        let (head, rest) = super::exchange::read_head(&mut socket)
+            .map_err(|e| failed(format!("no answer to CONNECT: {e}")))?;
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut answer = httparse::Response::new(&mut headers);
+        let code = match answer.parse(&head) {
+            Ok(httparse::Status::Complete(_)) => answer.code.unwrap_or(0),
+            _ => return Err(failed("its answer to CONNECT is not HTTP".to_owned())),
+        };
+        if !(200..300).contains(&code) || !rest.is_empty() {
+            let reason = answer.reason.unwrap_or("");
+            return Err(failed(format!(
+                "CONNECT {target} was answered {code} {reason}"
+            )));
+        }
+        Ok(socket)
+    }
+
+    /// The request target of a forwarded request: origin-form to the origin, and
+    /// absolute-form to a proxy for an http destination (which then needs its
+    /// credentials too, as a header line).
+    pub(super) fn request_target(&self, path: &str) -> (String, String) {
+        match self.proxy().filter(|_| self.tls.is_none()) {
+            Some(proxy) => (
+                format!("http://{}{path}", self.origin.host_header()),
+                proxy.authorization(),
+            ),
+            None => (path.to_owned(), String::new()),
+        }
     }
 
     /// What a failed exchange with the origin was: a certificate problem in rustls'
