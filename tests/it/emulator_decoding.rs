@@ -270,3 +270,33 @@ async fn a_refused_child_does_not_stop_the_others_or_the_status() {
         .unwrap();
     assert_eq!(parent["status"]["seen"], true);
 }
+
+#[tokio::test]
+async fn a_null_answer_deletes_every_child_and_says_so() {
+    use axum::response::IntoResponse;
+    // The first answers ask for a ConfigMap; then the hook forgets to return anything.
+    let (base, _) = counting_hook(|call| {
+        if call < 2 {
+            return axum::Json(json!({"status": {"ok": true}, "children": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}}]}))
+            .into_response();
+        }
+        ([("content-type", "application/json")], "null").into_response()
+    })
+    .await;
+    let mut emulator = emulator(&base, "v2", None);
+    let error = emulator
+        .converge(10)
+        .await
+        .expect_err("a null answer is a finding");
+    assert!(
+        error.contains("NullAnswer") && error.contains("deleted every child (1 here)"),
+        "{error}"
+    );
+    // What Metacontroller does with it: the child is gone, the status is cleared.
+    assert!(emulator.get("v1", "ConfigMap", "ns", "cm").is_none());
+    let parent = emulator
+        .get("example.com/v1", "Thing", "ns", "one")
+        .unwrap();
+    assert!(parent["status"].get("ok").is_none(), "{parent}");
+}

@@ -12,6 +12,9 @@ pub enum Rule {
     /// An answer that is not a JSON object of the right shape (a field of the wrong
     /// type, label values not strings): Metacontroller applies none of it.
     InvalidAnswer,
+    /// The answer was `null`: Metacontroller decodes it as an empty answer and deletes
+    /// every child.
+    NullAnswer,
     /// A field the response type does not have, under strict decoding (v2 hooks, or
     /// `responseUnMarshallMode: strict`): Metacontroller rejects the whole answer.
     StrictDecoding,
@@ -64,6 +67,7 @@ impl Rule {
         match self {
             Rule::NonOkAnswer => "NonOkAnswer",
             Rule::InvalidAnswer => "InvalidAnswer",
+            Rule::NullAnswer => "NullAnswer",
             Rule::InvalidParent => "InvalidParent",
             Rule::APIServerRefused => "APIServerRefused",
             Rule::Throttled => "Throttled",

@@ -157,6 +157,15 @@ impl Emulator {
             owned,
             ..
         } = prepared;
+        // Go decodes `null` into the zero answer without an error: no children (so every
+        // child is deleted) and no status.
+        let null_answer = response.is_null();
+        let response = if null_answer {
+            Value::Object(serde_json::Map::new())
+        } else {
+            response
+        };
+        let deleted_before = report.deleted.len();
         check_response(registration, &hook, &response)?;
         let desired = desired_children(registration, &parent, &response)?;
         // Children are managed while the parent is alive, or pending deletion with a
@@ -170,36 +179,35 @@ impl Emulator {
         };
         // Status, resync and finalizer go on whatever the children's writes did
         // (syncParentObject remembers the manage error and updates status regardless).
+        self.write_parent_side(registration, &parent_key, &response, report);
+        let deleted = report.deleted.len() - deleted_before;
+        findings(
+            hook_name,
+            managed,
+            null_answer.then_some(deleted),
+            finalizing,
+        )
+    }
+
+    /// The answer's status (or a decorator's labels and annotations), its resync, and
+    /// the finalizer it lets go.
+    fn write_parent_side(
+        &mut self,
+        registration: &Registration,
+        parent_key: &Key,
+        response: &Value,
+        report: &mut RoundReport,
+    ) {
         match registration.type_ {
-            ControllerType::Composite => {
-                self.write_composite_status(&parent_key, &response, report)
-            }
-            ControllerType::Decorator => {
-                self.write_decorator_result(&parent_key, &response, report)
-            }
+            ControllerType::Composite => self.write_composite_status(parent_key, response, report),
+            ControllerType::Decorator => self.write_decorator_result(parent_key, response, report),
         }
-        self.note_resync(registration, &parent_key, &response, report);
+        self.note_resync(registration, parent_key, response, report);
         // Metacontroller removes its finalizer whenever an answer says `finalized: true`,
         // from the sync hook as well as from finalize (composite/controller.go).
         if response.get("finalized").and_then(Value::as_bool) == Some(true) {
-            self.finalized(&parent_key, &registration.finalizer(), report);
+            self.finalized(parent_key, &registration.finalizer(), report);
         }
-        if let Some(problem) = joined(managed.failed) {
-            return Err(problem);
-        }
-        let dropped = managed.dropped;
-        if !finalizing && !dropped.is_empty() {
-            let names: Vec<String> = dropped.iter().map(describe).collect();
-            return Err((
-                Rule::ChildDropped,
-                format!(
-                    "the {} answer asked again for {}, which an earlier answer for this unchanged parent had left out, so Metacontroller deleted it and created it anew (an answer that flaps deletes what runs)",
-                    hook_name.key(),
-                    names.join(", ")
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Adds the finalizer a parent needs before its first sync; true when this call is a
@@ -402,4 +410,39 @@ fn joined(failed: Vec<Problem>) -> Option<Problem> {
         message.push_str(&more);
     }
     Some((rule, message))
+}
+
+/// What an applied answer did wrong, in order: writes that failed, a null answer (with
+/// the children it deleted), children deleted and asked for again.
+fn findings(
+    hook_name: HookName,
+    managed: super::children::Managed,
+    null_answer_deleted: Option<usize>,
+    finalizing: bool,
+) -> Result<(), Problem> {
+    if let Some(problem) = joined(managed.failed) {
+        return Err(problem);
+    }
+    if let Some(deleted) = null_answer_deleted {
+        return Err((
+            Rule::NullAnswer,
+            format!(
+                "the {} answer was null: Metacontroller decodes it as an empty answer, so it deleted every child ({deleted} here) and cleared the status; a hook with nothing to change answers the observed children",
+                hook_name.key()
+            ),
+        ));
+    }
+    let dropped = managed.dropped;
+    if !finalizing && !dropped.is_empty() {
+        let names: Vec<String> = dropped.iter().map(describe).collect();
+        return Err((
+            Rule::ChildDropped,
+            format!(
+                "the {} answer asked again for {}, which an earlier answer for this unchanged parent had left out, so Metacontroller deleted it and created it anew (an answer that flaps deletes what runs)",
+                hook_name.key(),
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
