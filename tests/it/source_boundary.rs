@@ -698,3 +698,50 @@ async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_snapshots_are_handed_over_batch_by_batch_within_the_budget() {
+    // 40 directories of ~900 KB on one remote, a snapshot budget of 8 MiB: one job reads
+    // them all, storing each batch as it comes and waiting for parents to take theirs.
+    let repo = Repo::new();
+    let files: Vec<(String, String)> = (0..40)
+        .map(|n| {
+            let line = format!("KEY_{n}=value of directory {n}\n");
+            (format!("d{n}/app.env"), line.repeat(900_000 / line.len()))
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    repo.commit(&refs);
+    let daemon = GitDaemon::start(&repo);
+    let cache = tempfile::tempdir().unwrap();
+    let budget: u64 = 8 * 1024 * 1024;
+    let fetcher = support::fetcher(support::loopback_policy(&["git"]), cache.path())
+        .with_snapshot_budget(budget);
+    let requests: Vec<SourceRequest> = (0..40)
+        .map(|n| git(daemon.url(), "team-a", &format!("d{n}")))
+        .collect();
+    let interval = Duration::from_secs(3600);
+    // Parents come back for their snapshots while the job runs (as their 2 s resync
+    // would), and the peak of what the engine holds is watched.
+    let mut served = vec![false; requests.len()];
+    let mut peak = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while served.iter().any(|s| !s) {
+        assert!(Instant::now() < deadline, "never served: {served:?}");
+        for (request, served) in requests.iter().zip(served.iter_mut()) {
+            *served |= fetcher.lookup(request, interval).snapshot.is_some();
+            peak = peak.max(fetcher.snapshot_bytes());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The budget plus what one batch brings (8 paths) and what a parent has not
+    // yet come back for.
+    assert!(
+        peak <= budget + 16 * 1024 * 1024,
+        "peak {} MiB of snapshots held against a budget of 8 MiB",
+        peak >> 20
+    );
+}

@@ -56,25 +56,6 @@ pub(super) type Results = Vec<(String, Fetched)>;
 /// read from the commit already fetched, by further workers, without the network.
 const READS_PER_WORKER: usize = 8;
 
-/// The paths beyond the first worker's, read batch by batch from the commit it resolved
-/// (or failed as it failed).
-async fn read_rest(
-    isolation: &crate::source::worker::spawn::Isolation,
-    template: &GitJob,
-    resolved: &Result<git::Resolved, FetchError>,
-    rest: &[Read],
-) -> Results {
-    let resolved = match resolved {
-        Ok(resolved) => resolved,
-        Err(error) => return failed_reads(rest, error),
-    };
-    let mut results = Results::with_capacity(rest.len());
-    for batch in rest.chunks(READS_PER_WORKER) {
-        results.extend(read_known(isolation, template, resolved, batch).await);
-    }
-    results
-}
-
 /// Every read failed with `error`.
 fn failed_reads(reads: &[Read], error: &FetchError) -> Results {
     reads
@@ -130,37 +111,33 @@ impl Job {
     pub(super) async fn run(self) {
         self.wait_for_room().await;
         let started = Instant::now();
-        let (results, resolved) = match self.requests.first().map(|r| r.location.clone()) {
+        let (outcomes, resolved) = match self.requests.first().map(|r| r.location.clone()) {
             Some(Location::Git { url, reference, .. }) => self.run_git(url, reference).await,
-            Some(Location::Http { url }) => (self.run_http(&url).await, None),
+            Some(Location::Http { url }) => {
+                let results = self.run_http(&url).await;
+                (self.store(results), None)
+            }
             None => (Vec::new(), None),
         };
-        self.report(&results, started);
-        self.keep(results, resolved);
+        self.report(&outcomes, started);
+        self.finish(resolved);
     }
 
     /// The job's metrics and its log line (each failure logged with its reason).
-    fn report(&self, results: &Results, started: Instant) {
+    fn report(&self, outcomes: &[Option<FetchError>], started: Instant) {
         let mut failures = 0;
         let mut reasons: Vec<&'static str> = Vec::new();
-        for (_, result) in results {
-            if let Fetched::Failed(error) = result {
-                failures += 1;
-                reasons.push(error.reason());
-                // The message quotes the remote; it goes into the log escaped.
-                let error = crate::telemetry::Escaped(error);
-                tracing::warn!(reason = error.0.reason(), error = %error, "source fetch failed");
-            }
+        for error in outcomes.iter().flatten() {
+            failures += 1;
+            reasons.push(error.reason());
+            // The message quotes the remote; it goes into the log escaped.
+            let error = crate::telemetry::Escaped(error);
+            tracing::warn!(reason = error.0.reason(), error = %error, "source fetch failed");
         }
         reasons.sort_unstable();
         reasons.dedup();
-        let outcomes: Vec<Option<&FetchError>> = results
-            .iter()
-            .map(|(_, result)| match result {
-                Fetched::Failed(error) => Some(error),
-                Fetched::Fresh(_) | Fetched::Unchanged => None,
-            })
-            .collect();
+        let requests = outcomes.len();
+        let outcomes: Vec<Option<&FetchError>> = outcomes.iter().map(Option::as_ref).collect();
         if let Some(request) = self.requests.first() {
             let kind = match request.location {
                 Location::Git { .. } => "git",
@@ -180,14 +157,14 @@ impl Job {
         if failures == 0 {
             tracing::info!(
                 network = self.use_network,
-                requests = results.len(),
+                requests,
                 duration_ms,
                 "source fetched"
             );
         } else {
             tracing::warn!(
                 network = self.use_network,
-                requests = results.len(),
+                requests,
                 failures,
                 reasons = reasons.join(","),
                 duration_ms,
@@ -196,9 +173,17 @@ impl Job {
         }
     }
 
-    /// Stores what the job brought for the requests still asked for, and clears the
-    /// remote's in-flight mark (waking whoever waits for jobs to end).
-    fn keep(&self, results: Results, resolved: Option<git::Resolved>) {
+    /// Stores what the job brought for the requests still asked for, as it arrives (so
+    /// a parent can take its snapshot before the job ends, and the budget can let go of
+    /// delivered ones); returns each read's outcome (None: fine).
+    fn store(&self, results: Results) -> Vec<Option<FetchError>> {
+        let outcomes = results
+            .iter()
+            .map(|(_, result)| match result {
+                Fetched::Failed(error) => Some(error.clone()),
+                Fetched::Fresh(_) | Fetched::Unchanged => None,
+            })
+            .collect();
         let mut state = lock(&self.inner.state);
         for (key, result) in results {
             // A request forgotten while the job ran stays forgotten.
@@ -232,6 +217,13 @@ impl Job {
                 Fetched::Failed(error) => entry.error = Some(error),
             }
         }
+        outcomes
+    }
+
+    /// Clears the remote's in-flight mark and keeps the commit it resolved (waking
+    /// whoever waits for jobs to end).
+    fn finish(&self, resolved: Option<git::Resolved>) {
+        let mut state = lock(&self.inner.state);
         if let Some(remote) = state.remotes.get_mut(&self.remote_key) {
             remote.in_flight = false;
             remote.refresh.job_ended();
@@ -251,13 +243,13 @@ impl Job {
         &self,
         url: String,
         reference: Option<String>,
-    ) -> (Results, Option<git::Resolved>) {
+    ) -> (Vec<Option<FetchError>>, Option<git::Resolved>) {
         let inner = &self.inner;
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
         let tls = self.requests.iter().find_map(|r| r.tls.clone());
         let reads = self.reads();
         if let Err(refusal) = inner.refuse_cache_url(&url) {
-            return (failed_reads(&reads, &refusal), None);
+            return (self.store(failed_reads(&reads, &refusal)), None);
         }
         let fingerprint = holder_fingerprint(credentials.as_ref(), tls.as_ref(), &inner.disk_key);
         let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
@@ -294,13 +286,39 @@ impl Job {
         if downloading {
             inner.downloads.fetch_sub(1, Ordering::SeqCst);
         }
-        let mut results = outcome.results;
-        results.extend(read_rest(isolation, &job, &outcome.resolved, &rest).await);
+        let mut outcomes = self.store(outcome.results);
+        outcomes.extend(
+            self.read_rest(isolation, &job, &outcome.resolved, &rest)
+                .await,
+        );
         drop(repo_guard);
         if let Ok(resolved) = &outcome.resolved {
             self.account_for(resolved, &dir);
         }
-        (results, outcome.resolved.ok())
+        (outcomes, outcome.resolved.ok())
+    }
+
+    /// The paths beyond the first worker's, read batch by batch from the commit it
+    /// resolved (or failed as it failed), each batch stored as it comes once what the
+    /// last ones brought has been delivered or let go.
+    async fn read_rest(
+        &self,
+        isolation: &crate::source::worker::spawn::Isolation,
+        template: &GitJob,
+        resolved: &Result<git::Resolved, FetchError>,
+        rest: &[Read],
+    ) -> Vec<Option<FetchError>> {
+        let resolved = match resolved {
+            Ok(resolved) => resolved,
+            Err(error) => return self.store(failed_reads(rest, error)),
+        };
+        let mut outcomes = Vec::with_capacity(rest.len());
+        for batch in rest.chunks(READS_PER_WORKER) {
+            self.wait_for_room().await;
+            let results = read_known(isolation, template, resolved, batch).await;
+            outcomes.extend(self.store(results));
+        }
+        outcomes
     }
 
     /// What one worker of this job may use.
