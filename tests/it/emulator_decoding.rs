@@ -272,7 +272,7 @@ async fn a_refused_child_does_not_stop_the_others_or_the_status() {
 }
 
 #[tokio::test]
-async fn a_null_answer_deletes_every_child_and_says_so() {
+async fn a_null_answer_deletes_every_child_and_says_so_by_name() {
     use axum::response::IntoResponse;
     // The first answers ask for a ConfigMap; then the hook forgets to return anything.
     let (base, _) = counting_hook(|call| {
@@ -290,7 +290,7 @@ async fn a_null_answer_deletes_every_child_and_says_so() {
         .await
         .expect_err("a null answer is a finding");
     assert!(
-        error.contains("NullAnswer") && error.contains("deleted every child (1 here)"),
+        error.contains("AllChildrenDeleted") && error.contains("deleted every child (1 here)"),
         "{error}"
     );
     // What Metacontroller does with it: the child is gone, the status is cleared.

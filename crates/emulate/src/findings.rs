@@ -14,7 +14,7 @@ pub enum Rule {
     InvalidAnswer,
     /// The answer was `null`: Metacontroller decodes it as an empty answer and deletes
     /// every child.
-    NullAnswer,
+    AllChildrenDeleted,
     /// A field the response type does not have, under strict decoding (v2 hooks, or
     /// `responseUnMarshallMode: strict`): Metacontroller rejects the whole answer.
     StrictDecoding,
@@ -67,7 +67,7 @@ impl Rule {
         match self {
             Rule::NonOkAnswer => "NonOkAnswer",
             Rule::InvalidAnswer => "InvalidAnswer",
-            Rule::NullAnswer => "NullAnswer",
+            Rule::AllChildrenDeleted => "AllChildrenDeleted",
             Rule::InvalidParent => "InvalidParent",
             Rule::APIServerRefused => "APIServerRefused",
             Rule::Throttled => "Throttled",

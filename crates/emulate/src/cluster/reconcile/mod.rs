@@ -425,7 +425,7 @@ fn findings(
     }
     if let Some(deleted) = null_answer_deleted {
         return Err((
-            Rule::NullAnswer,
+            Rule::AllChildrenDeleted,
             format!(
                 "the {} answer was null: Metacontroller decodes it as an empty answer, so it deleted every child ({deleted} here) and cleared the status; a hook with nothing to change answers the observed children",
                 hook_name.key()
