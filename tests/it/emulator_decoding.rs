@@ -300,3 +300,22 @@ async fn a_null_answer_deletes_every_child_and_says_so_by_name() {
         .unwrap();
     assert!(parent["status"].get("ok").is_none(), "{parent}");
 }
+
+#[tokio::test]
+async fn a_config_map_with_a_number_in_its_data_is_refused_as_the_api_server_does() {
+    // What a newcomer's hook writes: a number where the API server wants a string.
+    let body = r#"{"status": {}, "children": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
+         "data": {"retries": 2}}]}"#;
+    let base = raw_hook(body, Duration::ZERO).await;
+    let mut emulator = emulator(&base, "v2", None);
+    let error = emulator.converge(3).await.expect_err("refused");
+    assert!(
+        error.contains("APIServerRefused")
+            && error.contains(
+                "ConfigMap \"cm\" is invalid: data[retries]: json: cannot unmarshal number"
+            ),
+        "{error}"
+    );
+    assert!(emulator.get("v1", "ConfigMap", "ns", "cm").is_none());
+}

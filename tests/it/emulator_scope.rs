@@ -241,13 +241,16 @@ fn workload_emulator(base: &str) -> Emulator {
 async fn workloads_get_pods_that_run_and_report_status() {
     let template = json!({"metadata": {"labels": {"app": "w"}},
                           "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let mut job_template = template.clone();
+    job_template["spec"]["restartPolicy"] = json!("Never");
     let (base, seen) = hook(json!([
         {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
          "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "w"}}, "template": template}},
         {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
          "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": template}},
+        // A Job's pods may not restart in place (the API server refuses Always).
         {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "batch"},
-         "spec": {"completions": 2, "completionMode": "Indexed", "template": template}},
+         "spec": {"completions": 2, "completionMode": "Indexed", "template": job_template}},
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "own-pod"},
          "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
     ]))

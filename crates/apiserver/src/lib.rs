@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+mod content;
 pub mod pod_security;
 
 use serde_json::Value;
@@ -131,6 +132,7 @@ pub fn refusals(object: &Value) -> Vec<String> {
     {
         annotation_refusals(annotations, &mut found);
     }
+    found.extend(content::refusals(kind, object));
     found
         .into_iter()
         .map(|refusal| format!("{kind} {name:?} is invalid: {refusal}"))
