@@ -260,6 +260,24 @@ async fn each_fault_of_a_broken_hook_server_is_its_own_finding() {
     }
 }
 
+#[test]
+fn another_projects_registration_without_hooks_url_says_to_pass_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write_things(dir.path());
+    let output = emulate(&["-f", dir.path().to_str().unwrap(), "-o", "json"]);
+    assert!(!output.status.success());
+    let report = report(&output);
+    let message = report["findings"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("answered 404")
+            && message.contains("metahooks' own controllers, which have no /things/sync")
+            && message.contains("pass --hooks-url"),
+        "{message}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_server_over_http_ends_in_the_same_objects_as_in_process() {
     // The emulator's clock starts at 2026-01-01T00:00:00Z; the server's is fixed there.

@@ -2,6 +2,8 @@
 //! does (pkg/hooks/webhook.go): type errors fail in every mode, duplicate fields where it
 //! decodes strictly, and a hook slower than `webhook.timeout` gets no answer applied.
 
+use crate::support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -318,4 +320,36 @@ async fn a_config_map_with_a_number_in_its_data_is_refused_as_the_api_server_doe
         "{error}"
     );
     assert!(emulator.get("v1", "ConfigMap", "ns", "cm").is_none());
+}
+
+#[tokio::test]
+async fn a_crashed_hook_is_told_apart_from_a_server_that_is_not_running() {
+    use tokio::io::AsyncReadExt;
+    // A hook that reads the call and dies without answering.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let crashing = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut connection, _)) = listener.accept().await else {
+                return;
+            };
+            let mut request = vec![0u8; 4096];
+            let _ = connection.read(&mut request).await;
+            drop(connection);
+        }
+    });
+    let mut crashed = emulator(&crashing, "v2", None);
+    let error = crashed.converge(1).await.expect_err("no answer");
+    assert!(
+        error.contains("closed the connection without an answer (did it crash?)"),
+        "{error}"
+    );
+    // Nothing listening at all.
+    let closed = format!("http://127.0.0.1:{}", support::servers::closed_port());
+    let mut down = emulator(&closed, "v2", None);
+    let error = down.converge(1).await.expect_err("no server");
+    assert!(
+        error.contains("is the hook server running there?"),
+        "{error}"
+    );
 }

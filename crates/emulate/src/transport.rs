@@ -213,7 +213,7 @@ async fn post_json(
         .body(body)
         .send()
         .await
-        .map_err(|e| format!("cannot call {url}: {e}"))?;
+        .map_err(|e| why_no_answer(url, &e))?;
     let status = reply.status().as_u16();
     let retry_after = reply
         .headers()
@@ -225,6 +225,28 @@ async fn post_json(
         .await
         .map_err(|e| format!("cannot read the answer of {url}: {e}"))?;
     Ok((status, body.to_vec(), retry_after))
+}
+
+/// Why a call got no answer, told apart as a hook author needs it: nothing listening
+/// (the server is not running, or the URL is wrong) or a hook that took the call and
+/// closed the connection without answering (it crashed).
+fn why_no_answer(url: &str, error: &reqwest::Error) -> String {
+    use std::error::Error;
+    if error.is_connect() {
+        let mut source = error.source();
+        let mut cause = error.to_string();
+        while let Some(inner) = source {
+            cause = inner.to_string();
+            source = inner.source();
+        }
+        return format!("cannot reach {url} ({cause}): is the hook server running there?");
+    }
+    if error.is_timeout() {
+        return format!("{url} did not answer in time: {error}");
+    }
+    format!(
+        "the hook at {url} took the call and closed the connection without an answer (did it crash?): {error}"
+    )
 }
 
 fn trimmed(bases: Vec<String>) -> Vec<String> {

@@ -134,7 +134,19 @@ pub(super) async fn exchange(
     });
     let outcome = posted
         .map_err(|e| (Rule::NonOkAnswer, e))
-        .and_then(|answer| read_answer(&answer, name, retry_after));
+        .and_then(|answer| read_answer(&answer, name, retry_after))
+        .map_err(|(rule, message)| {
+            // Without --hooks-url the calls go to metahooks' own controllers, which know
+            // nothing of another project's registration.
+            if status == 404 && matches!(transport, Transport::InProcess(_)) {
+                let hint = format!(
+                    "{message}; this run answers with metahooks' own controllers, which have no {}: pass --hooks-url to call your hook server",
+                    hook.path
+                );
+                return (rule, hint);
+            }
+            (rule, message)
+        });
     Exchange {
         status,
         millis: elapsed.as_secs_f64() * 1000.0,
