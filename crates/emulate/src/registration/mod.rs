@@ -180,6 +180,13 @@ impl Hook {
             .and_then(Value::as_str)
             .unwrap_or("v1")
             .to_owned();
+        // Metacontroller's CRD: `enum: [v1, v2]`; the API server refuses anything else,
+        // so such a controller never exists.
+        if !matches!(version.as_str(), "v1" | "v2") {
+            return Err(format!(
+                "{at}.version: Unsupported value: {version:?}: supported values: \"v1\", \"v2\""
+            ));
+        }
         let webhook = config.get("webhook").ok_or("hook without webhook")?;
         let path = match webhook.get("url").and_then(Value::as_str) {
             Some(url) => url_path(url)?,
@@ -227,6 +234,16 @@ impl ChildRule {
             .and_then(Value::as_str)
             .unwrap_or("OnDelete")
             .to_owned();
+        // updateChildren (pkg/controller/common/manage_children.go) fails every update of
+        // such a child: "invalid update strategy … unknown method".
+        if !matches!(
+            strategy.as_str(),
+            "" | "OnDelete" | "Recreate" | "InPlace" | "RollingRecreate" | "RollingInPlace"
+        ) {
+            return Err(format!(
+                "{child_key} {kind}: updateStrategy.method {strategy:?} is not one of OnDelete, Recreate, InPlace, RollingRecreate, RollingInPlace (Metacontroller fails every update of these children: unknown method)"
+            ));
+        }
         if strategy.starts_with("Rolling") {
             not_modelled.push(format!(
                 "{child_key} {kind}: updateStrategy {strategy} runs as {} (ControllerRevisions and statusChecks are not modelled)",
@@ -521,5 +538,22 @@ mod tests {
             "InPlace",
         );
         assert!(hook_typo.is_err_and(|e| e.contains("snyc")));
+        // Values outside Metacontroller's enums are refused by name.
+        let version = parse(
+            json!({"sync": {"version": "V2", "webhook": {"url": "https://h/s"}}}),
+            "InPlace",
+        );
+        assert!(
+            version.is_err_and(|e| e.contains("version: Unsupported value: \"V2\"")),
+            "a version outside v1/v2"
+        );
+        let method = parse(
+            json!({"sync": {"webhook": {"url": "https://h/s"}}}),
+            "Inplace",
+        );
+        assert!(
+            method.is_err_and(|e| e.contains("updateStrategy.method \"Inplace\" is not one of")),
+            "a method outside the known ones"
+        );
     }
 }
