@@ -33,6 +33,7 @@ mod protocol_fixtures;
 mod receivers;
 mod source_boundary;
 mod source_hardening;
+mod source_interop;
 mod source_proxy;
 mod source_refresh;
 mod source_ssh;

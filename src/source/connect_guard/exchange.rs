@@ -4,6 +4,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 
+use super::origin::Framing;
 use super::{MAX_BODY_BYTES, MAX_HEAD_BYTES, Mode, Origin, Shared, Upstream, bare_host};
 use crate::source::FetchError;
 
@@ -186,11 +187,6 @@ pub(super) fn answer_back(
     if let Some(refusal) = shared.count(head.len() + rest.len()) {
         return shared.refuse(client, refusal);
     }
-    let scheme = if shared.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut slots);
     let (Ok(httparse::Status::Complete(_)), Some(status)) = (response.parse(&head), response.code)
@@ -205,11 +201,35 @@ pub(super) fn answer_back(
     };
     let reason = response.reason.unwrap_or_default().to_owned();
     let headers = owned(response.headers);
-    // The guard serves one exchange per connection and closes it after: it says so,
-    // whatever the origin (or a proxy) said, or libgit2 would send its next request on
-    // a connection that is about to close.
+    let framing = framing_of(status, &headers);
+    let out = match head_for_libgit2(status, &reason, &headers, framing, shared) {
+        Ok(out) => out,
+        Err(refusal) => return shared.refuse(client, refusal),
+    };
+    client.write_all(&out)?;
+    framing.first(client, &rest)?;
+    shared.copy_down(upstream, client, framing)
+}
+
+/// The answer's head as libgit2 gets it: `Connection: close` (the guard serves one
+/// exchange per connection and closes it after, whatever the origin or a proxy said, or
+/// libgit2 would send its next request on a connection about to close), no hop-by-hop
+/// headers, a redirect within the origin pointed back at the guard (one that leaves it
+/// refused), and chunked framing when the body ends only at the origin's close.
+fn head_for_libgit2(
+    status: u16,
+    reason: &str,
+    headers: &Headers,
+    framing: Framing,
+    shared: &Shared,
+) -> Result<Vec<u8>, FetchError> {
+    let scheme = if shared.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let mut out = format!("HTTP/1.1 {status} {reason}\r\nConnection: close\r\n").into_bytes();
-    for (name, value) in &headers {
+    for (name, value) in headers {
         if ["connection", "keep-alive", "proxy-connection"]
             .iter()
             .any(|hop| name.eq_ignore_ascii_case(hop))
@@ -217,10 +237,7 @@ pub(super) fn answer_back(
             continue;
         }
         if (300..400).contains(&status) && name.eq_ignore_ascii_case("location") {
-            match redirect_within_origin(value, scheme, shared) {
-                Ok(location) => out.extend_from_slice(location.as_bytes()),
-                Err(refusal) => return shared.refuse(client, refusal),
-            }
+            out.extend_from_slice(redirect_within_origin(value, scheme, shared)?.as_bytes());
         } else {
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
@@ -228,10 +245,23 @@ pub(super) fn answer_back(
             out.extend_from_slice(b"\r\n");
         }
     }
+    if framing == Framing::Chunked {
+        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+    }
     out.extend_from_slice(b"\r\n");
-    client.write_all(&out)?;
-    client.write_all(&rest)?;
-    shared.copy_down(upstream, client)
+    Ok(out)
+}
+
+/// How an answer's body goes down to libgit2: re-framed as chunks when it has a body
+/// that ends only when the origin closes.
+fn framing_of(status: u16, headers: &Headers) -> Framing {
+    let framed = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let has_body = !(status < 200 || status == 204 || status == 304);
+    if has_body && !framed("content-length") && !framed("transfer-encoding") {
+        Framing::Chunked
+    } else {
+        Framing::AsIs
+    }
 }
 
 /// Reads up to the blank line that ends a head; returns the head (blank line included,
@@ -269,7 +299,7 @@ pub(super) fn relay(client: TcpStream, upstream: TcpStream, shared: &Shared) -> 
             let _ = upstream_out.shutdown(Shutdown::Write);
         })?;
     let (mut upstream_in, mut client_out) = (Upstream::Plain(upstream), client);
-    let _ = shared.copy_down(&mut upstream_in, &mut client_out);
+    let _ = shared.copy_down(&mut upstream_in, &mut client_out, Framing::AsIs);
     let _ = client_out.shutdown(Shutdown::Both);
     upstream_in.close();
     let _ = upward.join();

@@ -10,6 +10,42 @@ use super::{Origin, Phase, Shared, lock};
 use crate::source::FetchError;
 use crate::source::policy::Policy;
 
+/// How bytes go down to libgit2: as they come, or re-framed as chunks for an answer
+/// whose body ends only when the origin closes (HTTP/1.0, or no length given), which
+/// libgit2 reads as an unexpected end of stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    AsIs,
+    Chunked,
+}
+
+impl Framing {
+    fn write(self, client: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Framing::AsIs => client.write_all(bytes),
+            Framing::Chunked if bytes.is_empty() => Ok(()),
+            Framing::Chunked => {
+                client.write_all(format!("{:x}\r\n", bytes.len()).as_bytes())?;
+                client.write_all(bytes)?;
+                client.write_all(b"\r\n")
+            }
+        }
+    }
+
+    /// The origin closed: the body is complete.
+    fn end(self, client: &mut TcpStream) -> io::Result<()> {
+        match self {
+            Framing::AsIs => Ok(()),
+            Framing::Chunked => client.write_all(b"0\r\n\r\n"),
+        }
+    }
+
+    /// Writes the bytes read past the head.
+    pub(super) fn first(self, client: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+        self.write(client, bytes)
+    }
+}
+
 impl Shared {
     pub(super) fn remaining(&self) -> Duration {
         self.deadline
@@ -56,6 +92,7 @@ impl Shared {
         &self,
         upstream: &mut Upstream,
         client: &mut TcpStream,
+        framing: Framing,
     ) -> io::Result<()> {
         let mut buffer = vec![0u8; 16 * 1024];
         loop {
@@ -69,7 +106,7 @@ impl Shared {
             }
             upstream.set_read_timeout(Some(left))?;
             let read = match upstream.read(&mut buffer) {
-                Ok(0) => return Ok(()),
+                Ok(0) => return framing.end(client),
                 Ok(read) => read,
                 Err(e)
                     if matches!(
@@ -85,7 +122,7 @@ impl Shared {
                 self.record(refusal);
                 return Ok(());
             }
-            client.write_all(&buffer[..read])?;
+            framing.write(client, &buffer[..read])?;
         }
     }
 

@@ -134,6 +134,15 @@ impl Repo {
         self.push("change");
     }
 
+    /// Tags the last commit `name` and pushes the tag.
+    pub fn tag(&self, name: &str) {
+        git(&self.work, &["tag", name]);
+        git(
+            &self.work,
+            &["push", "-q", "origin", &format!("refs/tags/{name}")],
+        );
+    }
+
     pub fn commit_bytes(&self, path: &str, content: &[u8]) {
         std::fs::write(self.work.join(path), content).unwrap();
         self.push("bytes");

@@ -148,6 +148,21 @@ const WEBHOOK_NOT_MODELLED: &[(&str, &str)] = &[
     ("basicAuth", "no basic-auth credentials are sent"),
 ];
 
+/// A hook's `version`, `v1` when unset. Metacontroller's CRD has `enum: [v1, v2]`: the
+/// API server refuses anything else, so such a controller never exists.
+fn hook_version(config: &Value, at: &str) -> Result<String, String> {
+    let version = config
+        .get("version")
+        .and_then(Value::as_str)
+        .unwrap_or("v1");
+    if !matches!(version, "v1" | "v2") {
+        return Err(format!(
+            "{at}.version: Unsupported value: {version:?}: supported values: \"v1\", \"v2\""
+        ));
+    }
+    Ok(version.to_owned())
+}
+
 impl Hook {
     /// One `spec.hooks.<hook>`: its path, version, and whether answers are decoded
     /// strictly (v2 unless `responseUnMarshallMode` says otherwise).
@@ -175,18 +190,7 @@ impl Hook {
                 }
             }
         }
-        let version = config
-            .get("version")
-            .and_then(Value::as_str)
-            .unwrap_or("v1")
-            .to_owned();
-        // Metacontroller's CRD: `enum: [v1, v2]`; the API server refuses anything else,
-        // so such a controller never exists.
-        if !matches!(version.as_str(), "v1" | "v2") {
-            return Err(format!(
-                "{at}.version: Unsupported value: {version:?}: supported values: \"v1\", \"v2\""
-            ));
-        }
+        let version = hook_version(config, at)?;
         let webhook = config.get("webhook").ok_or("hook without webhook")?;
         let path = match webhook.get("url").and_then(Value::as_str) {
             Some(url) => url_path(url)?,

@@ -1,0 +1,208 @@
+//! git over http from origins that do not behave like ours: one that keeps every
+//! connection alive whatever it is asked (no `Connection: close` back), one that answers
+//! HTTP/1.0 without a length (the body ends when it closes), and one that answers
+//! chunked. Each stands in front of `git http-backend` (behind basic auth) and rewrites
+//! its answers; a commit, the next commit and a tag are fetched through each.
+
+use crate::support;
+
+use std::time::Duration;
+
+use metahooks::source::binding::Binding;
+use metahooks::source::fetcher::Fetcher;
+use metahooks::source::{Content, Credentials, Location, SourceRequest, SourceView};
+use support::servers::{Repo, serve_git_http};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::source_hardening::settled;
+
+#[derive(Clone, Copy, Debug)]
+enum Quirk {
+    KeepAlive,
+    Http10,
+    Chunked,
+}
+
+/// Reads one request (head, and a body of `Content-Length`); None at end of stream.
+async fn read_request(connection: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let read = connection.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while buffer.len() < head_end + length {
+        let read = connection.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+    Some(buffer)
+}
+
+/// The request with its connection headers replaced by `Connection: close`.
+fn closing(request: &[u8]) -> Vec<u8> {
+    let end = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 2;
+    let head = String::from_utf8_lossy(&request[..end]);
+    let mut out: String = head
+        .split("\r\n")
+        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    out.push_str("Connection: close\r\n\r\n");
+    let mut bytes = out.into_bytes();
+    bytes.extend_from_slice(&request[end + 2..]);
+    bytes
+}
+
+/// The upstream answer rewritten the way `quirk` answers.
+fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
+    let end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&answer[..end]).into_owned();
+    let body = &answer[end + 4..];
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split_once(' ').unwrap().1.to_owned();
+    let headers: Vec<&str> = lines
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            !l.starts_with("connection:") && !l.starts_with("content-length:")
+        })
+        .collect();
+    let mut out = match quirk {
+        Quirk::Http10 => format!("HTTP/1.0 {status}\r\n"),
+        Quirk::KeepAlive | Quirk::Chunked => format!("HTTP/1.1 {status}\r\n"),
+    };
+    for header in headers {
+        out.push_str(header);
+        out.push_str("\r\n");
+    }
+    let mut bytes = match quirk {
+        Quirk::KeepAlive => format!("{out}Content-Length: {}\r\n\r\n", body.len()).into_bytes(),
+        Quirk::Http10 => format!("{out}\r\n").into_bytes(),
+        Quirk::Chunked => format!("{out}Transfer-Encoding: chunked\r\n\r\n").into_bytes(),
+    };
+    match quirk {
+        Quirk::Chunked => {
+            for piece in body.chunks(1000) {
+                bytes.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                bytes.extend_from_slice(piece);
+                bytes.extend_from_slice(b"\r\n");
+            }
+            bytes.extend_from_slice(b"0\r\n\r\n");
+        }
+        Quirk::KeepAlive | Quirk::Http10 => bytes.extend_from_slice(body),
+    }
+    bytes
+}
+
+/// An origin in front of `upstream` that answers as `quirk` does; keeps connections
+/// open after an answer unless it speaks HTTP/1.0.
+async fn quirky_origin(upstream: u16, quirk: Quirk) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut connection, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some(request) = read_request(&mut connection).await {
+                    let mut origin = tokio::net::TcpStream::connect(("127.0.0.1", upstream))
+                        .await
+                        .unwrap();
+                    origin.write_all(&closing(&request)).await.unwrap();
+                    let mut answer = Vec::new();
+                    origin.read_to_end(&mut answer).await.unwrap();
+                    if connection
+                        .write_all(&rewritten(&answer, quirk))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    if matches!(quirk, Quirk::Http10) {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn request(url: &str, reference: &str) -> SourceRequest {
+    SourceRequest {
+        location: Location::Git {
+            url: url.to_owned(),
+            reference: Some(reference.to_owned()),
+            path: "app.env".to_owned(),
+        },
+        namespace: "team-a".to_owned(),
+        credentials: Some(Credentials {
+            secret: "reader".to_owned(),
+            binding: Binding::read("reader", None, Some(url)),
+            username: Some("reader".to_owned()),
+            password: Some("s3cret".to_owned()),
+            ..Credentials::default()
+        }),
+        tls: None,
+    }
+}
+
+fn text(fetcher: &Fetcher, request: &SourceRequest) -> Option<String> {
+    let state = fetcher.state(request, Duration::from_secs(60), None);
+    state
+        .snapshot
+        .as_ref()
+        .and_then(|s| match s.files.get("app.env") {
+            Some(Content::Text(text)) => Some(text.clone()),
+            _ => None,
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_that_keep_alive_speak_http_1_0_or_chunk_are_fetched_from() {
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "V=1\n")]);
+    repo.tag("v1");
+    let upstream = serve_git_http(repo.root.path().to_owned(), "reader", "s3cret").await;
+    for quirk in [Quirk::KeepAlive, Quirk::Http10, Quirk::Chunked] {
+        let port = quirky_origin(upstream, quirk).await;
+        let url = format!("http://127.0.0.1:{port}/config.git");
+        let cache = tempfile::tempdir().unwrap();
+        let fetcher = support::fetcher(support::loopback_policy(&["http"]), cache.path());
+        let main = request(&url, "main");
+        let first = settled(&fetcher, &main).await;
+        assert!(first.snapshot.is_some(), "{quirk:?}: {:?}", first.error);
+        assert_eq!(text(&fetcher, &main).as_deref(), Some("V=1\n"), "{quirk:?}");
+        let tag = request(&url, "v1");
+        let tagged = settled(&fetcher, &tag).await;
+        assert!(
+            tagged.snapshot.is_some(),
+            "{quirk:?} tag: {:?}",
+            tagged.error
+        );
+        repo.commit(&[("app.env", "V=2\n")]);
+        fetcher.expire();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while text(&fetcher, &main).as_deref() != Some("V=2\n") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{quirk:?}: the next commit never came"
+            );
+            let _ = settled(&fetcher, &main).await;
+        }
+        // Back to V=1 for the next origin.
+        repo.commit(&[("app.env", "V=1\n")]);
+    }
+}
