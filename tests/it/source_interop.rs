@@ -1,8 +1,10 @@
 //! git over http from origins that do not behave like ours: one that keeps every
 //! connection alive whatever it is asked (no `Connection: close` back), one that answers
 //! HTTP/1.0 without a length (the body ends when it closes), and one that answers
-//! chunked. Each stands in front of `git http-backend` (behind basic auth) and rewrites
-//! its answers; a commit, the next commit and a tag are fetched through each.
+//! chunked, and one that has moved its repository (a 301 within the origin). Each stands
+//! in front of `git http-backend` (behind basic auth, so every fetch also meets a 401
+//! challenge) and rewrites its answers; a commit, the next commit and a tag are fetched
+//! through each.
 
 use crate::support;
 
@@ -21,6 +23,8 @@ enum Quirk {
     KeepAlive,
     Http10,
     Chunked,
+    /// Moved: `/config.git/…` answers 301 to `/moved/config.git/…`, served from there.
+    Redirect,
 }
 
 /// Reads one request (head, and a body of `Content-Length`); None at end of stream.
@@ -83,14 +87,18 @@ fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
         .collect();
     let mut out = match quirk {
         Quirk::Http10 => format!("HTTP/1.0 {status}\r\n"),
-        Quirk::KeepAlive | Quirk::Chunked => format!("HTTP/1.1 {status}\r\n"),
+        Quirk::KeepAlive | Quirk::Chunked | Quirk::Redirect => {
+            format!("HTTP/1.1 {status}\r\n")
+        }
     };
     for header in headers {
         out.push_str(header);
         out.push_str("\r\n");
     }
     let mut bytes = match quirk {
-        Quirk::KeepAlive => format!("{out}Content-Length: {}\r\n\r\n", body.len()).into_bytes(),
+        Quirk::KeepAlive | Quirk::Redirect => {
+            format!("{out}Content-Length: {}\r\n\r\n", body.len()).into_bytes()
+        }
         Quirk::Http10 => format!("{out}\r\n").into_bytes(),
         Quirk::Chunked => format!("{out}Transfer-Encoding: chunked\r\n\r\n").into_bytes(),
     };
@@ -103,9 +111,36 @@ fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
             }
             bytes.extend_from_slice(b"0\r\n\r\n");
         }
-        Quirk::KeepAlive | Quirk::Http10 => bytes.extend_from_slice(body),
+        Quirk::KeepAlive | Quirk::Http10 | Quirk::Redirect => bytes.extend_from_slice(body),
     }
     bytes
+}
+
+/// For the redirecting origin: a request under the old path is answered 301 to the new
+/// one (Err), one under the new path is passed on with the old path (Ok).
+fn moved(request: &[u8], quirk: Quirk, port: u16) -> Result<Vec<u8>, Vec<u8>> {
+    if !matches!(quirk, Quirk::Redirect) {
+        return Ok(request.to_vec());
+    }
+    let line_end = request.windows(2).position(|w| w == b"\r\n").unwrap();
+    let line = String::from_utf8_lossy(&request[..line_end]).into_owned();
+    let mut parts = line.splitn(3, ' ');
+    let (method, target, version) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    match target.strip_prefix("/moved") {
+        Some(old) => {
+            let mut out = format!("{method} {old} {version}").into_bytes();
+            out.extend_from_slice(&request[line_end..]);
+            Ok(out)
+        }
+        None => Err(format!(
+            "HTTP/1.1 301 Moved Permanently\r\nLocation: http://127.0.0.1:{port}/moved{target}\r\nContent-Length: 0\r\n\r\n"
+        )
+        .into_bytes()),
+    }
 }
 
 /// An origin in front of `upstream` that answers as `quirk` does; keeps connections
@@ -117,6 +152,15 @@ async fn quirky_origin(upstream: u16, quirk: Quirk) -> u16 {
         while let Ok((mut connection, _)) = listener.accept().await {
             tokio::spawn(async move {
                 while let Some(request) = read_request(&mut connection).await {
+                    let request = match moved(&request, quirk, port) {
+                        Ok(request) => request,
+                        Err(redirect) => {
+                            if connection.write_all(&redirect).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    };
                     let mut origin = tokio::net::TcpStream::connect(("127.0.0.1", upstream))
                         .await
                         .unwrap();
@@ -171,12 +215,17 @@ fn text(fetcher: &Fetcher, request: &SourceRequest) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn origins_that_keep_alive_speak_http_1_0_or_chunk_are_fetched_from() {
+async fn origins_that_keep_alive_speak_http_1_0_chunk_or_redirect_are_fetched_from() {
     let repo = Repo::new();
     repo.commit(&[("app.env", "V=1\n")]);
     repo.tag("v1");
     let upstream = serve_git_http(repo.root.path().to_owned(), "reader", "s3cret").await;
-    for quirk in [Quirk::KeepAlive, Quirk::Http10, Quirk::Chunked] {
+    for quirk in [
+        Quirk::KeepAlive,
+        Quirk::Http10,
+        Quirk::Chunked,
+        Quirk::Redirect,
+    ] {
         let port = quirky_origin(upstream, quirk).await;
         let url = format!("http://127.0.0.1:{port}/config.git");
         let cache = tempfile::tempdir().unwrap();
