@@ -251,12 +251,20 @@ async fn an_unreadable_spec_keeps_the_children_under_server_side_apply() {
     keep_last_good_under(true).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
+/// Two servers, each with its own source cache, behind one Service, and a
+/// MonitoredService `web` on a git daemon's `app.env` (V=1).
+struct Replicas {
+    repo: Repo,
+    _daemon: GitDaemon,
+    a: Harness,
+    b: Harness,
+    emulator: Emulator,
+}
+
+async fn two_replicas_on_one_source() -> Replicas {
     let repo = Repo::new();
     repo.commit(&[("app.env", "V=1\n")]);
     let daemon = GitDaemon::start(&repo);
-    // Two servers, each with its own source cache, behind one Service.
     let (a, b) = (harness().await, harness().await);
     let mut emulator =
         support::emulator::over_replicas(vec![a.base_url.clone(), b.base_url.clone()]);
@@ -264,6 +272,24 @@ async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
         "web",
         json!({"image": "app:1", "source": {"git": {"url": daemon.url(), "path": "app.env"}}}),
     ));
+    Replicas {
+        repo,
+        _daemon: daemon,
+        a,
+        b,
+        emulator,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
+    let Replicas {
+        repo,
+        _daemon,
+        a,
+        b,
+        mut emulator,
+    } = two_replicas_on_one_source().await;
     let hash = |e: &Emulator| {
         e.get("apps/v1", "Deployment", "team-a", "web")
             .and_then(|d| {
@@ -312,16 +338,13 @@ async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_dated_ahead_does_not_freeze_the_source() {
-    let repo = Repo::new();
-    repo.commit(&[("app.env", "V=1\n")]);
-    let daemon = GitDaemon::start(&repo);
-    let (a, b) = (harness().await, harness().await);
-    let mut emulator =
-        support::emulator::over_replicas(vec![a.base_url.clone(), b.base_url.clone()]);
-    emulator.apply(monitored(
-        "web",
-        json!({"image": "app:1", "source": {"git": {"url": daemon.url(), "path": "app.env"}}}),
-    ));
+    let Replicas {
+        repo,
+        _daemon,
+        a,
+        b,
+        mut emulator,
+    } = two_replicas_on_one_source().await;
     let config = |e: &Emulator| {
         e.get("v1", "ConfigMap", "team-a", "web-config")
             .and_then(|c| c.pointer("/data/V").cloned())

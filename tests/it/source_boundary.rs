@@ -655,22 +655,30 @@ async fn a_delta_bomb_ends_the_worker_at_its_memory_limit_not_the_server() {
     assert!(fine.snapshot.is_some(), "{:?}", fine.error);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
-    // 48 directories of ~900 KB each (compressible, so the pack is small): 43 MB of
-    // files that one worker holding them all at once could not keep under 96 MiB.
+/// A repository of `count` directories `d<n>` each holding ~900 KB of compressible text
+/// (so the pack stays small), served by git daemon.
+fn directories_of_900_kb(count: usize) -> (Repo, GitDaemon) {
     let repo = Repo::new();
-    let mut files: Vec<(String, String)> = Vec::new();
-    for n in 0..48 {
-        let line = format!("KEY_{n}=value of directory {n}\n");
-        files.push((format!("d{n}/app.env"), line.repeat(900_000 / line.len())));
-    }
+    let files: Vec<(String, String)> = (0..count)
+        .map(|n| {
+            let line = format!("KEY_{n}=value of directory {n}\n");
+            (format!("d{n}/app.env"), line.repeat(900_000 / line.len()))
+        })
+        .collect();
     let refs: Vec<(&str, &str)> = files
         .iter()
         .map(|(p, c)| (p.as_str(), c.as_str()))
         .collect();
     repo.commit(&refs);
     let daemon = GitDaemon::start(&repo);
+    (repo, daemon)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
+    // 48 directories of ~900 KB each (compressible, so the pack is small): 43 MB of
+    // files that one worker holding them all at once could not keep under 96 MiB.
+    let (_repo, daemon) = directories_of_900_kb(48);
     let cache = tempfile::tempdir().unwrap();
     let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
     let fetcher = Fetcher::new(support::loopback_policy(&["git"]), cache.path().to_owned())
@@ -703,19 +711,7 @@ async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
 async fn a_jobs_snapshots_are_handed_over_batch_by_batch_within_the_budget() {
     // 40 directories of ~900 KB on one remote, a snapshot budget of 8 MiB: one job reads
     // them all, storing each batch as it comes and waiting for parents to take theirs.
-    let repo = Repo::new();
-    let files: Vec<(String, String)> = (0..40)
-        .map(|n| {
-            let line = format!("KEY_{n}=value of directory {n}\n");
-            (format!("d{n}/app.env"), line.repeat(900_000 / line.len()))
-        })
-        .collect();
-    let refs: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(p, c)| (p.as_str(), c.as_str()))
-        .collect();
-    repo.commit(&refs);
-    let daemon = GitDaemon::start(&repo);
+    let (_repo, daemon) = directories_of_900_kb(40);
     let cache = tempfile::tempdir().unwrap();
     let budget: u64 = 8 * 1024 * 1024;
     let fetcher = support::fetcher(support::loopback_policy(&["git"]), cache.path())

@@ -11,13 +11,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use metahooks::source::binding::Binding;
 use metahooks::source::policy::Policy;
 use metahooks::source::proxy::Proxies;
 use metahooks::source::{Content, Credentials, Location, SourceRequest, SourceState};
 use support::servers::{Files, Pki, Repo, serve_files_tls, serve_git_http, serve_git_https};
 
 use crate::source_hardening::settled;
+use crate::source_tls::basic_auth;
 
 /// A tinyproxy on 127.0.0.2 that wants `proxy:pr0xy`, logging every request.
 struct Tinyproxy {
@@ -99,16 +99,6 @@ fn policy(pki: &Pki, proxy: Option<&str>, no_proxy: &str) -> Policy {
     }
 }
 
-fn reader(allowed: &str) -> Credentials {
-    Credentials {
-        secret: "reader".to_owned(),
-        binding: Binding::read("reader", None, Some(allowed)),
-        username: Some("reader".to_owned()),
-        password: Some("s3cret".to_owned()),
-        ..Credentials::default()
-    }
-}
-
 fn git(url: &str) -> Location {
     Location::Git {
         url: url.to_owned(),
@@ -165,7 +155,7 @@ async fn sources_reach_their_origins_only_through_the_egress_proxy() {
     let state = fetch(
         policy(&pki, through.as_deref(), ""),
         git(&git_https),
-        Some(reader(&format!("https://localhost:{https_port}/"))),
+        Some(basic_auth(&format!("https://localhost:{https_port}/"))),
     )
     .await;
     assert_eq!(
@@ -178,7 +168,7 @@ async fn sources_reach_their_origins_only_through_the_egress_proxy() {
     let state = fetch(
         policy(&pki, through.as_deref(), ""),
         git(&git_http),
-        Some(reader(&format!("http://localhost:{http_port}/"))),
+        Some(basic_auth(&format!("http://localhost:{http_port}/"))),
     )
     .await;
     assert_eq!(
@@ -215,7 +205,7 @@ async fn sources_reach_their_origins_only_through_the_egress_proxy() {
         let state = fetch(
             policy(&pki, proxy_url, no_proxy),
             git(&git_https),
-            Some(reader(&format!("https://localhost:{https_port}/"))),
+            Some(basic_auth(&format!("https://localhost:{https_port}/"))),
         )
         .await;
         let error = state.error.expect("the direct route is refused");
@@ -226,7 +216,7 @@ async fn sources_reach_their_origins_only_through_the_egress_proxy() {
     let state = fetch(
         policy(&pki, Some(&proxy.url("proxy:wrong")), ""),
         git(&git_https),
-        Some(reader(&format!("https://localhost:{https_port}/"))),
+        Some(basic_auth(&format!("https://localhost:{https_port}/"))),
     )
     .await;
     let error = state.error.expect("refused by the proxy").to_string();

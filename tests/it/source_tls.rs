@@ -32,7 +32,7 @@ fn material(pki: &Pki, ca: bool, client: bool, allowed: &str) -> TlsMaterial {
     }
 }
 
-fn basic_auth(allowed: &str) -> Credentials {
+pub fn basic_auth(allowed: &str) -> Credentials {
     Credentials {
         secret: "reader".to_owned(),
         binding: Binding::read("reader", None, Some(allowed)),

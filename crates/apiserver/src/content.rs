@@ -31,7 +31,7 @@ fn config_map(object: &Value, found: &mut Vec<String>) {
             if !value.is_string() {
                 found.push(format!(
                     "data[{key}]: json: cannot unmarshal {} into Go struct field ConfigMap.data of type string",
-                    json_type(value)
+                    crate::go_json_type(value)
                 ));
             }
         }
@@ -61,7 +61,7 @@ fn secret(object: &Value, found: &mut Vec<String>) {
             if !value.is_string() {
                 found.push(format!(
                     "stringData[{key}]: json: cannot unmarshal {} into Go struct field Secret.stringData of type string",
-                    json_type(value)
+                    crate::go_json_type(value)
                 ));
             }
         }
@@ -104,9 +104,9 @@ fn workload(object: &Value, found: &mut Vec<String>) {
     }
 }
 
-/// Whether a label selector (matchLabels and matchExpressions) selects `labels`.
+/// Whether a workload's selector selects its template's `labels`: an empty selector or
+/// an unknown operator is refused first, then [`crate::selector::matches`] decides.
 fn selects(selector: &Value, labels: &Map<String, Value>) -> Result<bool, String> {
-    let has = |key: &str| labels.get(key).and_then(Value::as_str);
     let match_labels = selector.get("matchLabels").and_then(Value::as_object);
     let expressions = selector
         .get("matchExpressions")
@@ -116,33 +116,19 @@ fn selects(selector: &Value, labels: &Map<String, Value>) -> Result<bool, String
     if match_labels.is_none_or(Map::is_empty) && expressions.is_empty() {
         return Err("empty selector is invalid for deployment".to_owned());
     }
-    for (key, value) in match_labels.into_iter().flatten() {
-        if has(key) != value.as_str() {
-            return Ok(false);
-        }
-    }
     for expression in expressions {
-        let key = expression.get("key").and_then(Value::as_str).unwrap_or("");
-        let values: Vec<&str> = expression
-            .get("values")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        let held = has(key);
-        let fits = match expression.get("operator").and_then(Value::as_str) {
-            Some("In") => held.is_some_and(|v| values.contains(&v)),
-            Some("NotIn") => held.is_none_or(|v| !values.contains(&v)),
-            Some("Exists") => held.is_some(),
-            Some("DoesNotExist") => held.is_none(),
-            other => return Err(format!("{other:?} is not a valid label selector operator")),
-        };
-        if !fits {
-            return Ok(false);
+        let operator = expression.get("operator").and_then(Value::as_str);
+        if !operator.is_some_and(|op| crate::selector::OPERATORS.contains(&op)) {
+            return Err(format!(
+                "{operator:?} is not a valid label selector operator"
+            ));
         }
     }
-    Ok(true)
+    Ok(crate::selector::matches(
+        selector.get("matchLabels"),
+        selector.get("matchExpressions"),
+        &Value::Object(labels.clone()),
+    ))
 }
 
 /// Keys as `IsConfigMapKey` has them.
@@ -185,21 +171,9 @@ fn base64_values(field: &str, map: &Map<String, Value>, found: &mut Vec<String>)
             )),
             None => found.push(format!(
                 "{field}[{key}]: json: cannot unmarshal {} into Go value of type []uint8",
-                json_type(value)
+                crate::go_json_type(value)
             )),
         }
-    }
-}
-
-/// The JSON type of `value` in Go's decoding messages.
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
     }
 }
 

@@ -9,8 +9,21 @@
 
 mod content;
 pub mod pod_security;
+pub mod selector;
 
 use serde_json::Value;
+
+/// The JSON type of `value` as Go's decoding messages name it.
+pub fn go_json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
 
 /// Total bytes of an object's annotations, keys and values (TotalAnnotationSizeLimitB).
 pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;

@@ -53,13 +53,11 @@ pub(crate) fn matches_rule(rule: &Value, object: &Value) -> bool {
             .pointer("/metadata/annotations")
             .cloned()
             .unwrap_or(json!({}));
-        let exact = selector
-            .get("matchAnnotations")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .all(|(k, v)| annotations.get(k) == Some(v));
-        exact && expressions_match(selector.get("matchExpressions"), &annotations)
+        metahooks_apiserver::selector::matches(
+            selector.get("matchAnnotations"),
+            selector.get("matchExpressions"),
+            &annotations,
+        )
     });
     labels_ok && annotations_ok
 }
@@ -71,36 +69,11 @@ pub fn labels_match(selector: &Value, object: &Value) -> bool {
         .pointer("/metadata/labels")
         .cloned()
         .unwrap_or(json!({}));
-    let exact = selector
-        .get("matchLabels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    exact && expressions_match(selector.get("matchExpressions"), &labels)
-}
-
-fn expressions_match(expressions: Option<&Value>, map: &Value) -> bool {
-    expressions
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .all(|e| {
-            let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
-            let values: Vec<&Value> = e
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|v| v.iter().collect())
-                .unwrap_or_default();
-            let present = map.get(key);
-            match e.get("operator").and_then(Value::as_str) {
-                Some("Exists") => present.is_some(),
-                Some("DoesNotExist") => present.is_none(),
-                Some("In") => present.is_some_and(|v| values.contains(&v)),
-                Some("NotIn") => present.is_none_or(|v| !values.contains(&v)),
-                _ => false,
-            }
-        })
+    metahooks_apiserver::selector::matches(
+        selector.get("matchLabels"),
+        selector.get("matchExpressions"),
+        &labels,
+    )
 }
 
 /// live − (fields we applied before and no longer want) + what we want now.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Inner, lock, snapshot_bytes};
-use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits};
+use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
 use crate::source::{FetchError, Location, SourceRequest, git, http};
 
 pub(super) struct Job {
@@ -55,14 +55,6 @@ pub(super) type Results = Vec<(String, Fetched)>;
 /// follows one batch, however many paths parents name on one remote. Further paths are
 /// read from the commit already fetched, by further workers, without the network.
 const READS_PER_WORKER: usize = 8;
-
-/// Every read failed with `error`.
-fn failed_reads(reads: &[Read], error: &FetchError) -> Results {
-    reads
-        .iter()
-        .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
-        .collect()
-}
 
 /// Reads `batch` from the `resolved` commit in a worker of its own. A batch that ends the
 /// worker (its memory limit) is read again path by path, so one parent's oversized path

@@ -95,14 +95,18 @@ impl GitOutcome {
     /// Every read failed with `error`.
     pub fn failed(job: &GitJob, error: FetchError) -> GitOutcome {
         GitOutcome {
-            results: job
-                .reads
-                .iter()
-                .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
-                .collect(),
+            results: failed_reads(&job.reads, &error),
             resolved: Err(error),
         }
     }
+}
+
+/// Every one of `reads` failed with `error`.
+pub fn failed_reads(reads: &[Read], error: &FetchError) -> Vec<(String, Fetched)> {
+    reads
+        .iter()
+        .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
+        .collect()
 }
 
 /// Runs the job here, blocking: what the worker process does, and what the in-process

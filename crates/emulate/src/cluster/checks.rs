@@ -92,21 +92,9 @@ fn check_field_type(
         Rule::InvalidAnswer,
         format!(
             "json: cannot unmarshal {} into Go struct field {response_type}.{field} of type {go_type} (Metacontroller applies nothing)",
-            json_type(value)
+            metahooks_apiserver::go_json_type(value)
         ),
     ))
-}
-
-/// The JSON type of `value` in Go's decoding messages.
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 /// One desired child, as Metacontroller checks it before applying.
