@@ -187,6 +187,7 @@ impl Job {
                 continue;
             }
             let entry = state.snapshots.entry(key).or_default();
+            entry.answered_by = self.commit_from;
             match result {
                 Fetched::Fresh(snapshot) => {
                     let (old, new) = (entry.bytes, snapshot_bytes(&snapshot));

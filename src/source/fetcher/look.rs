@@ -107,15 +107,13 @@ impl Fetcher {
         if !remote.in_flight && (stale || unknown) {
             self.start_job(&mut state, &remote_key, request, interval, stale);
         }
-        // Pending: a running job may change this request's answer. A job that only reads
-        // another parent's new path does not, for a request that has its snapshot (and
-        // reporting it would make two identical calls answer differently). Keys start
-        // with their remote's key, so only this request's remote can hold it.
-        let has_snapshot = known.as_ref().is_some_and(|k| k.snapshot.is_some());
+        // Pending: a running job may change this request's answer ([`SnapshotEntry::awaits`]:
+        // not one that only reads another parent's new path, nor one that has already
+        // stored this request's result; reporting those would make two identical calls
+        // answer differently). Keys start with their remote's key, so only this request's
+        // remote can hold it.
         let pending = state.remotes.get(&remote_key).is_some_and(|r| {
-            r.in_flight
-                && (r.in_flight_network || !has_snapshot)
-                && r.requests.contains_key(&request.key())
+            SnapshotEntry::awaits(known.as_ref(), r) && r.requests.contains_key(&request.key())
         });
         let after_running =
             super::after_running(state.remotes.get(&remote_key), known.as_ref(), running);
@@ -146,7 +144,6 @@ impl Fetcher {
         let key = request.key();
         let state = lock(&self.inner.state);
         let known = state.snapshots.get(&key);
-        let has_snapshot = known.is_some_and(|k| k.snapshot.is_some());
         let needs_reading = known.is_none_or(|entry| {
             entry.snapshot.is_none() && entry.let_go.is_some() && entry.let_go.as_deref() != running
         });
@@ -154,7 +151,7 @@ impl Fetcher {
         // The same verdict `look` reaches once it has started whatever job is due.
         let pending = match remote {
             None => true,
-            Some(remote) if remote.in_flight => remote.in_flight_network || !has_snapshot,
+            Some(remote) if remote.in_flight => SnapshotEntry::awaits(known, remote),
             Some(remote) => remote.is_stale(interval) || needs_reading,
         };
         let push_resync = self.inner.push_resync.load(Ordering::SeqCst);

@@ -107,6 +107,10 @@ struct SnapshotEntry {
     held: bool,
     /// When the network fetch that the latest good result reflects started.
     fetched_from: Option<Instant>,
+    /// The start of the fetch whose job stored the latest result, good or failed: while
+    /// that job still runs, its result for this request is already in, and nothing it
+    /// does later changes this request's answer.
+    answered_by: Option<Instant>,
     /// A lookup has returned the snapshot since it was fetched. One not yet delivered is
     /// never let go: under a working set larger than the budget, a parent would
     /// otherwise find its snapshot gone every time it came back for it.
@@ -114,6 +118,17 @@ struct SnapshotEntry {
 }
 
 impl SnapshotEntry {
+    /// Whether a job that runs on `remote` may still change this request's answer: it
+    /// asks the remote and has not stored this request's result yet, or it reads a path
+    /// this request has no snapshot for.
+    fn awaits(entry: Option<&SnapshotEntry>, remote: &RemoteEntry) -> bool {
+        let has_snapshot = entry.is_some_and(|e| e.snapshot.is_some());
+        let answered = entry.is_some_and(|e| {
+            remote.in_flight_network && e.answered_by.is_some() && e.answered_by == remote.started
+        });
+        remote.in_flight && ((remote.in_flight_network && !answered) || !has_snapshot)
+    }
+
     /// Nothing to answer from: never read, or let go and the parent does not hold it.
     fn needs_reading(&self) -> bool {
         self.snapshot.is_none() && self.let_go.is_some() && !self.held
