@@ -15,6 +15,7 @@ mod configsync_sources;
 mod docs;
 mod emulate_cmd;
 mod emulator;
+mod emulator_apply;
 mod emulator_decoding;
 mod emulator_scope;
 mod emulator_workers;

@@ -69,6 +69,40 @@ fn secret(object: &Value, found: &mut Vec<String>) {
     }
 }
 
+/// A Secret's `stringData` as the API server stores it: each value base64-encoded into
+/// `data` (over a `data` value of the same key), and `stringData` gone
+/// (`Convert_v1_Secret_To_core_Secret`, pkg/apis/core/v1/conversion.go). Values that are
+/// not strings are left for validation to refuse.
+pub fn fold_string_data(object: &mut Value) {
+    use base64::Engine;
+    if object.get("kind").and_then(Value::as_str) != Some("Secret") {
+        return;
+    }
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.get("stringData").cloned() else {
+        return;
+    };
+    if strings.values().any(|v| !v.is_string()) {
+        return;
+    }
+    map.remove("stringData");
+    let data = map
+        .entry("data")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if data.is_null() {
+        *data = Value::Object(Map::new());
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(key, Value::String(encoded));
+        }
+    }
+}
+
 /// A Job's pods may not restart in place: `OnFailure` or `Never` (unset defaults to
 /// `Always`, which is refused).
 fn job(object: &Value, found: &mut Vec<String>) {

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod content;
+pub use content::fold_string_data;
 pub mod pod_security;
 pub mod selector;
 

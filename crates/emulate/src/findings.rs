@@ -18,9 +18,9 @@ pub enum Rule {
     /// A field the response type does not have, under strict decoding (v2 hooks, or
     /// `responseUnMarshallMode: strict`): Metacontroller rejects the whole answer.
     StrictDecoding,
-    /// A child Metacontroller would refuse: no `kind` or name, a type the registration
-    /// does not list, a controller owner reference, server-set metadata, another
-    /// namespace than its namespaced parent's, labels outside the parent's selector.
+    /// A child Metacontroller cannot apply: no name, another namespace than its
+    /// namespaced parent's, labels outside the parent's selector (which fails the whole
+    /// sync), a last-applied annotation that is not JSON.
     InvalidChild,
     /// 429 with Retry-After: Metacontroller requeues the parent after that delay, with
     /// no error. Only a hook that keeps answering it becomes a finding (as NonOkAnswer).
@@ -31,6 +31,9 @@ pub enum Rule {
     /// A child write the API server refuses (a name, label or annotation size it does not
     /// accept, an immutable field changed), in its words.
     APIServerRefused,
+    /// A desired child of a type the registration does not list, whose change the answer
+    /// asks for: Metacontroller created it once and never updates or deletes it.
+    UnlistedChild,
     /// A desired child that exists and is owned by another parent.
     OwnershipConflict,
     /// Two identical requests got different answers (nondeterminism, or state that
@@ -76,6 +79,7 @@ impl Rule {
             Rule::StrictDecoding => "StrictDecoding",
             Rule::InvalidChild => "InvalidChild",
             Rule::OwnershipConflict => "OwnershipConflict",
+            Rule::UnlistedChild => "UnlistedChild",
             Rule::UnstableAnswer => "UnstableAnswer",
             Rule::ChildDropped => "ChildDropped",
             Rule::HotLoop => "HotLoop",

@@ -171,6 +171,7 @@ fn merge_list_map(key: &str, live: &[Value], previous: &[Value], desired: &[Valu
 /// What the API server fills in when an object is written, for the kinds the hooks
 /// emit: a hook that fought these defaults would rewrite its children every round.
 pub(crate) fn apply_server_defaults(object: &mut Value) {
+    metahooks_apiserver::fold_string_data(object);
     match object["kind"].as_str() {
         Some("Deployment") => {
             default(object, "/spec/replicas", json!(1));

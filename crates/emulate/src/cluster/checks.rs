@@ -1,6 +1,6 @@
 //! What Metacontroller refuses in an answer or a desired child.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::findings::{Problem, Rule};
 use crate::key_of;
@@ -97,86 +97,147 @@ fn check_field_type(
     ))
 }
 
-/// One desired child, as Metacontroller checks it before applying.
-pub(super) fn check_child(
-    registration: &Registration,
-    parent: &Value,
-    child: &Value,
-) -> Result<(), String> {
-    let kind = child
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if kind.is_empty() {
-        return Err("Object 'Kind' is missing in a desired child".to_owned());
+/// A desired child without `kind` fails the answer's decoding (unstructured's "Object
+/// 'Kind' is missing"): nothing of the answer is applied.
+pub(super) fn check_kinds(desired: &[Value]) -> Result<(), Problem> {
+    match desired.iter().find(|child| {
+        child
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    }) {
+        Some(child) => Err((
+            Rule::InvalidAnswer,
+            format!("Object 'Kind' is missing in '{child}' (Metacontroller applies nothing)"),
+        )),
+        None => Ok(()),
     }
-    let api_version = child
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let name = child
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if name.is_empty() {
-        return Err(format!("{kind} without metadata.name"));
-    }
-    if registration.child_rule(api_version, kind).is_none() {
-        return Err(format!(
-            "{kind}.{api_version} {name} is not a registered child type of {}",
-            registration.name
-        ));
-    }
-    check_child_metadata(child, kind, name)?;
-    let namespace = child.pointer("/metadata/namespace").and_then(Value::as_str);
-    let parent_namespace = key_of(parent).2;
-    // A cluster-scoped parent may own children in any namespace; a namespaced parent's
-    // children in another namespace would carry an owner reference the garbage collector
-    // cannot resolve there.
-    if registration.type_ == ControllerType::Composite
-        && !parent_namespace.is_empty()
-        && namespace.is_some_and(|ns| !ns.is_empty() && ns != parent_namespace)
-    {
-        return Err(format!(
-            "{kind} {name} is in namespace {namespace:?}, not the parent's"
-        ));
-    }
-    if registration.type_ == ControllerType::Composite
-        && !registration.generate_selector
-        && let Some(selector) = parent.pointer("/spec/selector")
-        && !labels_match(selector, child)
-    {
-        return Err(format!(
-            "labels on desired child {kind} {name} don't match parent selector"
-        ));
-    }
-    Ok(())
 }
 
-/// Metadata a desired child may not carry: a controller reference of its own
-/// (Metacontroller appends its own, MakeControllerRef in
-/// pkg/controller/common/manage_children.go, and the API server refuses a second:
-/// ValidateOwnerReferences), or fields the API server populates.
-fn check_child_metadata(child: &Value, kind: &str, name: &str) -> Result<(), String> {
-    let controllers = child
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .map_or(0, |refs| {
-            refs.iter()
-                .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-                .count()
-        });
-    if controllers > 0 {
-        return Err(format!(
-            "{kind} {name}: metadata.ownerReferences: Invalid value: only one reference can have Controller set to true (the hook set one, Metacontroller adds its own)"
-        ));
+/// What a composite sync checks across the children before it applies any of them
+/// (syncParentObject, pkg/controller/composite): with `generateSelector`, each child
+/// gets the `controller-uid` label unless the hook set one; then every child's labels
+/// must be strings that match the parent's selector. A failure fails the whole sync: no
+/// child is written and no status either.
+pub(super) fn check_child_labels(
+    registration: &Registration,
+    parent: &Value,
+    desired: &mut [Value],
+) -> Result<(), Problem> {
+    if registration.type_ != ControllerType::Composite {
+        return Ok(());
     }
-    for field in metahooks_protocol::SERVER_POPULATED_METADATA {
-        if child.pointer(&format!("/metadata/{field}")).is_some() {
-            return Err(format!(
-                "{kind} {name} sets server-populated metadata.{field}"
+    let uid = parent
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let generated = json!({"matchLabels": {"controller-uid": uid}});
+    let selector = if registration.generate_selector {
+        &generated
+    } else {
+        parent.pointer("/spec/selector").unwrap_or(&Value::Null)
+    };
+    for child in desired.iter_mut() {
+        let (_, kind, namespace, name) = key_of(child);
+        let labels = child.pointer("/metadata/labels").filter(|l| !l.is_null());
+        if labels.is_some_and(|l| {
+            !l.as_object()
+                .is_some_and(|m| m.values().all(Value::is_string))
+        }) {
+            return Err((
+                Rule::InvalidChild,
+                format!(
+                    "invalid labels on desired child {kind} {namespace}/{name}: label values must be strings (Metacontroller applies nothing and writes no status)"
+                ),
+            ));
+        }
+        if registration.generate_selector
+            && let Some(meta) = child.get_mut("metadata").and_then(Value::as_object_mut)
+            && let Some(labels) = meta
+                .entry("labels")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        {
+            labels.entry("controller-uid").or_insert_with(|| json!(uid));
+        }
+        if !labels_match(selector, child) {
+            return Err((
+                Rule::InvalidChild,
+                format!(
+                    "labels on desired child {kind} {namespace}/{name} don't match parent selector (Metacontroller applies nothing and writes no status)"
+                ),
             ));
         }
     }
     Ok(())
+}
+
+/// What stops one desired child on its own (the others are still applied): no name (the
+/// API server's "name or generateName is required"), or a namespace other than its
+/// namespaced parent's (the garbage collector cannot resolve an owner in another
+/// namespace and deletes the child).
+pub(super) fn child_refusal(
+    registration: &Registration,
+    parent: &Value,
+    child: &Value,
+    cluster_scoped: bool,
+) -> Option<String> {
+    let (_, kind, namespace, name) = key_of(child);
+    if name.is_empty() {
+        return Some(format!(
+            "{kind}: metadata.name: Required value: name or generateName is required"
+        ));
+    }
+    let parent_namespace = key_of(parent).2;
+    if registration.type_ == ControllerType::Composite
+        && !cluster_scoped
+        && !parent_namespace.is_empty()
+        && !namespace.is_empty()
+        && namespace != parent_namespace
+    {
+        return Some(format!(
+            "{kind} {name} is in namespace {namespace:?}, not the parent's: its owner reference cannot be resolved there, so the garbage collector deletes it"
+        ));
+    }
+    None
+}
+
+/// Why the API server refuses to create `child` as Metacontroller sends it: after
+/// `claimOwnership` (pkg/controller/common/manage_children.go) appended the parent's
+/// controller reference unless the hook listed the parent's UID already, there may be
+/// two controllers (ValidateOwnerReferences); and client-side apply creates the object
+/// as the hook wrote it, so a `resourceVersion` copied from an observed object is
+/// refused by storage. Other server-set fields are overwritten on create.
+pub(super) fn create_refusal(child: &Value, server_side_apply: bool) -> Option<String> {
+    let (_, kind, _, name) = key_of(child);
+    let controllers: Vec<String> = child
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r.get("kind").and_then(Value::as_str).unwrap_or_default(),
+                r.get("name").and_then(Value::as_str).unwrap_or_default()
+            )
+        })
+        .collect();
+    if controllers.len() > 1 {
+        return Some(format!(
+            "{kind} {name:?} is invalid: metadata.ownerReferences: Invalid value: only one reference can have Controller set to true. Found \"true\" in references for {} (the hook set a controller reference to another owner; Metacontroller adds its own)",
+            controllers.join(" and ")
+        ));
+    }
+    let version = child
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !server_side_apply && !version.is_empty() {
+        return Some(format!(
+            "{kind} {name:?}: resourceVersion should not be set on objects to be created"
+        ));
+    }
+    None
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use metahooks_protocol::LAST_APPLIED_ANNOTATION;
 use serde_json::{Value, json};
 
+use super::checks::{child_refusal, create_refusal};
 use super::{Emulator, Identity, RoundReport, describe, parent_identity};
 use crate::findings::{Problem, Rule};
 use crate::objects::{apply_server_defaults, owner_uid, three_way};
@@ -33,9 +34,29 @@ impl Emulator {
         report: &mut RoundReport,
     ) -> Managed {
         let identity = parent_identity(parent);
-        let desired_by_key = self.as_written(desired, &key_of(parent).2);
-        self.delete_undesired(owned, &desired_by_key, identity, report);
         let mut managed = Managed::default();
+        let mut accepted = Vec::with_capacity(desired.len());
+        for child in desired {
+            let kind = child
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let api_version = child
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let cluster_scoped = self.kinds.is_cluster_scoped(kind);
+            let refusal = self
+                .kinds
+                .unserved(api_version, kind)
+                .or_else(|| child_refusal(registration, parent, &child, cluster_scoped));
+            match refusal {
+                Some(message) => managed.failed.push((Rule::InvalidChild, message)),
+                None => accepted.push(child),
+            }
+        }
+        let desired_by_key = self.as_written(registration, accepted, &key_of(parent).2);
+        self.delete_undesired(owned, &desired_by_key, identity, report);
         for (key, child) in desired_by_key {
             self.desired_under.insert(key.clone(), identity);
             // Dropped and asked for again with the parent unchanged all along: the child
@@ -52,15 +73,40 @@ impl Emulator {
         managed
     }
 
-    /// The desired children as Metacontroller writes them, by key: without status, and
-    /// with the parent's namespace where a namespaced child names none.
-    fn as_written(&self, desired: Vec<Value>, parent_namespace: &str) -> BTreeMap<Key, Value> {
+    /// The desired children as Metacontroller writes them, by key: without status or a
+    /// last-applied annotation of their own, a decorator's attachments marked with its
+    /// name, and with the parent's namespace where a namespaced child names none.
+    fn as_written(
+        &self,
+        registration: &Registration,
+        desired: Vec<Value>,
+        parent_namespace: &str,
+    ) -> BTreeMap<Key, Value> {
         let mut by_key = BTreeMap::new();
         for mut child in desired {
             // A parent cannot set its children's status: Metacontroller reverts it to the
             // observed one on update (ApplyUpdate) and the API server drops it on create.
             if let Some(map) = child.as_object_mut() {
                 map.remove("status");
+            }
+            // nullifyLastAppliedAnnotation (pkg/controller/common/diff.go): an observed
+            // child echoed back does not apply its own record.
+            if let Some(annotations) = child
+                .pointer_mut("/metadata/annotations")
+                .and_then(Value::as_object_mut)
+            {
+                annotations.remove(LAST_APPLIED_ANNOTATION);
+            }
+            // syncParentObject (pkg/controller/decorator) marks every attachment before
+            // ManageChildren, so the mark is part of what is applied.
+            if registration.type_ == ControllerType::Decorator
+                && let Some(meta) = child.get_mut("metadata").and_then(Value::as_object_mut)
+                && let Some(annotations) = meta
+                    .entry("annotations")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+            {
+                annotations.insert(DECORATOR_ANNOTATION.to_owned(), json!(registration.name));
             }
             let kind = child
                 .get("kind")
@@ -113,7 +159,8 @@ impl Emulator {
         }
     }
 
-    /// Creates or updates one desired child, by its child rule's update strategy.
+    /// Creates or updates one desired child, by its child rule's update strategy (DynamicApply
+    /// in pkg/controller/common/manage_children.go).
     fn write_child(
         &mut self,
         registration: &Registration,
@@ -123,27 +170,31 @@ impl Emulator {
         report: &mut RoundReport,
     ) -> Result<(), Problem> {
         let Some(live) = self.objects.get(&key) else {
-            return self.create_desired(registration, parent, key, child, report);
+            return self.create_desired(parent, key, child, report);
+        };
+        let Some(rule) = registration.child_rule(&key.0, &key.1) else {
+            return self.unlisted_exists(registration, &key, live, &child);
         };
         check_owner(live, parent, &key)?;
+        // "Not updating … Pending deletion of child object".
+        if live.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(());
+        }
         // Merged from borrowed state: in a steady state nothing changes, and the
         // live object is cloned only when it is written. A child whose merge was a
         // no-op, untouched since and asked for unchanged, would merge to a no-op
         // again (the merge is a function of the three), so it is not merged.
-        let previous = self.last_applied.get(&key).unwrap_or(&Value::Null);
-        if self.settled.contains(&key) && *previous == child {
+        if self.settled.contains(&key) && self.last_applied.get(&key) == Some(&child) {
             return Ok(());
         }
-        let merged = three_way(live, previous, &child);
+        let merged = self.merged(&key, live, &child)?;
         if merged == *live {
-            self.settled.insert(key);
+            self.settled.insert(key.clone());
+            self.last_applied.insert(key, child);
             return Ok(());
         }
-        let strategy = registration
-            .child_rule(&key.0, &key.1)
-            .map_or("", |r| r.strategy.as_str());
-        match strategy {
-            "OnDelete" => {}
+        match rule.strategy.as_str() {
+            "OnDelete" | "" => {}
             "Recreate" | "RollingRecreate" => {
                 self.remove_with_dependents(&key);
                 report.deleted.push(key);
@@ -163,19 +214,75 @@ impl Emulator {
         Ok(())
     }
 
-    /// Creates a desired child that does not exist yet.
+    /// ApplyUpdate: the three-way merge over what was last applied (read, as
+    /// Metacontroller reads it, from the live object's annotation; server-side apply
+    /// keeps it as its field ownership), then the server-set metadata and the status
+    /// reverted to the live object's, so an echoed observed child changes nothing there.
+    fn merged(&self, key: &Key, live: &Value, child: &Value) -> Result<Value, Problem> {
+        let previous = if self.server_side_apply {
+            self.last_applied.get(key).cloned().unwrap_or(Value::Null)
+        } else {
+            last_applied_of(live).map_err(|problem| {
+                (
+                    Rule::InvalidChild,
+                    format!(
+                        "{}: {problem} (Metacontroller cannot update it)",
+                        describe(key)
+                    ),
+                )
+            })?
+        };
+        let mut merged = three_way(live, &previous, child);
+        revert_server_fields(&mut merged, live);
+        // As the API server would store it: an update that stores the same object (a
+        // Secret's stringData folded into the data it already has) changes nothing.
+        apply_server_defaults(&mut merged);
+        Ok(merged)
+    }
+
+    /// A desired child of a type the registration does not list, that exists: Metacontroller
+    /// never observes it, so it creates it again, the API server answers AlreadyExists and
+    /// Metacontroller lets that go. A change the answer makes to it is never applied.
+    fn unlisted_exists(
+        &self,
+        registration: &Registration,
+        key: &Key,
+        live: &Value,
+        child: &Value,
+    ) -> Result<(), Problem> {
+        let previous = last_applied_of(live).unwrap_or(Value::Null);
+        let mut merged = three_way(live, &previous, child);
+        revert_server_fields(&mut merged, live);
+        apply_server_defaults(&mut merged);
+        if merged == *live {
+            return Ok(());
+        }
+        Err((
+            Rule::UnlistedChild,
+            format!(
+                "{} is not a child type of {} (not in childResources or attachments): Metacontroller created it, but never updates or deletes it, so this answer's change to it is not applied",
+                describe(key),
+                registration.name
+            ),
+        ))
+    }
+
+    /// Creates a desired child that does not exist yet, owned as `claimOwnership` owns it.
     fn create_desired(
         &mut self,
-        registration: &Registration,
         parent: &Value,
         key: Key,
         child: Value,
         report: &mut RoundReport,
     ) -> Result<(), Problem> {
-        if let Some(refusal) = self.api_server_refusal(&child, &child, None) {
+        let mut claimed = child.clone();
+        claim_ownership(parent, &mut claimed);
+        if let Some(refusal) = create_refusal(&claimed, self.server_side_apply)
+            .or_else(|| self.api_server_refusal(&claimed, &child, None))
+        {
             return Err((Rule::APIServerRefused, refusal));
         }
-        let created = self.create_child(registration, parent, child.clone());
+        let created = self.create_child(claimed);
         self.annotate_applied(&created, &child);
         self.last_applied.insert(key, child);
         report.created.push(created);
@@ -209,30 +316,9 @@ impl Emulator {
         })
     }
 
-    pub(super) fn create_child(
-        &mut self,
-        registration: &Registration,
-        parent: &Value,
-        mut child: Value,
-    ) -> Key {
-        let parent_uid = parent
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let reference = json!({
-            "apiVersion": parent["apiVersion"], "kind": parent["kind"],
-            "name": parent["metadata"]["name"], "uid": parent_uid,
-            "controller": true, "blockOwnerDeletion": true,
-        });
-        // The hook's own (non-controller) references stay; Metacontroller's comes last.
-        let mut references = child
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        references.push(reference);
-        let reference = Value::Array(references);
+    /// Stores a child as the API server creates it: its own UID, version and timestamp
+    /// (whatever the hook copied there), and the API server's defaults.
+    fn create_child(&mut self, mut child: Value) -> Key {
         let uid = format!("uid-{:04}", self.next_uid);
         self.next_uid += 1;
         let version = self.bump_version();
@@ -241,30 +327,15 @@ impl Emulator {
         let Some(meta) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
             return key;
         };
-        meta.insert("ownerReferences".to_owned(), reference);
+        for field in metahooks_protocol::NOT_DESIRED_METADATA {
+            if field != "ownerReferences" {
+                meta.remove(field);
+            }
+        }
         meta.insert("uid".to_owned(), json!(uid));
         meta.insert("generation".to_owned(), json!(1));
         meta.insert("resourceVersion".to_owned(), json!(version));
         meta.insert("creationTimestamp".to_owned(), json!(now));
-        if registration.generate_selector
-            && let Some(labels) = meta
-                .entry("labels")
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
-        {
-            labels.insert("controller-uid".to_owned(), json!(parent_uid));
-        }
-        if registration.type_ == ControllerType::Decorator
-            && let Some(annotations) = meta
-                .entry("annotations")
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
-        {
-            annotations.insert(
-                "metacontroller.k8s.io/decorator-controller".to_owned(),
-                json!(registration.name),
-            );
-        }
         apply_server_defaults(&mut child);
         self.put(key.clone(), child);
         key
@@ -411,6 +482,85 @@ impl Emulator {
         }
         self.refused_pods.extend(refused);
         moved
+    }
+}
+
+/// The annotation Metacontroller marks a decorator's attachments with.
+const DECORATOR_ANNOTATION: &str = "metacontroller.k8s.io/decorator-controller";
+
+/// `claimOwnership`: the parent's controller reference appended, unless the hook listed
+/// a reference with the parent's UID already.
+fn claim_ownership(parent: &Value, child: &mut Value) {
+    let uid = parent
+        .pointer("/metadata/uid")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let Some(meta) = child.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let references = meta.entry("ownerReferences").or_insert_with(|| json!([]));
+    let Some(references) = references.as_array_mut() else {
+        return;
+    };
+    if references.iter().any(|r| r.get("uid") == Some(&uid)) {
+        return;
+    }
+    references.push(json!({
+        "apiVersion": parent["apiVersion"], "kind": parent["kind"],
+        "name": parent["metadata"]["name"], "uid": uid,
+        "controller": true, "blockOwnerDeletion": true,
+    }));
+}
+
+/// The live object's last-applied annotation (`GetLastApplied`, pkg/dynamic/apply):
+/// none is null; one that is not JSON fails the update.
+fn last_applied_of(live: &Value) -> Result<Value, String> {
+    let Some(text) = live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED_ANNOTATION))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    else {
+        return Ok(Value::Null);
+    };
+    serde_json::from_str(text)
+        .map_err(|e| format!("can't unmarshal {LAST_APPLIED_ANNOTATION:?} annotation: {e}"))
+}
+
+/// `revertObjectMetaSystemFields` and the status revert of ApplyUpdate: what the server
+/// set stays as the live object has it, whatever the answer said.
+fn revert_server_fields(merged: &mut Value, live: &Value) {
+    const SYSTEM_FIELDS: [&str; 8] = [
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+    ];
+    if let Some(meta) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in SYSTEM_FIELDS {
+            match live.pointer(&format!("/metadata/{field}")) {
+                Some(value) => {
+                    meta.insert(field.to_owned(), value.clone());
+                }
+                None => {
+                    meta.remove(field);
+                }
+            }
+        }
+    }
+    if let Some(map) = merged.as_object_mut() {
+        match live.get("status") {
+            Some(status) => {
+                map.insert("status".to_owned(), status.clone());
+            }
+            None => {
+                map.remove("status");
+            }
+        }
     }
 }
 

@@ -252,6 +252,19 @@ impl<'a> RelatedRule<'a> {
             .filter(|n: &Vec<&str>| !n.is_empty());
         let label_selector = rule.get("labelSelector").filter(|s| !s.is_null());
         let namespace_selector = rule.get("namespaceSelector").filter(|s| !s.is_null());
+        for (field, selector) in [
+            ("labelSelector", label_selector),
+            ("namespaceSelector", namespace_selector),
+        ] {
+            // toSelector (customize/manager.go) fails the parent's sync before any call.
+            if let Some(problem) = selector
+                .and_then(|s| metahooks_apiserver::selector::conversion_problem(s, "matchLabels"))
+            {
+                return Err(customize(format!(
+                    "related rule {api_version}/{resource} {field}: {problem} (Metacontroller fails the sync before calling it)"
+                )));
+            }
+        }
         check_rule_fields(
             rule,
             names.is_some(),

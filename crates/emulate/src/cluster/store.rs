@@ -73,6 +73,7 @@ impl Emulator {
                 meta.insert("namespace".to_owned(), json!("default"));
             }
         }
+        metahooks_apiserver::fold_string_data(&mut object);
         let now = self.now_text();
         let key = key_of(&object);
         let version = self.bump_version();

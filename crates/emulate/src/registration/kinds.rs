@@ -13,7 +13,44 @@ pub struct Kinds {
     by_resource: BTreeMap<String, String>,
     /// Kinds whose objects have no namespace (discovery's `namespaced: false`).
     cluster_scoped: std::collections::BTreeSet<String>,
+    /// The apiVersions each CustomResourceDefinition given serves its kind at.
+    crd_versions: BTreeMap<String, Vec<String>>,
 }
+
+/// The apiVersions Kubernetes 1.33 serves each built-in kind the emulator knows at.
+const BUILTIN_VERSIONS: &[(&str, &[&str])] = &[
+    ("ConfigMap", &["v1"]),
+    ("Secret", &["v1"]),
+    ("Service", &["v1"]),
+    ("ServiceAccount", &["v1"]),
+    ("Pod", &["v1"]),
+    ("Namespace", &["v1"]),
+    ("Node", &["v1"]),
+    ("PersistentVolume", &["v1"]),
+    ("PersistentVolumeClaim", &["v1"]),
+    ("Deployment", &["apps/v1"]),
+    ("StatefulSet", &["apps/v1"]),
+    ("DaemonSet", &["apps/v1"]),
+    ("ReplicaSet", &["apps/v1"]),
+    ("ControllerRevision", &["apps/v1"]),
+    ("Job", &["batch/v1"]),
+    ("CronJob", &["batch/v1"]),
+    ("Ingress", &["networking.k8s.io/v1"]),
+    ("IngressClass", &["networking.k8s.io/v1"]),
+    ("NetworkPolicy", &["networking.k8s.io/v1"]),
+    ("Role", &["rbac.authorization.k8s.io/v1"]),
+    ("RoleBinding", &["rbac.authorization.k8s.io/v1"]),
+    ("ClusterRole", &["rbac.authorization.k8s.io/v1"]),
+    ("ClusterRoleBinding", &["rbac.authorization.k8s.io/v1"]),
+    ("StorageClass", &["storage.k8s.io/v1"]),
+    ("PriorityClass", &["scheduling.k8s.io/v1"]),
+    ("PodDisruptionBudget", &["policy/v1"]),
+    (
+        "HorizontalPodAutoscaler",
+        &["autoscaling/v1", "autoscaling/v2"],
+    ),
+    ("CustomResourceDefinition", &["apiextensions.k8s.io/v1"]),
+];
 
 /// Built-in kinds that are cluster-scoped in Kubernetes 1.33 discovery.
 const CLUSTER_SCOPED: &[&str] = &[
@@ -87,6 +124,7 @@ impl Default for Kinds {
                 .iter()
                 .map(|kind| (*kind).to_owned())
                 .collect(),
+            crd_versions: BTreeMap::new(),
         }
     }
 }
@@ -101,6 +139,20 @@ impl Kinds {
                 object.pointer("/spec/names/kind").and_then(Value::as_str),
             ) {
                 self.by_resource.insert(plural.to_owned(), kind.to_owned());
+                let group = object
+                    .pointer("/spec/group")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let versions = object
+                    .pointer("/spec/versions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|v| v.get("served").and_then(Value::as_bool) != Some(false))
+                    .filter_map(|v| v.get("name").and_then(Value::as_str))
+                    .map(|name| format!("{group}/{name}"))
+                    .collect();
+                self.crd_versions.insert(kind.to_owned(), versions);
                 // The API server's discovery answers `namespaced` from the CRD's scope.
                 if object.pointer("/spec/scope").and_then(Value::as_str) == Some("Cluster") {
                     self.cluster_scoped.insert(kind.to_owned());
@@ -120,6 +172,23 @@ impl Kinds {
     /// Whether objects of `kind` have no namespace.
     pub fn is_cluster_scoped(&self, kind: &str) -> bool {
         self.cluster_scoped.contains(kind)
+    }
+
+    /// Why the API server serves no `kind` at `api_version`, as Metacontroller's dynamic
+    /// client reports it, for the built-in kinds and those of the CRDs given (others are
+    /// taken as served).
+    pub fn unserved(&self, api_version: &str, kind: &str) -> Option<String> {
+        let builtin = BUILTIN_VERSIONS
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, versions)| versions.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>());
+        let served = self.crd_versions.get(kind).cloned().or(builtin)?;
+        (!served.iter().any(|v| v == api_version)).then(|| {
+            format!(
+                "can't find kind {kind:?} in apiVersion {api_version:?} (the API server serves it at {})",
+                served.join(", ")
+            )
+        })
     }
 
     /// The kind a plural resource name stands for.

@@ -94,7 +94,7 @@ pub struct ChildRule {
 }
 
 /// Which kind of Metacontroller controller a registration is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ControllerType {
     /// A CompositeController: a parent and its children.
     Composite,
@@ -337,6 +337,7 @@ impl Registration {
                 .map(rule)
                 .collect::<Result<_, _>>()?,
         };
+        check_parent_selectors(type_, spec)?;
         let child_key = if type_ == ControllerType::Composite {
             "childResources"
         } else {
@@ -383,6 +384,44 @@ impl Registration {
             }
         }
     }
+}
+
+/// The selectors Metacontroller compiles when it starts a controller
+/// (`newParentController` in pkg/controller/composite, `newDecoratorSelector` in
+/// pkg/controller/decorator): one that `LabelSelectorAsSelector` refuses means the
+/// controller never starts.
+fn check_parent_selectors(type_: ControllerType, spec: &Value) -> Result<(), String> {
+    let rules: Vec<(String, &Value)> = match type_ {
+        ControllerType::Composite => spec
+            .get("parentResource")
+            .map(|rule| ("parentResource".to_owned(), rule))
+            .into_iter()
+            .collect(),
+        ControllerType::Decorator => spec
+            .get("resources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, rule)| (format!("resources[{i}]"), rule))
+            .collect(),
+    };
+    for (at, rule) in rules {
+        for (field, exact) in [
+            ("labelSelector", "matchLabels"),
+            ("annotationSelector", "matchAnnotations"),
+        ] {
+            if let Some(selector) = rule.get(field).filter(|s| !s.is_null())
+                && let Some(problem) =
+                    metahooks_apiserver::selector::conversion_problem(selector, exact)
+            {
+                return Err(format!(
+                    "{at}.{field}: can't convert label selector: {problem} (Metacontroller does not start this controller)"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn url_path(url: &str) -> Result<String, String> {

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::checks::{check_child, check_response};
+use super::checks::{check_child_labels, check_kinds, check_response};
 use super::related::ObjectMap;
 use super::{CallRecord, Emulator, RoundReport, describe, qualified_name};
 use crate::Key;
@@ -167,7 +167,14 @@ impl Emulator {
         };
         let deleted_before = report.deleted.len();
         check_response(registration, &hook, &response)?;
-        let desired = desired_children(registration, &parent, &response)?;
+        let mut desired = desired_children(registration, &response);
+        check_kinds(&desired)?;
+        if let Err(problem) = check_child_labels(registration, &parent, &mut desired) {
+            // syncParentObject has already queued the resync and let the finalizer go.
+            self.note_resync(registration, &parent_key, &response, report);
+            self.let_go_if_finalized(registration, &parent_key, &response, report);
+            return Err(problem);
+        }
         // Children are managed while the parent is alive, or pending deletion with a
         // finalize hook (syncParentObject); a terminating parent without one only gets
         // its status written.
@@ -203,8 +210,18 @@ impl Emulator {
             ControllerType::Decorator => self.write_decorator_result(parent_key, response, report),
         }
         self.note_resync(registration, parent_key, response, report);
-        // Metacontroller removes its finalizer whenever an answer says `finalized: true`,
-        // from the sync hook as well as from finalize (composite/controller.go).
+        self.let_go_if_finalized(registration, parent_key, response, report);
+    }
+
+    /// Metacontroller removes its finalizer whenever an answer says `finalized: true`,
+    /// from the sync hook as well as from finalize (composite/controller.go).
+    fn let_go_if_finalized(
+        &mut self,
+        registration: &Registration,
+        parent_key: &Key,
+        response: &Value,
+        report: &mut RoundReport,
+    ) {
         if response.get("finalized").and_then(Value::as_bool) == Some(true) {
             self.finalized(parent_key, &registration.finalizer(), report);
         }
@@ -338,43 +355,47 @@ impl serde::Serialize for Request<'_> {
     }
 }
 
-/// The children (or attachments) an answer asks for, each one Metacontroller accepts.
-fn desired_children(
-    registration: &Registration,
-    parent: &Value,
-    response: &Value,
-) -> Result<Vec<Value>, Problem> {
+/// The children (or attachments) an answer asks for, as given.
+fn desired_children(registration: &Registration, response: &Value) -> Vec<Value> {
     let desired_field = match registration.type_ {
         ControllerType::Composite => "children",
         ControllerType::Decorator => "attachments",
     };
-    let desired: Vec<Value> = response
+    response
         .get(desired_field)
         .and_then(Value::as_array)
         .cloned()
-        .unwrap_or_default();
-    for child in &desired {
-        check_child(registration, parent, child).map_err(|m| (Rule::InvalidChild, m))?;
-    }
-    Ok(desired)
+        .unwrap_or_default()
 }
 
 /// makeSelector (pkg/controller/composite): without generateSelector, a parent needs a
-/// non-empty spec.selector, or no hook is called at all.
+/// non-empty spec.selector that `LabelSelectorAsSelector` accepts, or no hook is called
+/// at all.
 fn check_selector(registration: &Registration, parent: &Value, key: &Key) -> Result<(), Problem> {
-    if registration.type_ == ControllerType::Composite
-        && !registration.generate_selector
-        && !has_selector(parent)
-    {
-        return Err((
+    if registration.type_ != ControllerType::Composite || registration.generate_selector {
+        return Ok(());
+    }
+    let refused = |problem: String| {
+        Err((
             Rule::InvalidParent,
             format!(
-                "{}: .spec.selector must have either matchLabels, matchExpressions, or both (Metacontroller calls no hook for this parent; or set generateSelector)",
+                "{}: {problem} (Metacontroller calls no hook for this parent)",
                 describe(key)
             ),
-        ));
+        ))
+    };
+    if !has_selector(parent) {
+        return refused(
+            ".spec.selector must have either matchLabels, matchExpressions, or both; or set generateSelector".to_owned(),
+        );
     }
-    Ok(())
+    let selector = parent.pointer("/spec/selector").unwrap_or(&Value::Null);
+    match metahooks_apiserver::selector::conversion_problem(selector, "matchLabels") {
+        Some(problem) => refused(format!(
+            "can't convert label selector .spec.selector: {problem}"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The registration's hook of that name, or the finding that it has none.
