@@ -60,6 +60,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
         run_for: std::time::Duration::from_secs(args.for_seconds),
         delete_parents: args.delete,
         steps,
+        wait_for_sources: std::time::Duration::from_secs(args.wait_for_sources),
     };
     let summary = play(&mut emulator, input.objects, &plan)
         .await
@@ -71,6 +72,17 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
         );
     }
     let unmet = unmet_requirements(&emulator, &args.require);
+    let mut pending = Vec::new();
+    // Only a server over HTTP can end a run still fetching: in-process fetches are
+    // waited for after every round.
+    for parent in crate::emulate::story::pending_sources(&emulator) {
+        if !args.hooks_url.is_empty() {
+            pending.push(format!(
+                "pending: {parent}: its source was still being fetched when the run ended (after --wait-for-sources {} s); the objects shown are from before it arrived",
+                args.wait_for_sources
+            ));
+        }
+    }
     let clean = emulator.findings.is_empty() && unmet.is_empty();
     let mut report = match args.output {
         EmulateOutput::Json => format!(
@@ -85,7 +97,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
             },
         ),
     };
-    for line in &unmet {
+    for line in unmet.iter().chain(&pending) {
         report.push_str(line);
         report.push('\n');
     }

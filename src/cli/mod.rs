@@ -359,6 +359,11 @@ pub struct EmulateArgs {
     /// resyncPeriodSeconds are honoured on a simulated clock).
     #[arg(long = "for-seconds", default_value_t = 0)]
     pub for_seconds: u64,
+    /// With --hooks-url: real seconds to wait, after the first convergence, for parents
+    /// whose status says their source is still being fetched (`FetchPending`); what is
+    /// still pending then is listed in the report.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub wait_for_sources: u64,
     /// Delete every parent at the end and check that finalize lets it go.
     #[arg(long)]
     pub delete: bool,
@@ -401,9 +406,12 @@ pub struct EmulateArgs {
 /// How answers are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ApplyStrategy {
-    /// kubectl-style three-way merge with a last-applied annotation.
+    /// kubectl-style three-way merge with a last-applied annotation (Metacontroller's
+    /// `--apply-strategy=dynamic-apply`, its default).
+    #[value(alias = "dynamic-apply")]
     ClientSide,
-    /// Server-side apply with a field manager.
+    /// Server-side apply with a field manager (Metacontroller's `server-side-apply`).
+    #[value(alias = "server-side-apply")]
     ServerSide,
 }
 
@@ -464,6 +472,20 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn metacontrollers_apply_strategy_names_are_accepted() {
+        use clap::ValueEnum;
+        for (name, strategy) in [
+            ("client-side", ApplyStrategy::ClientSide),
+            ("dynamic-apply", ApplyStrategy::ClientSide),
+            ("server-side", ApplyStrategy::ServerSide),
+            ("server-side-apply", ApplyStrategy::ServerSide),
+        ] {
+            assert_eq!(ApplyStrategy::from_str(name, false), Ok(strategy), "{name}");
+        }
+        assert!(ApplyStrategy::from_str("inplace", false).is_err());
+    }
 
     #[test]
     fn listen_accepts_addresses_and_host_names() {

@@ -12,11 +12,11 @@ use axum::routing::post;
 use metahooks::emulate::{Emulator, Kinds, Registration};
 use serde_json::{Value, json};
 
-type Answer = dyn Fn(&Value) -> Value + Send + Sync;
+pub(super) type Answer = dyn Fn(&Value) -> Value + Send + Sync;
 
 /// A hook server answering every path with `answer(request)`; returns its base URL and
 /// a count of the calls made.
-async fn hook(answer: Arc<Answer>) -> (String, Arc<AtomicU64>) {
+pub(super) async fn hook(answer: Arc<Answer>) -> (String, Arc<AtomicU64>) {
     let calls = Arc::new(AtomicU64::new(0));
     let counted = calls.clone();
     let app = axum::Router::new().route(
@@ -36,7 +36,7 @@ async fn hook(answer: Arc<Answer>) -> (String, Arc<AtomicU64>) {
     (format!("http://{address}"), calls)
 }
 
-fn kinds() -> Kinds {
+pub(super) fn kinds() -> Kinds {
     let mut kinds = Kinds::default();
     kinds.learn(
         &json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "x"}}),
@@ -45,7 +45,7 @@ fn kinds() -> Kinds {
 }
 
 /// A CompositeController for `Thing` owning InPlace ConfigMaps, with `spec` merged in.
-fn registration(spec: Value) -> Result<Registration, String> {
+pub(super) fn registration(spec: Value) -> Result<Registration, String> {
     let mut raw = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": "things"},
         "spec": {"parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
@@ -59,7 +59,7 @@ fn registration(spec: Value) -> Result<Registration, String> {
 }
 
 /// An emulator on `base` with one `Thing` parent (`parent` merged into its spec).
-fn emulator(base: &str, spec: Value, parent_spec: Value) -> Emulator {
+pub(super) fn emulator(base: &str, spec: Value, parent_spec: Value) -> Emulator {
     let mut emulator = Emulator::new(base, vec![registration(spec).unwrap()]);
     emulator.kinds = kinds();
     emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Thing",
@@ -68,16 +68,16 @@ fn emulator(base: &str, spec: Value, parent_spec: Value) -> Emulator {
     emulator
 }
 
-fn selector() -> Value {
+pub(super) fn selector() -> Value {
     json!({"selector": {"matchLabels": {"app": "one"}}})
 }
 
-fn config_map(name: &str, data: Value) -> Value {
+pub(super) fn config_map(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": name, "labels": {"app": "one"}}, "data": data})
 }
 
-fn parent(emulator: &Emulator) -> &Value {
+pub(super) fn parent(emulator: &Emulator) -> &Value {
     emulator
         .get("example.com/v1", "Thing", "ns", "one")
         .unwrap()

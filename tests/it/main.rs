@@ -17,6 +17,7 @@ mod emulate_cmd;
 mod emulator;
 mod emulator_apply;
 mod emulator_decoding;
+mod emulator_lifecycle;
 mod emulator_scope;
 mod emulator_workers;
 mod fuzz_replay;

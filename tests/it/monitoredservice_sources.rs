@@ -560,3 +560,64 @@ async fn shared_repositories_are_fetched_once_per_interval() {
         "one repository, one fetch, however many parents"
     );
 }
+
+/// An HTTP source that answers `KEY=value` once `open` is set, and keeps the call
+/// waiting (a slow or stuck origin) until then.
+async fn gated_source(open: std::sync::Arc<tokio::sync::Notify>) -> u16 {
+    let app = axum::Router::new().route(
+        "/config",
+        axum::routing::get(move || {
+            let open = open.clone();
+            async move {
+                open.notified().await;
+                "KEY=value\n"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_over_http_waits_for_sources_and_says_what_is_still_pending() {
+    use metahooks::emulate::story::{Plan, pending_sources, play};
+    // A stuck origin, and no time to wait: the run ends on FetchPending and says so.
+    let stuck = std::sync::Arc::new(tokio::sync::Notify::new());
+    let port = gated_source(stuck.clone()).await;
+    let mut h = harness(loopback_policy(&["http"])).await;
+    let cr = service(
+        "web",
+        json!({"config_repo": format!("http://127.0.0.1:{port}/config"), "image": "web:1"}),
+    );
+    play(&mut h.emulator, vec![cr.clone()], &Plan::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        pending_sources(&h.emulator),
+        ["MonitoredService team-a/web"]
+    );
+    // The same origin let go while the run waits: the run goes on until the source is
+    // in, and ends with nothing pending.
+    let plan = Plan {
+        wait_for_sources: std::time::Duration::from_secs(120),
+        ..Plan::default()
+    };
+    let release = tokio::spawn(async move {
+        // Everything already waiting, and whatever asks later, is answered.
+        loop {
+            stuck.notify_waiters();
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    let mut again = harness(loopback_policy(&["http"])).await;
+    play(&mut again.emulator, vec![cr], &plan).await.unwrap();
+    release.abort();
+    assert!(pending_sources(&again.emulator).is_empty());
+    assert_eq!(
+        condition(parent(&again.emulator, "web"), "Fetched").0,
+        "True"
+    );
+}

@@ -115,6 +115,9 @@ pub struct Plan {
     /// Edits made after the first convergence, one at a time, each followed by a
     /// convergence (a test.sh written down: scale, delete a child, check a field).
     pub steps: Vec<Step>,
+    /// Over HTTP, how long (real time) to wait after the first convergence for parents
+    /// whose status says their source is still being fetched.
+    pub wait_for_sources: Duration,
 }
 
 /// One edit or check of a story file (`--story`), on the object it names.
@@ -259,7 +262,7 @@ async fn play_steps(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> 
                     return missing(emulator, number, target);
                 };
                 merge_patch(&mut object, merge);
-                emulator.apply(object);
+                emulator.update(object);
             }
             Step::Scale { target, replicas } => {
                 let Some(mut object) = emulator.objects.get(&target.key()).cloned() else {
@@ -312,6 +315,7 @@ impl Default for Plan {
             run_for: Duration::ZERO,
             delete_parents: false,
             steps: Vec::new(),
+            wait_for_sources: Duration::ZERO,
         }
     }
 }
@@ -342,6 +346,7 @@ pub async fn play(
         emulator.apply(object);
     }
     let rounds_to_converge = emulator.converge(plan.max_rounds).await?;
+    await_sources(emulator, plan).await?;
     play_steps(emulator, plan).await?;
     let started = emulator.clock;
     if !plan.run_for.is_zero() {
@@ -356,6 +361,42 @@ pub async fn play(
         rounds: emulator.rounds,
         simulated_seconds: emulator.clock.saturating_sub(started).as_secs(),
     })
+}
+
+/// Parents whose status has a condition with reason `FetchPending`: the hook server (a
+/// metahooks server) answered before its source arrived.
+pub fn pending_sources(emulator: &Emulator) -> Vec<String> {
+    emulator
+        .objects
+        .iter()
+        .filter(|(_, object)| {
+            object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|conditions| {
+                    conditions
+                        .iter()
+                        .any(|c| c.get("reason").and_then(Value::as_str) == Some("FetchPending"))
+                })
+        })
+        .map(|(key, _)| describe(key))
+        .collect()
+}
+
+/// A server over HTTP fetches on its own clock: while a parent still waits for its source
+/// and `plan.wait_for_sources` has not passed, the parents are synced again (every
+/// 200 ms of real time) so that the run reports what the source brought. In-process
+/// servers are waited for after every round already.
+async fn await_sources(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> {
+    if !matches!(emulator.transport, crate::Transport::Http { .. }) {
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + plan.wait_for_sources;
+    while !pending_sources(emulator).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        emulator.converge(plan.max_rounds).await?;
+    }
+    Ok(())
 }
 
 /// Moves the clock from one due resync to the next until `plan.run_for` has passed,

@@ -72,6 +72,14 @@ pub struct Answer {
     pub elapsed: Duration,
     /// The Retry-After header, if any (read for 429 answers).
     pub retry_after: Option<String>,
+    /// The ETag header, if any (kept where the webhook enables `etag`).
+    pub etag: Option<String>,
+}
+
+/// The headers of an answer the emulator reads.
+struct Headers {
+    retry_after: Option<String>,
+    etag: Option<String>,
 }
 
 impl Transport {
@@ -128,7 +136,8 @@ impl Transport {
     }
 
     /// POSTs `body` to the hook at `path` (the path part of the registration's URL) on
-    /// replica `replica`, at simulated time `now`.
+    /// replica `replica`, at simulated time `now`, with `If-None-Match` when given (over
+    /// HTTP only: an in-process server is always asked in full).
     ///
     /// # Errors
     /// The reason no answer came (connection refused, timeout, unknown local hook).
@@ -139,6 +148,7 @@ impl Transport {
         body: Vec<u8>,
         now: jiff::Timestamp,
         timeout: Duration,
+        if_none_match: Option<&str>,
     ) -> Result<Answer, String> {
         let started = Instant::now();
         match self {
@@ -152,6 +162,7 @@ impl Transport {
                     body,
                     elapsed: started.elapsed(),
                     retry_after: None,
+                    etag: None,
                 })
             }
             Transport::Http { client, bases } => {
@@ -160,6 +171,7 @@ impl Transport {
                     .ok_or("no hook URL to call")?;
                 let url = format!("{base}{path}");
                 let client = client.clone();
+                let if_none_match = if_none_match.map(str::to_owned);
                 // Each call on its own task, as each of Metacontroller's workers is its
                 // own goroutine: the time measured is the exchange's, not how soon the
                 // task driving the round got back to it.
@@ -167,8 +179,11 @@ impl Transport {
                     let started = Instant::now();
                     // Metacontroller's client gives up at the webhook timeout, headers
                     // and body together.
-                    let posted =
-                        tokio::time::timeout(timeout, post_json(&client, &url, body)).await;
+                    let posted = tokio::time::timeout(
+                        timeout,
+                        post_json(&client, &url, body, if_none_match),
+                    )
+                    .await;
                     let elapsed = started.elapsed();
                     match posted {
                         Ok(answered) => answered.map(|answer| (answer, elapsed)),
@@ -177,14 +192,15 @@ impl Transport {
                         )),
                     }
                 });
-                let ((status, body, retry_after), elapsed) = call.await.map_err(|e| {
+                let ((status, body, headers), elapsed) = call.await.map_err(|e| {
                     format!("the call to {base}{path} failed in the emulator: {e}")
                 })??;
                 Ok(Answer {
                     status,
                     body,
                     elapsed,
-                    retry_after,
+                    retry_after: headers.retry_after,
+                    etag: headers.etag,
                 })
             }
         }
@@ -201,30 +217,38 @@ impl Transport {
     }
 }
 
-/// POSTs `body` as JSON: the status, the body and any Retry-After header.
+/// POSTs `body` as JSON: the status, the body and the headers read.
 async fn post_json(
     client: &reqwest::Client,
     url: &str,
     body: Vec<u8>,
-) -> Result<(u16, Vec<u8>, Option<String>), String> {
-    let reply = client
+    if_none_match: Option<String>,
+) -> Result<(u16, Vec<u8>, Headers), String> {
+    let mut request = client
         .post(url)
         .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| why_no_answer(url, &e))?;
+        .body(body);
+    if let Some(etag) = if_none_match {
+        request = request.header("if-none-match", etag);
+    }
+    let reply = request.send().await.map_err(|e| why_no_answer(url, &e))?;
     let status = reply.status().as_u16();
-    let retry_after = reply
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let header = |name: &str| {
+        reply
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let headers = Headers {
+        retry_after: header("retry-after"),
+        etag: header("etag"),
+    };
     let body = reply
         .bytes()
         .await
         .map_err(|e| format!("cannot read the answer of {url}: {e}"))?;
-    Ok((status, body.to_vec(), retry_after))
+    Ok((status, body.to_vec(), headers))
 }
 
 /// Why a call got no answer, told apart as a hook author needs it: nothing listening

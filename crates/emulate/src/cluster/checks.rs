@@ -137,8 +137,14 @@ pub(super) fn check_child_labels(
     } else {
         parent.pointer("/spec/selector").unwrap_or(&Value::Null)
     };
+    let parent_namespace = key_of(parent).2;
     for child in desired.iter_mut() {
         let (_, kind, namespace, name) = key_of(child);
+        let namespace = if namespace.is_empty() {
+            parent_namespace.clone()
+        } else {
+            namespace
+        };
         let labels = child.pointer("/metadata/labels").filter(|l| !l.is_null());
         if labels.is_some_and(|l| {
             !l.as_object()

@@ -163,6 +163,9 @@ pub struct Emulator {
     answered: BTreeMap<(String, Key), ([u8; 32], std::sync::Arc<str>)>,
     /// Workloads whose Pods Pod Security admission refused in the last tick, and why.
     refused_pods: Vec<(Key, String)>,
+    /// What the webhook client keeps with an ETag, by registration, hook and root
+    /// object, with the simulated time it was kept at.
+    etags: BTreeMap<(String, &'static str, Key), (reconcile::Tagged, Duration)>,
 }
 
 pub use metahooks_protocol::LAST_APPLIED_ANNOTATION;
@@ -214,6 +217,7 @@ impl Emulator {
             timeline: Vec::new(),
             refused_pods: Vec::new(),
             answered: BTreeMap::new(),
+            etags: BTreeMap::new(),
             next_replica: 0,
             current_replica: 0,
         }

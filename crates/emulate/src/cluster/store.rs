@@ -51,7 +51,19 @@ impl Emulator {
     /// Creates or edits an object as a user would (`kubectl apply`): spec changes bump
     /// `metadata.generation`; status and server fields are kept. An object without
     /// `metadata` gets an empty one (and so an empty name).
-    pub fn apply(&mut self, mut object: Value) -> Key {
+    pub fn apply(&mut self, object: Value) -> Key {
+        self.write(object, true)
+    }
+
+    /// Writes an object as a user's edit of the whole object does (`kubectl edit`, a
+    /// story's `patch`): like [`Emulator::apply`], except that its finalizers are taken
+    /// as written, so an edit can remove one. A terminating object left with none is
+    /// gone, and the garbage collector takes what it owned.
+    pub fn update(&mut self, object: Value) -> Key {
+        self.write(object, false)
+    }
+
+    fn write(&mut self, mut object: Value, keep_finalizers: bool) -> Key {
         if !object.get("metadata").is_some_and(Value::is_object)
             && let Some(map) = object.as_object_mut()
         {
@@ -79,8 +91,15 @@ impl Emulator {
         let version = self.bump_version();
         match self.objects.get(&key).cloned() {
             Some(existing) => {
+                let finalizers = object.pointer("/metadata/finalizers").cloned();
                 if !keep_server_fields(&mut object, &existing, version) {
                     return key;
+                }
+                if !keep_finalizers && let Some(meta) = object["metadata"].as_object_mut() {
+                    match finalizers {
+                        Some(list) => meta.insert("finalizers".to_owned(), list),
+                        None => meta.remove("finalizers"),
+                    };
                 }
             }
             None => {
@@ -96,6 +115,7 @@ impl Emulator {
             }
         }
         self.put(key.clone(), object);
+        self.collect_if_released(&key);
         key
     }
 
@@ -118,20 +138,7 @@ impl Emulator {
     /// `kubectl delete`: objects with finalizers get a deletionTimestamp, others go (with
     /// their owned objects, as the garbage collector would).
     pub fn delete(&mut self, key: &Key) {
-        let now = self.now_text();
-        self.settled.remove(key);
-        let Some(object) = self.objects.get_mut(key) else {
-            return;
-        };
-        let has_finalizers = object
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
-        if has_finalizers {
-            object["metadata"]["deletionTimestamp"] = json!(now);
-        } else {
-            self.remove_with_dependents(key);
-        }
+        self.remove_with_dependents(key);
     }
 
     /// Stores an object (replacing any with its key), keeping the owner index.
@@ -168,7 +175,28 @@ impl Emulator {
         Some(object)
     }
 
+    /// Deletes an object as the API server does: one with finalizers is only marked
+    /// (`deletionTimestamp`) and stays, terminating, until the last is removed; one
+    /// without goes, and the garbage collector deletes what it owned in turn (background
+    /// propagation, as Metacontroller asks for).
     pub(super) fn remove_with_dependents(&mut self, key: &Key) {
+        let now = self.now_text();
+        self.settled.remove(key);
+        let Some(object) = self.objects.get_mut(key) else {
+            return;
+        };
+        let has_finalizers = object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            if object.pointer("/metadata/deletionTimestamp").is_none() {
+                object["metadata"]["deletionTimestamp"] = json!(now);
+                self.next_version += 1;
+                object["metadata"]["resourceVersion"] = json!(self.next_version.to_string());
+            }
+            return;
+        }
         let Some(object) = self.take(key) else {
             return;
         };
@@ -186,6 +214,21 @@ impl Emulator {
         for dependent in dependents {
             self.remove_with_dependents(&dependent);
         }
+    }
+
+    /// A terminating object whose last finalizer was removed is gone (with its dependents).
+    /// Returns whether it went.
+    pub(super) fn collect_if_released(&mut self, key: &Key) -> bool {
+        let released = self.objects.get(key).is_some_and(|o| {
+            o.pointer("/metadata/deletionTimestamp").is_some()
+                && o.pointer("/metadata/finalizers")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty)
+        });
+        if released {
+            self.remove_with_dependents(key);
+        }
+        released
     }
 }
 

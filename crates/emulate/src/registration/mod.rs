@@ -43,6 +43,35 @@ pub struct Hook {
     pub strict: bool,
     /// `webhook.timeout`: how long Metacontroller's HTTP client waits for an answer.
     pub timeout: std::time::Duration,
+    /// `webhook.etag` when enabled: answers are remembered with their ETag and asked for
+    /// again with `If-None-Match`; `Some(None)` keeps them without expiry.
+    pub etag: Option<Option<std::time::Duration>>,
+}
+
+/// `webhook.etag` (`WebhookEtagConfig`): off unless `enabled: true`. Metacontroller's
+/// `NewWebhookExecutor` (pkg/hooks/webhook.go) reads `cacheCleanupSeconds` through its
+/// pointer whenever `cacheTimeoutSeconds` is set, so one without the other crashes it
+/// when the controller starts. A timeout below one second keeps entries forever
+/// (pkg/cache).
+fn etag_config(webhook: &Value, at: &str) -> Result<Option<Option<std::time::Duration>>, String> {
+    let Some(etag) = webhook.get("etag").filter(|e| !e.is_null()) else {
+        return Ok(None);
+    };
+    if etag.get("enabled").and_then(Value::as_bool) != Some(true) {
+        return Ok(None);
+    }
+    let timeout = etag.get("cacheTimeoutSeconds").filter(|t| !t.is_null());
+    if timeout.is_some() && etag.get("cacheCleanupSeconds").is_none_or(Value::is_null) {
+        return Err(format!(
+            "{at}.webhook.etag: cacheTimeoutSeconds without cacheCleanupSeconds: Metacontroller v4.17 dereferences cacheCleanupSeconds whenever cacheTimeoutSeconds is set (NewWebhookExecutor) and crashes; set both"
+        ));
+    }
+    Ok(Some(
+        timeout
+            .and_then(Value::as_u64)
+            .filter(|seconds| *seconds >= 1)
+            .map(std::time::Duration::from_secs),
+    ))
 }
 
 /// Metacontroller's webhook timeout when none (or a non-positive one) is given
@@ -126,9 +155,7 @@ pub struct Registration {
     pub not_modelled: Vec<String>,
 }
 
-/// Webhook fields the emulator honours. `etag` only lets Metacontroller reuse an answer
-/// the server says is unchanged (304); calling in full gets the same answer, so the
-/// emulator does that.
+/// Webhook fields the emulator honours.
 const WEBHOOK_FIELDS: &[&str] = &[
     "url",
     "timeout",
@@ -215,11 +242,13 @@ impl Hook {
                 .unwrap_or(DEFAULT_WEBHOOK_TIMEOUT),
             Some(other) => return Err(format!("webhook.timeout {other} is not a duration string")),
         };
+        let etag = etag_config(webhook, at)?;
         Ok(Hook {
             path,
             version,
             strict,
             timeout,
+            etag,
         })
     }
 }

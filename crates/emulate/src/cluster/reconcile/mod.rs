@@ -11,8 +11,8 @@ use crate::objects::{add_finalizer, has_finalizer, matches_rule, remove_finalize
 use crate::registration::{ControllerType, Hook, HookName, Registration};
 
 mod webhook;
-pub(super) use webhook::stable_answer;
 use webhook::*;
+pub(super) use webhook::{Tagged, stable_answer};
 
 /// A parent's sync or finalize call, ready to send: what Metacontroller read from the
 /// cluster before calling, and the request serialised from it.
@@ -29,6 +29,8 @@ pub(super) struct Prepared {
     body_hash: [u8; 32],
     /// The answer an earlier round got to this very request, if any.
     remembered: Option<std::sync::Arc<str>>,
+    /// The answer the webhook client keeps with its ETag for this parent, if any.
+    tagged: Option<Tagged>,
 }
 
 /// What asking a hook for a stable answer produced: each call made (status, time) and
@@ -40,6 +42,8 @@ pub(super) struct Answered {
     retry_after: Option<f64>,
     /// The text of the answer taken, remembered for the next identical request.
     text: Option<std::sync::Arc<str>>,
+    /// The answer and ETag the webhook client keeps from these calls, if any.
+    tagged: Option<Tagged>,
 }
 
 impl Emulator {
@@ -56,7 +60,11 @@ impl Emulator {
         };
         check_selector(registration, &parent, parent_key)?;
         let finalizer = registration.finalizer();
-        let finalizing = self.mark_for_finalize(registration, parent_key, &mut parent, &finalizer);
+        let Some(finalizing) =
+            self.mark_for_finalize(registration, parent_key, &mut parent, &finalizer)
+        else {
+            return Ok(None);
+        };
         let hook_name = if finalizing {
             HookName::Finalize
         } else {
@@ -93,9 +101,11 @@ impl Emulator {
             .get(&(registration.name.clone(), parent_key.clone()))
             .filter(|(hash, _)| *hash == body_hash)
             .map(|(_, text)| text.clone());
+        let tagged = self.kept_etag(registration, &hook, hook_name, parent_key);
         Ok(Some(Prepared {
             body_hash,
             remembered,
+            tagged,
             parent_key: parent_key.clone(),
             parent,
             hook,
@@ -105,6 +115,36 @@ impl Emulator {
             replica: self.current_replica,
             body,
         }))
+    }
+
+    /// The answer kept with its ETag for this hook and root object, unless expired
+    /// (`cacheTimeoutSeconds` of simulated time).
+    fn kept_etag(
+        &self,
+        registration: &Registration,
+        hook: &Hook,
+        name: HookName,
+        root: &Key,
+    ) -> Option<Tagged> {
+        let ttl = hook.etag?;
+        let (tagged, stored) =
+            self.etags
+                .get(&(registration.name.clone(), name.key(), root.clone()))?;
+        let fresh = ttl.is_none_or(|ttl| self.clock.saturating_sub(*stored) < ttl);
+        fresh.then(|| tagged.clone())
+    }
+
+    fn keep_etag(
+        &mut self,
+        registration: &Registration,
+        name: HookName,
+        root: &Key,
+        tagged: Tagged,
+    ) {
+        self.etags.insert(
+            (registration.name.clone(), name.key(), root.clone()),
+            (tagged, self.clock),
+        );
     }
 
     /// Records the calls an answer took, as made in this round.
@@ -127,6 +167,14 @@ impl Emulator {
             });
         }
         self.last_retry_after = answered.retry_after;
+        if let Some(tagged) = &answered.tagged {
+            self.keep_etag(
+                registration,
+                prepared.hook_name,
+                &prepared.parent_key,
+                tagged.clone(),
+            );
+        }
         let remember_as = (registration.name.clone(), prepared.parent_key.clone());
         match &answered.text {
             Some(text) => {
@@ -227,27 +275,43 @@ impl Emulator {
         }
     }
 
-    /// Adds the finalizer a parent needs before its first sync; true when this call is a
-    /// finalize (the parent is being deleted, or a decorator's target opted out).
+    /// The finalizer bookkeeping of `finalizer.Manager.SyncObject`
+    /// (pkg/controller/common/finalizer): with a finalize hook the parent gets the
+    /// finalizer before its first sync; without one a finalizer left from an earlier
+    /// registration is removed (and a terminating parent left with no finalizer is gone).
+    /// `Some(true)` when this call is a finalize: the parent is being deleted, or it no
+    /// longer matches the parent rule's selectors while holding the finalizer
+    /// (`shouldCallFinalizeHook`, composite and decorator alike); `None` when no hook is
+    /// called this time.
     fn mark_for_finalize(
         &mut self,
         registration: &Registration,
         parent_key: &Key,
         parent: &mut Value,
         finalizer: &str,
-    ) -> bool {
+    ) -> Option<bool> {
         let deleting = parent.pointer("/metadata/deletionTimestamp").is_some();
-        let opted_out = registration.type_ == ControllerType::Decorator
-            && !registration
-                .parents
-                .iter()
-                .any(|(_, _, rule)| matches_rule(rule, parent));
+        let opted_out = !registration
+            .parents
+            .iter()
+            .any(|(_, _, rule)| matches_rule(rule, parent));
         let has_finalize = registration.hooks.contains_key(&HookName::Finalize);
-        if has_finalize && !deleting && !opted_out && !has_finalizer(parent, finalizer) {
+        if !has_finalize {
+            if has_finalizer(parent, finalizer) {
+                remove_finalizer(parent, finalizer);
+                self.put(parent_key.clone(), parent.clone());
+                // "Check the finalizer again in case we just removed it."
+                if self.collect_if_released(parent_key) || opted_out {
+                    return None;
+                }
+            }
+            return Some(false);
+        }
+        if !deleting && !opted_out && !has_finalizer(parent, finalizer) {
             add_finalizer(parent, finalizer);
             self.put(parent_key.clone(), parent.clone());
         }
-        has_finalize && (deleting || opted_out)
+        Some(deleting || opted_out)
     }
 
     /// Remembers (or forgets) the resync the answer asked for.
@@ -284,14 +348,7 @@ impl Emulator {
             report.updated.push(parent_key.clone());
             report.finalizers_removed.push(parent_key.clone());
         }
-        let gone = self.objects.get(parent_key).is_some_and(|o| {
-            o.pointer("/metadata/deletionTimestamp").is_some()
-                && o.pointer("/metadata/finalizers")
-                    .and_then(Value::as_array)
-                    .is_none_or(Vec::is_empty)
-        });
-        if gone {
-            self.remove_with_dependents(parent_key);
+        if self.collect_if_released(parent_key) {
             report.deleted.push(parent_key.clone());
         }
     }
@@ -306,6 +363,8 @@ impl Emulator {
         parent: &str,
     ) -> Result<(String, Value), Problem> {
         let body = request.to_string().into_bytes();
+        let root = request.get("parent").map(crate::key_of).unwrap_or_default();
+        let tagged = self.kept_etag(registration, hook, name, &root);
         let exchange = exchange(
             &self.transport,
             self.current_replica,
@@ -313,8 +372,12 @@ impl Emulator {
             name,
             body,
             self.now(),
+            tagged.as_ref(),
         )
         .await;
+        if let Some(tagged) = exchange.tagged.clone() {
+            self.keep_etag(registration, name, &root, tagged);
+        }
         self.calls.push(CallRecord {
             round: self.rounds,
             controller: registration.name.clone(),

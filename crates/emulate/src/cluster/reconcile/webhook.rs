@@ -21,6 +21,7 @@ pub(in crate::cluster) async fn stable_answer(
 ) -> Answered {
     let mut calls = Vec::new();
     let mut retry_after = None;
+    let mut tagged = prepared.tagged.clone();
     let mut ask = async || {
         let exchange = exchange(
             transport,
@@ -29,10 +30,14 @@ pub(in crate::cluster) async fn stable_answer(
             prepared.hook_name,
             prepared.body.clone(),
             now,
+            tagged.as_ref(),
         )
         .await;
         calls.push((exchange.status, exchange.millis));
         retry_after = exchange.retry_after;
+        if exchange.tagged.is_some() {
+            tagged = exchange.tagged;
+        }
         exchange.outcome
     };
     let mut taken = None;
@@ -72,6 +77,7 @@ pub(in crate::cluster) async fn stable_answer(
         outcome,
         retry_after,
         text: taken,
+        tagged,
     }
 }
 
@@ -102,6 +108,16 @@ pub(super) struct Exchange {
     pub(super) millis: f64,
     pub(super) outcome: Result<(String, Value), Problem>,
     pub(super) retry_after: Option<f64>,
+    /// The answer and its ETag, when the webhook enables `etag` and the hook sent one.
+    pub(super) tagged: Option<Tagged>,
+}
+
+/// An answer the webhook client keeps with its ETag, per hook and root object, where
+/// the webhook enables `etag` (webhookExecutorEtag, pkg/hooks/webhook_etag.go).
+#[derive(Clone, Debug)]
+pub(in crate::cluster) struct Tagged {
+    pub(in crate::cluster) etag: String,
+    pub(in crate::cluster) body: std::sync::Arc<str>,
 }
 
 pub(super) async fn exchange(
@@ -111,16 +127,25 @@ pub(super) async fn exchange(
     name: HookName,
     body: Vec<u8>,
     now: jiff::Timestamp,
+    tagged: Option<&Tagged>,
 ) -> Exchange {
     let started = std::time::Instant::now();
-    let posted = transport
-        .post(replica, &hook.path, body, now, hook.timeout)
+    // enrichHeaders: If-None-Match with the ETag kept for this object, if any.
+    let tagged = tagged.filter(|_| hook.etag.is_some());
+    let if_none_match = tagged.map(|t| t.etag.as_str());
+    let mut posted = transport
+        .post(replica, &hook.path, body, now, hook.timeout, if_none_match)
         .await;
     // A call that got no answer is still a call made (status 0 in the timeline).
     let (status, elapsed) = match &posted {
         Ok(answer) => (answer.status, answer.elapsed),
         Err(_) => (0, started.elapsed()),
     };
+    // The timeline keeps the status as sent (304); what follows reads the kept answer.
+    let mut new_tag = None;
+    if let Ok(answer) = posted.as_mut() {
+        new_tag = adjust_for_etag(hook, tagged, answer);
+    }
     let retry_after = posted.as_ref().ok().and_then(|answer| {
         // TooManyRequestError (pkg/hooks/webhook.go): Retry-After in seconds or as an
         // HTTP date; the parent is requeued after it (composite sync).
@@ -152,7 +177,31 @@ pub(super) async fn exchange(
         millis: elapsed.as_secs_f64() * 1000.0,
         outcome,
         retry_after,
+        tagged: new_tag,
     }
+}
+
+/// adjustResponse: a 304 or 412 to a request sent with If-None-Match is the kept answer
+/// (read on as a 200); a 200 with an ETag is kept for next time. Without If-None-Match,
+/// a 304 is an unexpected status like any other.
+fn adjust_for_etag(
+    hook: &Hook,
+    sent: Option<&Tagged>,
+    answer: &mut crate::transport::Answer,
+) -> Option<Tagged> {
+    hook.etag?;
+    if let Some(kept) = sent
+        && matches!(answer.status, 304 | 412)
+    {
+        answer.status = 200;
+        answer.body = kept.body.as_bytes().to_vec();
+        return None;
+    }
+    let etag = answer.etag.clone().filter(|_| answer.status == 200)?;
+    Some(Tagged {
+        etag,
+        body: String::from_utf8_lossy(&answer.body).into(),
+    })
 }
 
 /// What Metacontroller makes of an answer: a 429 is throttling (after `retry_after`
