@@ -65,7 +65,9 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     let summary = play(&mut emulator, input.objects, &plan)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
-    if emulator.calls.is_empty() {
+    // A parent refused before any call (no selector, one Metacontroller cannot compile)
+    // is a finding, not "nothing was reconciled".
+    if emulator.calls.is_empty() && emulator.findings.is_empty() {
         bail!(
             "nothing was reconciled: no object in the input is a parent of {} (check each object's apiVersion and kind against the registration's parentResource)",
             describe_parents(&emulator)

@@ -351,6 +351,34 @@ fn a_run_that_reconciles_nothing_fails_and_says_why() {
 }
 
 #[test]
+fn a_parent_without_a_selector_is_an_invalid_parent_finding_not_an_empty_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("things.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: things}
+spec:
+  parentResource: {apiVersion: example.com/v1, resource: things}
+  childResources: [{apiVersion: v1, resource: configmaps}]
+  hooks: {sync: {webhook: {url: "http://hooks.example/sync"}}}
+---
+apiVersion: example.com/v1
+kind: Thing
+metadata: {name: one, namespace: ns}
+spec: {}
+"#,
+    )
+    .unwrap();
+    let output = emulate(&["-f", file.to_str().unwrap(), "-o", "json"]);
+    assert!(!output.status.success());
+    let report = report(&output);
+    assert_eq!(rules(&report), ["InvalidParent"], "{report}");
+    assert_eq!(report["hookCalls"], 0, "no hook is called");
+}
+
+#[test]
 fn required_conditions_are_checked_per_parent() {
     let example = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
     let met = emulate(&[

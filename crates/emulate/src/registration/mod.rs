@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 mod kinds;
+mod schema;
 pub use kinds::Kinds;
 
 /// A hook of a controller registration.
@@ -267,16 +268,6 @@ impl ChildRule {
             .and_then(Value::as_str)
             .unwrap_or("OnDelete")
             .to_owned();
-        // updateChildren (pkg/controller/common/manage_children.go) fails every update of
-        // such a child: "invalid update strategy … unknown method".
-        if !matches!(
-            strategy.as_str(),
-            "" | "OnDelete" | "Recreate" | "InPlace" | "RollingRecreate" | "RollingInPlace"
-        ) {
-            return Err(format!(
-                "{child_key} {kind}: updateStrategy.method {strategy:?} is not one of OnDelete, Recreate, InPlace, RollingRecreate, RollingInPlace (Metacontroller fails every update of these children: unknown method)"
-            ));
-        }
         if strategy.starts_with("Rolling") {
             not_modelled.push(format!(
                 "{child_key} {kind}: updateStrategy {strategy} runs as {} (ControllerRevisions and statusChecks are not modelled)",
@@ -349,6 +340,15 @@ impl Registration {
         };
         let name = str_at(&raw, "/metadata/name")?.to_owned();
         let spec = raw.get("spec").ok_or("registration has no spec")?;
+        let (resources_field, children_field) = match type_ {
+            ControllerType::Composite => ("parentResource", "childResources"),
+            ControllerType::Decorator => ("resources", "attachments"),
+        };
+        if let Some(problem) = schema::schema_refusal(spec, resources_field, children_field) {
+            return Err(format!(
+                "{kind}.metacontroller.k8s.io {name:?} is invalid: {problem} (the API server refuses it)"
+            ));
+        }
         // A parent rule is kept as written: its label selector decides which objects are parents.
         let rule = |value: &Value| {
             resource_rule(value, kinds)
@@ -624,7 +624,7 @@ mod tests {
             "Inplace",
         );
         assert!(
-            method.is_err_and(|e| e.contains("updateStrategy.method \"Inplace\" is not one of")),
+            method.is_err_and(|e| e.contains("updateStrategy.method: Unsupported value: \"Inplace\"")),
             "a method outside the known ones"
         );
     }
