@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod content;
+mod specs;
 pub use content::fold_string_data;
 pub mod pod_security;
 pub mod selector;
@@ -84,6 +85,22 @@ pub fn check_dns1035_label(name: &str) -> Result<(), InvalidName> {
     Ok(())
 }
 
+/// DNS-1123 label (Namespace and container names): a DNS-1123 subdomain of at most 63
+/// characters without '.'.
+pub fn check_dns1123_label(name: &str) -> Result<(), InvalidName> {
+    check_dns1123_subdomain(name).and_then(|()| {
+        if name.len() > 63 || name.contains('.') {
+            Err(InvalidName {
+                name: name.to_owned(),
+                rule: "DNS-1123 label",
+                problem: "it must be at most 63 characters without '.'",
+            })
+        } else {
+            Ok(())
+        }
+    })
+}
+
 /// DNS-1123 subdomain (ConfigMap, Deployment, Ingress names): at most 253 characters,
 /// dot-separated DNS-1123 labels.
 pub fn check_dns1123_subdomain(name: &str) -> Result<(), InvalidName> {
@@ -147,6 +164,7 @@ pub fn refusals(object: &Value) -> Vec<String> {
         annotation_refusals(annotations, &mut found);
     }
     found.extend(content::refusals(kind, object));
+    found.extend(specs::refusals(kind, object));
     found
         .into_iter()
         .map(|refusal| format!("{kind} {name:?} is invalid: {refusal}"))
@@ -158,17 +176,7 @@ pub fn refusals(object: &Value) -> Vec<String> {
 fn name_check(kind: &str, name: &str) -> Result<(), InvalidName> {
     match kind {
         "Service" => check_dns1035_label(name),
-        "Namespace" => check_dns1123_subdomain(name).and_then(|()| {
-            if name.len() > 63 || name.contains('.') {
-                Err(InvalidName {
-                    name: name.to_owned(),
-                    rule: "DNS-1123 label",
-                    problem: "it must be at most 63 characters without '.'",
-                })
-            } else {
-                Ok(())
-            }
-        }),
+        "Namespace" => check_dns1123_label(name),
         _ => check_dns1123_subdomain(name),
     }
 }
@@ -356,7 +364,8 @@ mod tests {
                 .iter()
                 .any(|f| f.contains("must be no more than 63 characters"))
         );
-        let service = json!({"kind": "Service", "metadata": {"name": "1web"}});
+        let service = json!({"kind": "Service", "metadata": {"name": "1web"},
+                             "spec": {"ports": [{"port": 80}]}});
         assert_eq!(refusals(&service).len(), 1);
         let big = json!({"kind": "ConfigMap", "metadata": {"name": "big",
             "annotations": {"metacontroller.k8s.io/last-applied-configuration": "x".repeat(300 * 1024)}}});

@@ -1,0 +1,241 @@
+//! What the API server refuses in the specs hook authors get wrong most after data:
+//! containers (ValidateContainers in pkg/apis/core/validation: a name, an image for
+//! workloads, ports in range, env values that decode as strings), Services
+//! (ValidateService: ports, their names and ranges) and Ingress paths (a `pathType`,
+//! required in networking.k8s.io/v1).
+
+use serde_json::Value;
+
+use crate::pod_security::pod_spec_of;
+
+/// The refusals of `object`'s containers, Service ports or Ingress paths (each without
+/// the `Kind "name" is invalid: ` prefix).
+pub(crate) fn refusals(kind: &str, object: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some(pod_spec) = pod_spec_of(object) {
+        let at = match kind {
+            "Pod" => "spec",
+            "CronJob" => "spec.jobTemplate.spec.template.spec",
+            _ => "spec.template.spec",
+        };
+        for field in ["initContainers", "containers"] {
+            containers(pod_spec, at, field, &mut found);
+        }
+    }
+    match kind {
+        "Service" => service(object, &mut found),
+        "Ingress" => ingress(object, &mut found),
+        _ => {}
+    }
+    found
+}
+
+fn containers(pod_spec: &Value, at: &str, field: &str, found: &mut Vec<String>) {
+    let list = pod_spec.get(field).and_then(Value::as_array);
+    if field == "containers" && list.is_none_or(Vec::is_empty) {
+        found.push(format!("{at}.containers: Required value"));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, container) in list.into_iter().flatten().enumerate() {
+        let at = format!("{at}.{field}[{i}]");
+        let name = container
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if name.is_empty() {
+            found.push(format!("{at}.name: Required value"));
+        } else if let Err(invalid) = crate::check_dns1123_label(name) {
+            found.push(format!(
+                "{at}.name: Invalid value: {name:?}: {}",
+                invalid.problem
+            ));
+        } else if !names.insert(name.to_owned()) {
+            found.push(format!("{at}.name: Duplicate value: {name:?}"));
+        }
+        if container
+            .get("image")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            found.push(format!("{at}.image: Required value"));
+        }
+        ports(container, &at, found);
+        env(container, &at, found);
+    }
+}
+
+fn ports(container: &Value, at: &str, found: &mut Vec<String>) {
+    for (i, port) in container
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("{at}.ports[{i}].containerPort");
+        match port.get("containerPort") {
+            None | Some(Value::Null) => found.push(format!("{at}: Required value")),
+            Some(value) => port_number(value, &at, "ContainerPort.containerPort", found),
+        }
+    }
+}
+
+/// An `int32` port in 1–65535 (a string is a decoding error, as Go reports it).
+fn port_number(value: &Value, at: &str, go_field: &str, found: &mut Vec<String>) {
+    match value.as_i64() {
+        Some(number) if (1..=65535).contains(&number) => {}
+        Some(number) => found.push(format!(
+            "{at}: Invalid value: {number}: must be between 1 and 65535, inclusive"
+        )),
+        None => found.push(format!(
+            "{at}: json: cannot unmarshal {} into Go struct field {go_field} of type int32",
+            crate::go_json_type(value)
+        )),
+    }
+}
+
+/// `env[].value` must decode as a string: `value: 8080` (a number) is the classic.
+fn env(container: &Value, at: &str, found: &mut Vec<String>) {
+    for (i, variable) in container
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("{at}.env[{i}]");
+        if variable
+            .get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            found.push(format!("{at}.name: Required value"));
+        }
+        if let Some(value) = variable
+            .get("value")
+            .filter(|v| !v.is_null() && !v.is_string())
+        {
+            found.push(format!(
+                "{at}.value: json: cannot unmarshal {} into Go struct field EnvVar.value of type string",
+                crate::go_json_type(value)
+            ));
+        }
+    }
+}
+
+/// A Service (but ExternalName) needs ports; with more than one, each needs a name,
+/// and names are unique; port numbers in range; targetPort a number in range or a name.
+fn service(object: &Value, found: &mut Vec<String>) {
+    let external = object.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
+    let ports = object.pointer("/spec/ports").and_then(Value::as_array);
+    if !external && ports.is_none_or(Vec::is_empty) {
+        found.push("spec.ports: Required value".to_owned());
+    }
+    let ports = ports.map_or(&[][..], Vec::as_slice);
+    let mut names = std::collections::BTreeSet::new();
+    for (i, port) in ports.iter().enumerate() {
+        let at = format!("spec.ports[{i}]");
+        let name = port.get("name").and_then(Value::as_str).unwrap_or_default();
+        if ports.len() > 1 && name.is_empty() {
+            found.push(format!("{at}.name: Required value"));
+        } else if !name.is_empty() && !names.insert(name.to_owned()) {
+            found.push(format!("{at}.name: Duplicate value: {name:?}"));
+        }
+        match port.get("port") {
+            None | Some(Value::Null) => found.push(format!("{at}.port: Required value")),
+            Some(value) => port_number(value, &format!("{at}.port"), "ServicePort.port", found),
+        }
+        if let Some(target) = port.get("targetPort").filter(|t| !t.is_null())
+            && let Some(number) = target.as_i64()
+            && !(1..=65535).contains(&number)
+        {
+            found.push(format!(
+                "{at}.targetPort: Invalid value: {number}: must be between 1 and 65535, inclusive"
+            ));
+        }
+    }
+}
+
+/// Every HTTP path of an Ingress needs a `pathType` (networking.k8s.io/v1).
+fn ingress(object: &Value, found: &mut Vec<String>) {
+    for (r, rule) in object
+        .pointer("/spec/rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (p, path) in rule
+            .pointer("/http/paths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if path.get("pathType").is_none_or(Value::is_null) {
+                found.push(format!(
+                    "spec.rules[{r}].http.paths[{p}].pathType: Required value: pathType must be specified"
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    fn refusals(object: serde_json::Value) -> Vec<String> {
+        crate::refusals(&object)
+    }
+
+    #[test]
+    fn what_hook_authors_get_wrong_in_specs_is_refused_in_the_api_servers_words() {
+        let deployment = |container: serde_json::Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                   "spec": {"selector": {"matchLabels": {"app": "web"}},
+                            "template": {"metadata": {"labels": {"app": "web"}},
+                                         "spec": {"containers": [container]}}}})
+        };
+        assert_eq!(
+            refusals(deployment(json!({"name": "web", "image": "web:1",
+                "ports": [{"containerPort": 8080}], "env": [{"name": "A", "value": "1"}]}))),
+            Vec::<String>::new()
+        );
+        let wrong = refusals(deployment(
+            json!({"name": "Web", "ports": [{"containerPort": "8080"}],
+            "env": [{"name": "PORT", "value": 8080}]}),
+        ));
+        let expected = [
+            "Deployment \"web\" is invalid: spec.template.spec.containers[0].name: Invalid value: \"Web\"",
+            "spec.template.spec.containers[0].image: Required value",
+            "spec.template.spec.containers[0].ports[0].containerPort: json: cannot unmarshal string into Go struct field ContainerPort.containerPort of type int32",
+            "spec.template.spec.containers[0].env[0].value: json: cannot unmarshal number into Go struct field EnvVar.value of type string",
+        ];
+        for (found, wanted) in wrong.iter().zip(expected) {
+            assert!(found.contains(wanted), "{found}\n{wanted}");
+        }
+        assert_eq!(wrong.len(), expected.len(), "{wrong:?}");
+
+        let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"ports": [{"port": 80}, {"port": 70000, "name": "b"}]}});
+        let found = refusals(service);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].ends_with("spec.ports[0].name: Required value"));
+        assert!(found[1].ends_with(
+            "spec.ports[1].port: Invalid value: 70000: must be between 1 and 65535, inclusive"
+        ));
+        let no_ports =
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {}});
+        assert!(refusals(no_ports)[0].ends_with("spec.ports: Required value"));
+        let external = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"type": "ExternalName", "externalName": "example.com"}});
+        assert!(refusals(external).is_empty());
+
+        let ingress = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"},
+            "spec": {"rules": [{"http": {"paths": [{"path": "/", "backend": {}}]}}]}});
+        assert!(refusals(ingress)[0].ends_with(
+            "spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"
+        ));
+    }
+}
