@@ -253,3 +253,82 @@ fn documented_commands_print_what_the_page_shows() {
     }
     assert!(checked >= 1, "no documented command was checked");
 }
+
+/// The fenced block of `page` that follows the line `after` (its language tag dropped).
+fn block_after(page: &str, after: &str) -> String {
+    let start = page
+        .find(after)
+        .unwrap_or_else(|| panic!("the page no longer has {after:?}"));
+    let rest = &page[start..];
+    let open = rest.find("```").expect("a fenced block follows");
+    let body = &rest[open + 3..];
+    let body = &body[body.find('\n').expect("a tagged block") + 1..];
+    body[..body.find("```").expect("the block ends")].to_owned()
+}
+
+/// The worked example's hook server: a ConfigMap per Thing, a status that says which
+/// hook answered, and a finalize hook that never lets go.
+async fn worked_example_hooks() -> String {
+    use axum::Json;
+    use serde_json::{Value, json};
+    let app = axum::Router::new().route(
+        "/things/sync",
+        axum::routing::post(|Json(request): Json<Value>| async move {
+            let parent = &request["parent"];
+            if request["finalizing"] == json!(true) {
+                return Json(
+                    json!({"status": {"phase": "Finalizing"}, "children": [], "finalized": false}),
+                );
+            }
+            Json(json!({"status": {"phase": "Ready"}, "children": [{
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": parent["metadata"]["name"]},
+                "data": {"size": parent["spec"]["size"].to_string()}}]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worked_example_runs_as_written() {
+    let page = doc("docs/emulate.md");
+    let files = tempfile::tempdir().unwrap();
+    std::fs::write(
+        files.path().join("things.yaml"),
+        block_after(&page, "cluster-scoped, and it is read for both):"),
+    )
+    .unwrap();
+    let command = block_after(&page, "Start your server on your laptop");
+    let base = worked_example_hooks().await;
+    let args: Vec<String> = command
+        .trim()
+        .strip_prefix("metahooks ")
+        .expect("a metahooks command")
+        .split_whitespace()
+        .map(|arg| arg.replace("http://127.0.0.1:8000", &base))
+        .collect();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_metahooks"))
+            .args(&args)
+            .current_dir(files.path())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let shown = block_after(&page, "answers `finalized: false` gets:");
+    assert_eq!(
+        normalise(&String::from_utf8_lossy(&output.stdout)),
+        normalise(&shown),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "the page says the exit code is 1"
+    );
+}
