@@ -47,21 +47,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     emulator.server_side_apply = args.apply_strategy == ApplyStrategy::ServerSide;
     emulator.strict_everywhere = args.strict;
     emulator.workers = usize::from(args.workers);
-    let steps = match &args.story {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            read_steps(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => Vec::new(),
-    };
-    let plan = Plan {
-        max_rounds: usize::from(args.max_rounds),
-        run_for: std::time::Duration::from_secs(args.for_seconds),
-        delete_parents: args.delete,
-        steps,
-        wait_for_sources: std::time::Duration::from_secs(args.wait_for_sources),
-    };
+    let plan = plan(args)?;
     let summary = play(&mut emulator, input.objects, &plan)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
@@ -74,17 +60,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
         );
     }
     let unmet = unmet_requirements(&emulator, &args.require);
-    let mut pending = Vec::new();
-    // Only a server over HTTP can end a run still fetching: in-process fetches are
-    // waited for after every round.
-    for parent in crate::emulate::story::pending_sources(&emulator) {
-        if !args.hooks_url.is_empty() {
-            pending.push(format!(
-                "pending: {parent}: its source was still being fetched when the run ended (after --wait-for-sources {} s); the objects shown are from before it arrived",
-                args.wait_for_sources
-            ));
-        }
-    }
+    let pending = pending_lines(&emulator, args);
     let clean = emulator.findings.is_empty() && unmet.is_empty();
     let mut report = match args.output {
         EmulateOutput::Json => format!(
@@ -104,6 +80,42 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
         report.push('\n');
     }
     Ok((report, clean))
+}
+
+/// The story and timings the flags ask for.
+fn plan(args: &EmulateArgs) -> anyhow::Result<Plan> {
+    let steps = match &args.story {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            read_steps(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    Ok(Plan {
+        max_rounds: usize::from(args.max_rounds),
+        run_for: std::time::Duration::from_secs(args.for_seconds),
+        delete_parents: args.delete,
+        steps,
+        wait_for_sources: std::time::Duration::from_secs(args.wait_for_sources),
+    })
+}
+
+/// A `pending:` line for each parent whose source a server over HTTP was still fetching
+/// (in-process fetches are waited for after every round, so only HTTP can end so).
+fn pending_lines(emulator: &Emulator, args: &EmulateArgs) -> Vec<String> {
+    if args.hooks_url.is_empty() {
+        return Vec::new();
+    }
+    crate::emulate::story::pending_sources(emulator)
+        .into_iter()
+        .map(|parent| {
+            format!(
+                "pending: {parent}: its source was still being fetched when the run ended (after --wait-for-sources {} s); the objects shown are from before it arrived",
+                args.wait_for_sources
+            )
+        })
+        .collect()
 }
 
 /// The registrations metahooks ships (manifests/controllers), used when the input has none.

@@ -169,39 +169,7 @@ impl Transport {
                 let base = bases
                     .get(replica % bases.len().max(1))
                     .ok_or("no hook URL to call")?;
-                let url = format!("{base}{path}");
-                let client = client.clone();
-                let if_none_match = if_none_match.map(str::to_owned);
-                // Each call on its own task, as each of Metacontroller's workers is its
-                // own goroutine: the time measured is the exchange's, not how soon the
-                // task driving the round got back to it.
-                let call = tokio::spawn(async move {
-                    let started = Instant::now();
-                    // Metacontroller's client gives up at the webhook timeout, headers
-                    // and body together.
-                    let posted = tokio::time::timeout(
-                        timeout,
-                        post_json(&client, &url, body, if_none_match),
-                    )
-                    .await;
-                    let elapsed = started.elapsed();
-                    match posted {
-                        Ok(answered) => answered.map(|answer| (answer, elapsed)),
-                        Err(_) => Err(format!(
-                            "{url} did not answer within the webhook timeout of {timeout:?} (Metacontroller gives up and retries)"
-                        )),
-                    }
-                });
-                let ((status, body, headers), elapsed) = call.await.map_err(|e| {
-                    format!("the call to {base}{path} failed in the emulator: {e}")
-                })??;
-                Ok(Answer {
-                    status,
-                    body,
-                    elapsed,
-                    retry_after: headers.retry_after,
-                    etag: headers.etag,
-                })
+                post_http(client, base, path, body, timeout, if_none_match).await
             }
         }
     }
@@ -215,6 +183,46 @@ impl Transport {
             }
         }
     }
+}
+
+/// One call over HTTP on its own task, as each of Metacontroller's workers is its own
+/// goroutine: the time measured is the exchange's, not how soon the task driving the
+/// round got back to it.
+async fn post_http(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: Vec<u8>,
+    timeout: Duration,
+    if_none_match: Option<&str>,
+) -> Result<Answer, String> {
+    let url = format!("{base}{path}");
+    let client = client.clone();
+    let if_none_match = if_none_match.map(str::to_owned);
+    let call = tokio::spawn(async move {
+        let started = Instant::now();
+        // Metacontroller's client gives up at the webhook timeout, headers and body
+        // together.
+        let posted =
+            tokio::time::timeout(timeout, post_json(&client, &url, body, if_none_match)).await;
+        let elapsed = started.elapsed();
+        match posted {
+            Ok(answered) => answered.map(|answer| (answer, elapsed)),
+            Err(_) => Err(format!(
+                "{url} did not answer within the webhook timeout of {timeout:?} (Metacontroller gives up and retries)"
+            )),
+        }
+    });
+    let ((status, body, headers), elapsed) = call
+        .await
+        .map_err(|e| format!("the call to {base}{path} failed in the emulator: {e}"))??;
+    Ok(Answer {
+        status,
+        body,
+        elapsed,
+        retry_after: headers.retry_after,
+        etag: headers.etag,
+    })
 }
 
 /// POSTs `body` as JSON: the status, the body and the headers read.

@@ -1,11 +1,12 @@
-//! What Metacontroller refuses in an answer or a desired child.
+//! What Metacontroller refuses in a parent, an answer or a desired child.
 
 use serde_json::{Value, json};
 
+use super::describe;
 use crate::findings::{Problem, Rule};
-use crate::key_of;
 use crate::objects::labels_match;
 use crate::registration::{ControllerType, Hook, Registration};
+use crate::{Key, key_of};
 
 /// The answer's shape, as Metacontroller decodes it.
 pub(super) fn check_response(
@@ -246,4 +247,51 @@ pub(super) fn create_refusal(child: &Value, server_side_apply: bool) -> Option<S
         ));
     }
     None
+}
+
+/// makeSelector (pkg/controller/composite): without generateSelector, a parent needs a
+/// non-empty spec.selector that `LabelSelectorAsSelector` accepts, or no hook is called
+/// at all.
+pub(super) fn check_selector(
+    registration: &Registration,
+    parent: &Value,
+    key: &Key,
+) -> Result<(), Problem> {
+    if registration.type_ != ControllerType::Composite || registration.generate_selector {
+        return Ok(());
+    }
+    let refused = |problem: String| {
+        Err((
+            Rule::InvalidParent,
+            format!(
+                "{}: {problem} (Metacontroller calls no hook for this parent)",
+                describe(key)
+            ),
+        ))
+    };
+    if !has_selector(parent) {
+        return refused(
+            ".spec.selector must have either matchLabels, matchExpressions, or both; or set generateSelector".to_owned(),
+        );
+    }
+    let selector = parent.pointer("/spec/selector").unwrap_or(&Value::Null);
+    match metahooks_apiserver::selector::conversion_problem(selector, "matchLabels") {
+        Some(problem) => refused(format!(
+            "can't convert label selector .spec.selector: {problem}"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether `spec.selector` has matchLabels or matchExpressions.
+fn has_selector(parent: &Value) -> bool {
+    let non_empty = |field: &str| {
+        parent
+            .pointer(&format!("/spec/selector/{field}"))
+            .is_some_and(|v| {
+                v.as_object().is_some_and(|m| !m.is_empty())
+                    || v.as_array().is_some_and(|a| !a.is_empty())
+            })
+    };
+    non_empty("matchLabels") || non_empty("matchExpressions")
 }

@@ -1,5 +1,5 @@
-//! Applying an answer: children created, updated and deleted, attachments, status; and
-//! workloads becoming ready.
+//! Applying an answer's children (or a decorator's attachments) as Metacontroller's
+//! `ManageChildren` does: created, updated by their update strategy, or deleted.
 
 use std::collections::BTreeMap;
 
@@ -357,132 +357,6 @@ impl Emulator {
         });
         merged
     }
-
-    pub(super) fn write_composite_status(
-        &mut self,
-        parent_key: &Key,
-        response: &Value,
-        report: &mut RoundReport,
-    ) {
-        let Some(parent) = self.objects.get_mut(parent_key) else {
-            return;
-        };
-        let generation = parent
-            .pointer("/metadata/generation")
-            .cloned()
-            .unwrap_or(json!(1));
-        // updateParentStatus (pkg/controller/composite): a missing or null status is an
-        // empty one, and observedGeneration is always written.
-        let mut status = response
-            .get("status")
-            .filter(|s| s.is_object())
-            .cloned()
-            .unwrap_or(json!({}));
-        if let Some(map) = status.as_object_mut() {
-            map.insert("observedGeneration".to_owned(), generation);
-        }
-        if parent.get("status") != Some(&status) {
-            parent["status"] = status;
-            self.next_version += 1;
-            parent["metadata"]["resourceVersion"] = json!(self.next_version.to_string());
-            report.status_changed.push(parent_key.clone());
-        }
-    }
-
-    pub(super) fn write_decorator_result(
-        &mut self,
-        target_key: &Key,
-        response: &Value,
-        report: &mut RoundReport,
-    ) {
-        // What the hook set on its target, for the report (its latest answer's).
-        let set: BTreeMap<String, String> = ["labels", "annotations"]
-            .iter()
-            .flat_map(|field| {
-                response
-                    .get(*field)
-                    .and_then(Value::as_object)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-            })
-            .collect();
-        if set.is_empty() {
-            self.decorated.remove(target_key);
-        } else {
-            self.decorated.insert(target_key.clone(), set);
-        }
-        // Labels and annotations written in place: a merge over this target is redone.
-        self.settled.remove(target_key);
-        let Some(target) = self.objects.get_mut(target_key) else {
-            return;
-        };
-        let before = target.clone();
-        write_labels_and_annotations(target, response);
-        if let Some(status) = response.get("status").filter(|s| s.is_object())
-            && let Some(map) = target.as_object_mut()
-        {
-            map.insert("status".to_owned(), status.clone());
-        }
-        if *target != before {
-            report.status_changed.push(target_key.clone());
-        }
-    }
-
-    /// Fake kube-controller-manager for Deployments (no Pods of their own): first the new
-    /// generation with no ready replicas, then on the next tick all replicas ready.
-    /// Returns whether anything moved.
-    pub(super) fn tick_deployments(&mut self) -> bool {
-        let mut moved = false;
-        let hold_unready = self.hold_unready;
-        let mut refused = Vec::new();
-        for (key, object) in &self.objects {
-            if key.1 == "Deployment"
-                && let Some(why) = self.pod_security_refusal(key, object)
-            {
-                refused.push((key.clone(), why));
-            }
-        }
-        for (key, object) in self.objects.iter_mut() {
-            if key.1 != "Deployment" {
-                continue;
-            }
-            // Pods refused by Pod Security never become ready.
-            let hold_unready = hold_unready || refused.iter().any(|(k, _)| k == key);
-            let generation = object
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            let replicas = object
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            let observed = object
-                .pointer("/status/observedGeneration")
-                .and_then(Value::as_i64);
-            let ready = object
-                .pointer("/status/readyReplicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if observed != Some(generation) {
-                object["status"] = json!({
-                    "observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
-                    "readyReplicas": 0, "availableReplicas": 0,
-                    "conditions": [{"type": "Available", "status": if replicas == 0 { "True" } else { "False" }, "reason": "MinimumReplicasUnavailable"}]
-                });
-                moved = true;
-            } else if ready != replicas && !hold_unready {
-                object["status"] = json!({
-                    "observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
-                    "readyReplicas": replicas, "availableReplicas": replicas,
-                    "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]
-                });
-                moved = true;
-            }
-        }
-        self.refused_pods.extend(refused);
-        moved
-    }
 }
 
 /// The annotation Metacontroller marks a decorator's attachments with.
@@ -578,36 +452,4 @@ fn check_owner(live: &Value, parent: &Value, key: &Key) -> Result<(), Problem> {
             describe(key)
         ),
     ))
-}
-
-/// A decorator's labels and annotations written on its target in place (null removes).
-fn write_labels_and_annotations(target: &mut Value, response: &Value) {
-    for field in ["labels", "annotations"] {
-        for (key, value) in response
-            .get(field)
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-        {
-            let Some(map) = target
-                .get_mut("metadata")
-                .and_then(Value::as_object_mut)
-                .and_then(|meta| {
-                    meta.entry(field)
-                        .or_insert_with(|| json!({}))
-                        .as_object_mut()
-                })
-            else {
-                continue;
-            };
-            match value {
-                Value::Null => {
-                    map.remove(key);
-                }
-                other => {
-                    map.insert(key.clone(), other.clone());
-                }
-            }
-        }
-    }
 }

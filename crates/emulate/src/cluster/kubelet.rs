@@ -2,7 +2,8 @@
 //! controllers that make Pods (StatefulSet, ReplicaSet, DaemonSet over `nodes`, Job), a
 //! kubelet that runs every Pod (Running and Ready after a tick; run-to-completion Pods
 //! then succeed), and each workload's status as its controller reports it. Deployments keep
-//! their status-only simulation (`tick_deployments`).
+//! their status-only simulation (`tick_deployments`): a new generation first, all replicas
+//! ready a tick later.
 
 use std::collections::BTreeSet;
 
@@ -16,6 +17,61 @@ use crate::objects::owner_uid;
 const POD_OWNERS: &[&str] = &["StatefulSet", "ReplicaSet", "DaemonSet", "Job"];
 
 impl Emulator {
+    /// Fake kube-controller-manager for Deployments (no Pods of their own): first the new
+    /// generation with no ready replicas, then on the next tick all replicas ready.
+    /// Returns whether anything moved.
+    pub(super) fn tick_deployments(&mut self) -> bool {
+        let mut moved = false;
+        let hold_unready = self.hold_unready;
+        let mut refused = Vec::new();
+        for (key, object) in &self.objects {
+            if key.1 == "Deployment"
+                && let Some(why) = self.pod_security_refusal(key, object)
+            {
+                refused.push((key.clone(), why));
+            }
+        }
+        for (key, object) in self.objects.iter_mut() {
+            if key.1 != "Deployment" {
+                continue;
+            }
+            // Pods refused by Pod Security never become ready.
+            let hold_unready = hold_unready || refused.iter().any(|(k, _)| k == key);
+            let generation = object
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let replicas = object
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let observed = object
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64);
+            let ready = object
+                .pointer("/status/readyReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if observed != Some(generation) {
+                object["status"] = json!({
+                    "observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+                    "readyReplicas": 0, "availableReplicas": 0,
+                    "conditions": [{"type": "Available", "status": if replicas == 0 { "True" } else { "False" }, "reason": "MinimumReplicasUnavailable"}]
+                });
+                moved = true;
+            } else if ready != replicas && !hold_unready {
+                object["status"] = json!({
+                    "observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+                    "readyReplicas": replicas, "availableReplicas": replicas,
+                    "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]
+                });
+                moved = true;
+            }
+        }
+        self.refused_pods.extend(refused);
+        moved
+    }
+
     /// One tick of the simulated controllers and kubelet; true when anything moved.
     pub fn tick_workloads(&mut self) -> bool {
         let mut moved = self.tick_deployments();

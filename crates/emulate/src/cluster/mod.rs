@@ -3,7 +3,8 @@
 //! - this module: the objects, the clock, rounds and convergence;
 //! - `reconcile`: one parent's sync or finalize call, as Metacontroller makes it;
 //! - `related`: the customize hook and the related objects it selects;
-//! - `children`: applying an answer (children, attachments, status) and workloads;
+//! - `children`: applying an answer's children (or attachments);
+//! - `status`: what an answer writes on its parent (status, a decorator's labels);
 //! - `checks`: what Metacontroller refuses in an answer or a child;
 //! - `claim`: adoption and release of children by the parent's selector;
 //! - `kubelet`: the workload controllers and kubelet that make and run Pods.
@@ -14,6 +15,7 @@ mod claim;
 mod kubelet;
 mod reconcile;
 mod related;
+mod status;
 mod store;
 
 use std::collections::{BTreeMap, BTreeSet};

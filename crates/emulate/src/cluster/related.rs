@@ -252,19 +252,11 @@ impl<'a> RelatedRule<'a> {
             .filter(|n: &Vec<&str>| !n.is_empty());
         let label_selector = rule.get("labelSelector").filter(|s| !s.is_null());
         let namespace_selector = rule.get("namespaceSelector").filter(|s| !s.is_null());
-        for (field, selector) in [
-            ("labelSelector", label_selector),
-            ("namespaceSelector", namespace_selector),
-        ] {
-            // toSelector (customize/manager.go) fails the parent's sync before any call.
-            if let Some(problem) = selector
-                .and_then(|s| metahooks_apiserver::selector::conversion_problem(s, "matchLabels"))
-            {
-                return Err(customize(format!(
-                    "related rule {api_version}/{resource} {field}: {problem} (Metacontroller fails the sync before calling it)"
-                )));
-            }
-        }
+        check_selectors(
+            &format!("{api_version}/{resource}"),
+            label_selector,
+            namespace_selector,
+        )?;
         check_rule_fields(
             rule,
             names.is_some(),
@@ -280,15 +272,9 @@ impl<'a> RelatedRule<'a> {
         // Which namespace is listed (matchesRelatedRule, customize/manager.go): none for a
         // cluster-scoped related kind; the rule's namespace when it names one; the
         // parent's for a v1 customize hook of a namespaced parent; else every namespace.
-        let listed = if kinds.is_cluster_scoped(&kind) {
-            None
-        } else {
-            match namespace {
-                Some(ns) => Some(ns),
-                None if v1_namespaced => Some(parent_namespace),
-                None => None,
-            }
-        };
+        let listed = (!kinds.is_cluster_scoped(&kind))
+            .then(|| namespace.or(v1_namespaced.then_some(parent_namespace)))
+            .flatten();
         Ok(RelatedRule {
             api_version,
             kind,
@@ -297,6 +283,31 @@ impl<'a> RelatedRule<'a> {
             listed,
         })
     }
+}
+
+/// toSelector (customize/manager.go) fails the parent's sync, before its sync hook is
+/// called, on a selector `LabelSelectorAsSelector` refuses.
+fn check_selectors(
+    rule: &str,
+    label_selector: Option<&Value>,
+    namespace_selector: Option<&Value>,
+) -> Result<(), Problem> {
+    for (field, selector) in [
+        ("labelSelector", label_selector),
+        ("namespaceSelector", namespace_selector),
+    ] {
+        if let Some(problem) = selector
+            .and_then(|s| metahooks_apiserver::selector::conversion_problem(s, "matchLabels"))
+        {
+            return Err((
+                Rule::InvalidCustomize,
+                format!(
+                    "related rule {rule} {field}: {problem} (Metacontroller fails the sync before calling it)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The path of the first field the customize response type has no place for, at any

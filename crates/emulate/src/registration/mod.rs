@@ -349,29 +349,9 @@ impl Registration {
                 "{kind}.metacontroller.k8s.io {name:?} is invalid: {problem} (the API server refuses it)"
             ));
         }
-        // A parent rule is kept as written: its label selector decides which objects are parents.
-        let rule = |value: &Value| {
-            resource_rule(value, kinds)
-                .map(|(api_version, kind)| (api_version, kind, value.clone()))
-        };
-        let parents = match type_ {
-            ControllerType::Composite => vec![rule(
-                spec.get("parentResource").ok_or("no parentResource")?,
-            )?],
-            ControllerType::Decorator => spec
-                .get("resources")
-                .and_then(Value::as_array)
-                .ok_or("decorator without resources")?
-                .iter()
-                .map(rule)
-                .collect::<Result<_, _>>()?,
-        };
+        let parents = parent_rules(type_, spec, kinds)?;
         check_parent_selectors(type_, spec)?;
-        let child_key = if type_ == ControllerType::Composite {
-            "childResources"
-        } else {
-            "attachments"
-        };
+        let child_key = children_field;
         let mut not_modelled = Vec::new();
         let children = spec
             .get(child_key)
@@ -412,6 +392,30 @@ impl Registration {
                 format!("metacontroller.io/decoratorcontroller-{}", self.name)
             }
         }
+    }
+}
+
+/// The parent rules (a composite's `parentResource`, a decorator's `resources`), each
+/// kept as written: its selectors decide which objects are parents.
+fn parent_rules(
+    type_: ControllerType,
+    spec: &Value,
+    kinds: &Kinds,
+) -> Result<Vec<(String, String, Value)>, String> {
+    let rule = |value: &Value| {
+        resource_rule(value, kinds).map(|(api_version, kind)| (api_version, kind, value.clone()))
+    };
+    match type_ {
+        ControllerType::Composite => Ok(vec![rule(
+            spec.get("parentResource").ok_or("no parentResource")?,
+        )?]),
+        ControllerType::Decorator => spec
+            .get("resources")
+            .and_then(Value::as_array)
+            .ok_or("decorator without resources")?
+            .iter()
+            .map(rule)
+            .collect(),
     }
 }
 

@@ -21,8 +21,32 @@ pub(super) fn schema_refusal(
     children_field: &str,
 ) -> Option<String> {
     let mut found = Vec::new();
+    resource_rules(spec, resources_field, children_field, &mut found);
+    hooks(spec, &mut found);
+    for (i, endpoint) in spec
+        .get("endpointConfigs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("spec.endpointConfigs[{i}]");
+        required(endpoint, &at, &["host"], &mut found);
+        endpoint_references(endpoint, &at, &mut found);
+    }
+    found.into_iter().next()
+}
+
+/// Parent (or target) and child rules: apiVersion and resource, the update method,
+/// status checks, selector expressions.
+fn resource_rules(
+    spec: &Value,
+    resources_field: &str,
+    children_field: &str,
+    found: &mut Vec<String>,
+) {
     for (at, rule) in listed(spec, resources_field).chain(listed(spec, children_field)) {
-        required(rule, &at, &["apiVersion", "resource"], &mut found);
+        required(rule, &at, &["apiVersion", "resource"], found);
     }
     for (at, rule) in listed(spec, children_field) {
         if let Some(method) = rule
@@ -44,14 +68,18 @@ pub(super) fn schema_refusal(
             .enumerate()
         {
             let at = format!("{at}.updateStrategy.statusChecks.conditions[{i}]");
-            required(condition, &at, &["type"], &mut found);
+            required(condition, &at, &["type"], found);
         }
     }
     for (at, rule) in listed(spec, resources_field) {
         for selector in ["labelSelector", "annotationSelector"] {
-            expressions(rule.get(selector), &format!("{at}.{selector}"), &mut found);
+            expressions(rule.get(selector), &format!("{at}.{selector}"), found);
         }
     }
+}
+
+/// Each hook's webhook: the decoding mode's enum and its references' required fields.
+fn hooks(spec: &Value, found: &mut Vec<String>) {
     for (hook, config) in spec
         .get("hooks")
         .and_then(Value::as_object)
@@ -69,21 +97,9 @@ pub(super) fn schema_refusal(
             ));
         }
         if let Some(webhook) = config.get("webhook") {
-            endpoint_references(webhook, &format!("{at}.webhook"), &mut found);
+            endpoint_references(webhook, &format!("{at}.webhook"), found);
         }
     }
-    for (i, endpoint) in spec
-        .get("endpointConfigs")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let at = format!("spec.endpointConfigs[{i}]");
-        required(endpoint, &at, &["host"], &mut found);
-        endpoint_references(endpoint, &at, &mut found);
-    }
-    found.into_iter().next()
 }
 
 /// A list field of `spec`, each item with its path.

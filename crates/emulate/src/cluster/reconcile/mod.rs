@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::checks::{check_child_labels, check_kinds, check_response};
+use super::checks::{check_child_labels, check_kinds, check_response, check_selector};
 use super::related::ObjectMap;
 use super::{CallRecord, Emulator, RoundReport, describe, qualified_name};
 use crate::Key;
@@ -77,24 +77,7 @@ impl Emulator {
         let related = self.related(registration, &parent, &hook.version).await?;
         self.claim_children(registration, &parent);
         let owned = self.owned_by(registration, &parent);
-        let observed = self.object_map(registration, &parent, &owned, &hook.version);
-        let (root_field, observed_field) = match registration.type_ {
-            ControllerType::Composite => ("parent", "children"),
-            ControllerType::Decorator => ("object", "attachments"),
-        };
-        let request = Request {
-            observed: (observed_field, &observed),
-            controller: &registration.raw,
-            finalizing,
-            root: (root_field, &parent),
-            related: &related,
-        };
-        let body = serde_json::to_vec(&request).map_err(|e| {
-            (
-                Rule::NotEmulated,
-                format!("cannot serialise the request: {e}"),
-            )
-        })?;
+        let body = self.request_body(registration, &parent, &owned, &hook, finalizing, &related)?;
         let body_hash = *blake3::hash(&body).as_bytes();
         let remembered = self
             .answered
@@ -117,34 +100,34 @@ impl Emulator {
         }))
     }
 
-    /// The answer kept with its ETag for this hook and root object, unless expired
-    /// (`cacheTimeoutSeconds` of simulated time).
-    fn kept_etag(
+    /// The request Metacontroller sends, serialised from the stored objects.
+    fn request_body(
         &self,
         registration: &Registration,
+        parent: &Value,
+        owned: &[Key],
         hook: &Hook,
-        name: HookName,
-        root: &Key,
-    ) -> Option<Tagged> {
-        let ttl = hook.etag?;
-        let (tagged, stored) =
-            self.etags
-                .get(&(registration.name.clone(), name.key(), root.clone()))?;
-        let fresh = ttl.is_none_or(|ttl| self.clock.saturating_sub(*stored) < ttl);
-        fresh.then(|| tagged.clone())
-    }
-
-    fn keep_etag(
-        &mut self,
-        registration: &Registration,
-        name: HookName,
-        root: &Key,
-        tagged: Tagged,
-    ) {
-        self.etags.insert(
-            (registration.name.clone(), name.key(), root.clone()),
-            (tagged, self.clock),
-        );
+        finalizing: bool,
+        related: &Value,
+    ) -> Result<Vec<u8>, Problem> {
+        let observed = self.object_map(registration, parent, owned, &hook.version);
+        let (root_field, observed_field) = match registration.type_ {
+            ControllerType::Composite => ("parent", "children"),
+            ControllerType::Decorator => ("object", "attachments"),
+        };
+        let request = Request {
+            observed: (observed_field, &observed),
+            controller: &registration.raw,
+            finalizing,
+            root: (root_field, parent),
+            related,
+        };
+        serde_json::to_vec(&request).map_err(|e| {
+            (
+                Rule::NotEmulated,
+                format!("cannot serialise the request: {e}"),
+            )
+        })
     }
 
     /// Records the calls an answer took, as made in this round.
@@ -431,36 +414,6 @@ fn desired_children(registration: &Registration, response: &Value) -> Vec<Value>
         .unwrap_or_default()
 }
 
-/// makeSelector (pkg/controller/composite): without generateSelector, a parent needs a
-/// non-empty spec.selector that `LabelSelectorAsSelector` accepts, or no hook is called
-/// at all.
-fn check_selector(registration: &Registration, parent: &Value, key: &Key) -> Result<(), Problem> {
-    if registration.type_ != ControllerType::Composite || registration.generate_selector {
-        return Ok(());
-    }
-    let refused = |problem: String| {
-        Err((
-            Rule::InvalidParent,
-            format!(
-                "{}: {problem} (Metacontroller calls no hook for this parent)",
-                describe(key)
-            ),
-        ))
-    };
-    if !has_selector(parent) {
-        return refused(
-            ".spec.selector must have either matchLabels, matchExpressions, or both; or set generateSelector".to_owned(),
-        );
-    }
-    let selector = parent.pointer("/spec/selector").unwrap_or(&Value::Null);
-    match metahooks_apiserver::selector::conversion_problem(selector, "matchLabels") {
-        Some(problem) => refused(format!(
-            "can't convert label selector .spec.selector: {problem}"
-        )),
-        None => Ok(()),
-    }
-}
-
 /// The registration's hook of that name, or the finding that it has none.
 fn registered_hook(registration: &Registration, name: HookName) -> Result<Hook, Problem> {
     registration.hooks.get(&name).cloned().ok_or_else(|| {
@@ -469,19 +422,6 @@ fn registered_hook(registration: &Registration, name: HookName) -> Result<Hook, 
             format!("{}: no {} hook registered", registration.name, name.key()),
         )
     })
-}
-
-/// Whether `spec.selector` has matchLabels or matchExpressions.
-fn has_selector(parent: &Value) -> bool {
-    let non_empty = |field: &str| {
-        parent
-            .pointer(&format!("/spec/selector/{field}"))
-            .is_some_and(|v| {
-                v.as_object().is_some_and(|m| !m.is_empty())
-                    || v.as_array().is_some_and(|a| !a.is_empty())
-            })
-    };
-    non_empty("matchLabels") || non_empty("matchExpressions")
 }
 
 /// The failed writes of one apply as one finding: the first's rule, every message.

@@ -4,9 +4,10 @@
 use serde_json::Value;
 
 use super::{Answered, Prepared};
+use crate::Key;
 use crate::answers::same_answer;
 use crate::findings::{Problem, Rule};
-use crate::registration::{Hook, HookName};
+use crate::registration::{Hook, HookName, Registration};
 use crate::transport::Transport;
 
 /// Metacontroller may call again with the same state at any time; the answer must be
@@ -19,32 +20,19 @@ pub(in crate::cluster) async fn stable_answer(
     prepared: &Prepared,
     now: jiff::Timestamp,
 ) -> Answered {
-    let mut calls = Vec::new();
-    let mut retry_after = None;
-    let mut tagged = prepared.tagged.clone();
-    let mut ask = async || {
-        let exchange = exchange(
-            transport,
-            prepared.replica,
-            &prepared.hook,
-            prepared.hook_name,
-            prepared.body.clone(),
-            now,
-            tagged.as_ref(),
-        )
-        .await;
-        calls.push((exchange.status, exchange.millis));
-        retry_after = exchange.retry_after;
-        if exchange.tagged.is_some() {
-            tagged = exchange.tagged;
-        }
-        exchange.outcome
+    let mut asker = Asker {
+        transport,
+        prepared,
+        now,
+        calls: Vec::new(),
+        retry_after: None,
+        tagged: prepared.tagged.clone(),
     };
     let mut taken = None;
     let outcome = async {
         let name = prepared.hook_name;
         let parent = &prepared.parent;
-        let first = ask().await?;
+        let first = asker.ask().await?;
         // The same request in an earlier round is the first of the two calls: an answer
         // equal to the one it got then needs no second call.
         if prepared.remembered.as_deref() == Some(first.0.as_str()) {
@@ -57,11 +45,11 @@ pub(in crate::cluster) async fn stable_answer(
             taken = Some(first.0.as_str().into());
             return Ok(first.1);
         }
-        let again = ask().await?;
+        let again = asker.ask().await?;
         let chosen = if same_answer(parent, (&first.0, &first.1), (&again.0, &again.1)) {
             again
         } else {
-            let third = ask().await?;
+            let third = asker.ask().await?;
             if !same_answer(parent, (&again.0, &again.1), (&third.0, &third.1)) {
                 return Err(unstable(name, &again.1, &third.1));
             }
@@ -73,11 +61,44 @@ pub(in crate::cluster) async fn stable_answer(
     }
     .await;
     Answered {
-        calls,
+        calls: asker.calls,
         outcome,
-        retry_after,
+        retry_after: asker.retry_after,
         text: taken,
-        tagged,
+        tagged: asker.tagged,
+    }
+}
+
+/// The calls of one stable answer: each one made, the latest Retry-After, and the
+/// answer the webhook client keeps with its ETag as the calls update it.
+struct Asker<'a> {
+    transport: &'a Transport,
+    prepared: &'a Prepared,
+    now: jiff::Timestamp,
+    calls: Vec<(u16, f64)>,
+    retry_after: Option<f64>,
+    tagged: Option<Tagged>,
+}
+
+impl Asker<'_> {
+    async fn ask(&mut self) -> Result<(String, Value), Problem> {
+        let prepared = self.prepared;
+        let exchange = exchange(
+            self.transport,
+            prepared.replica,
+            &prepared.hook,
+            prepared.hook_name,
+            prepared.body.clone(),
+            self.now,
+            self.tagged.as_ref(),
+        )
+        .await;
+        self.calls.push((exchange.status, exchange.millis));
+        self.retry_after = exchange.retry_after;
+        if exchange.tagged.is_some() {
+            self.tagged = exchange.tagged;
+        }
+        exchange.outcome
     }
 }
 
@@ -254,4 +275,36 @@ pub(super) fn refuse_duplicate_keys(hook: &Hook, text: &str) -> Result<(), Probl
         ));
     }
     Ok(())
+}
+
+impl crate::cluster::Emulator {
+    /// The answer kept with its ETag for this hook and root object, unless expired
+    /// (`cacheTimeoutSeconds` of simulated time).
+    pub(super) fn kept_etag(
+        &self,
+        registration: &Registration,
+        hook: &Hook,
+        name: HookName,
+        root: &Key,
+    ) -> Option<Tagged> {
+        let ttl = hook.etag?;
+        let (tagged, stored) =
+            self.etags
+                .get(&(registration.name.clone(), name.key(), root.clone()))?;
+        let fresh = ttl.is_none_or(|ttl| self.clock.saturating_sub(*stored) < ttl);
+        fresh.then(|| tagged.clone())
+    }
+
+    pub(super) fn keep_etag(
+        &mut self,
+        registration: &Registration,
+        name: HookName,
+        root: &Key,
+        tagged: Tagged,
+    ) {
+        self.etags.insert(
+            (registration.name.clone(), name.key(), root.clone()),
+            (tagged, self.clock),
+        );
+    }
 }
