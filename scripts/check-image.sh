@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 binary="${1:-target/debug/metahooks}"
 [ -x "$binary" ] || { echo "check-image: $binary not built (cargo build first)" >&2; exit 2; }
 
-mapfile -t froms < <(grep -E '^FROM ' Dockerfile | awk '{print $2}')
+# The image of each FROM line (its first word that is not a --flag such as --platform).
+mapfile -t froms < <(grep -E '^FROM ' Dockerfile | awk '{for (i = 2; i <= NF; i++) if ($i !~ /^--/) {print $i; break}}')
 [ "${#froms[@]}" -ge 2 ] || { echo "check-image: expected a build and a runtime stage in Dockerfile" >&2; exit 1; }
 build_base="${froms[0]}"
 runtime_base="${froms[${#froms[@]}-1]}"

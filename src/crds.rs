@@ -17,10 +17,28 @@ pub fn all() -> Result<Vec<(&'static str, String)>, crate::yaml::Error> {
             crate::yaml::to_string(&ApiMock::crd())?,
         ),
         (
-            "monitoredservices.services.example.com.yaml",
+            "monitoredservices.metahooks.io.yaml",
+            crate::yaml::to_string(&in_group(MonitoredService::crd(), PRODUCTION_GROUP))?,
+        ),
+        (
+            "config-monitor/monitoredservices.services.example.com.yaml",
             crate::yaml::to_string(&MonitoredService::crd())?,
         ),
     ])
+}
+
+/// The group MonitoredService is served in for new installations; config-monitor's
+/// `services.example.com` is the opt-in for adopting its CRs unchanged.
+pub const PRODUCTION_GROUP: &str = "metahooks.io";
+
+/// The same CRD served in another API group (same kind, versions and schema).
+fn in_group(
+    mut crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    group: &str,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    crd.metadata.name = Some(format!("{}.{group}", crd.spec.names.plural));
+    crd.spec.group = group.to_owned();
+    crd
 }
 
 /// All CRDs as one multi-document YAML stream.

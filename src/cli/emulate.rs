@@ -119,9 +119,11 @@ fn pending_lines(emulator: &Emulator, args: &EmulateArgs) -> Vec<String> {
 }
 
 /// The registrations metahooks ships (manifests/controllers), used when the input has none.
-pub const BUILT_IN_REGISTRATIONS: [&str; 3] = [
+/// config-monitor's group is among them: emulating its CRs needs no component.
+pub const BUILT_IN_REGISTRATIONS: [&str; 4] = [
     include_str!("../../manifests/controllers/apimock.yaml"),
     include_str!("../../manifests/controllers/monitoredservice.yaml"),
+    include_str!("../../manifests/config-monitor/monitoredservice-config-monitor.yaml"),
     include_str!("../../manifests/controllers/configsync.yaml"),
 ];
 
@@ -310,6 +312,14 @@ mod tests {
     fn built_in_registrations_parse() {
         let registrations = built_in_registrations(&Kinds::default()).unwrap_or_default();
         let names: Vec<&str> = registrations.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names.len(), 3, "{names:?}");
+        assert_eq!(
+            names,
+            [
+                "apimock",
+                "monitoredservice",
+                "monitoredservice-config-monitor",
+                "configsync"
+            ]
+        );
     }
 }

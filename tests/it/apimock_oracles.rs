@@ -290,11 +290,46 @@ fn the_crd_declares_status_subresource_and_observed_generation() {
 /// both of which ECMA-262 accepts.
 fn explained(label: &Value) -> Option<&'static str> {
     let error = label["oracle_error"].as_str().unwrap_or("");
+    // Patterns ECMA-262 (which OpenAPI names) accepts and Python's `re` does not: \p{..}
+    // classes, `\w-` ranges, Ruby/PCRE anchors `\A` `\z` (identity escapes in ECMA-262).
     let regex_dialect = error.contains("is not a 'regex'")
-        && (error.contains("\\p{")
-            || error.contains("\\P{")
+        && (["\\p", "\\P", "\\A", "\\z"]
+            .iter()
+            .any(|e| error.contains(e))
             || ["\\w-", "\\d-", "\\s-"].iter().any(|e| error.contains(e)));
-    regex_dialect.then_some("pattern valid in ECMA-262, rejected only by Python's `re`")
+    if regex_dialect {
+        return Some("pattern valid in ECMA-262, rejected only by Python's `re`");
+    }
+    if label["oracle_exception"] == "KeyError" {
+        return Some("the oracle failed on its own (a KeyError inside it), no verdict");
+    }
+    // The oracle validates default and example values against their whole schema with
+    // JSON Schema (formats asserted, items and allOf followed, enum items unique, a 3.1
+    // schema against its dialect); metahooks checks a default's type and enum only, as
+    // Prism needs no more to serve the document.
+    let value_against_schema = error.contains("has non-unique elements")
+        || error.contains("is not of type '")
+        || error.contains("does not match 'date-time'")
+        || [
+            "int32",
+            "int64",
+            "email",
+            "date",
+            "date-time",
+            "uuid",
+            "uri",
+            "ipv4",
+        ]
+        .iter()
+        .any(|format| error.ends_with(&format!("is not a '{format}'")));
+    if value_against_schema {
+        return Some("a value checked against its whole schema and format by the oracle only");
+    }
+    // Python's str.format reads `{name:}` as a name with a format spec.
+    if error.starts_with("Path parameter ") && error.contains(":}") {
+        return Some("a path template read with Python's format syntax by the oracle");
+    }
+    None
 }
 
 /// The oracle's verdicts, computed by `scripts/test.sh` (`scripts/oracles/openapi_verdicts.py`
@@ -353,9 +388,12 @@ fn definition_validation_agrees_with_openapi_spec_validator() {
         unexplained.join("\n")
     );
     let agreement = f64::from(agree) / f64::from(total);
+    eprintln!(
+        "openapi-spec-validator: {agree}/{total} verdicts agree; {explained_count} of the rest explained"
+    );
     assert!(
         agreement >= 0.94,
-        "agreement {agree}/{total} = {agreement:.3} ({explained_count} explained by the regex dialect)"
+        "agreement {agree}/{total} = {agreement:.3} ({explained_count} explained by a listed reason)"
     );
     assert!(total >= 150, "corpus too small: {total}");
     let fixtures = verdicts

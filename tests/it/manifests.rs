@@ -190,3 +190,175 @@ fn an_overlay_in_another_namespace_takes_the_hooks_and_policies_along() {
         Some("gateways")
     );
 }
+
+/// The Metacontroller release that introduced each registration field the shipped
+/// registrations use, read from metacontroller/metacontroller's history: the first
+/// commit adding the field's `json:"…"` tag to pkg/apis/metacontroller/v1alpha1/types.go
+/// (`git log -S`), and the first tag containing it (`git tag --contains`).
+const INTRODUCED: &[(&str, (u32, u32, u32))] = &[
+    ("spec.parentResource.apiVersion", (0, 2, 0)),
+    ("spec.parentResource.resource", (0, 2, 0)),
+    ("spec.childResources[].apiVersion", (0, 2, 0)),
+    ("spec.childResources[].resource", (0, 2, 0)),
+    ("spec.childResources[].updateStrategy.method", (0, 2, 0)),
+    ("spec.resources[].apiVersion", (0, 2, 0)),
+    ("spec.resources[].resource", (0, 2, 0)),
+    ("spec.resources[].annotationSelector", (0, 2, 0)),
+    ("spec.resources[].labelSelector", (0, 2, 0)),
+    ("spec.resources[].ignoreStatusChanges", (4, 11, 16)),
+    ("spec.attachments[].apiVersion", (0, 2, 0)),
+    ("spec.attachments[].resource", (0, 2, 0)),
+    ("spec.attachments[].updateStrategy.method", (0, 2, 0)),
+    ("spec.generateSelector", (0, 2, 0)),
+    ("spec.hooks.*.version", (4, 4, 0)),
+    ("spec.hooks.*.webhook.path", (0, 2, 0)),
+    ("spec.hooks.*.webhook.service.name", (0, 2, 0)),
+    ("spec.hooks.*.webhook.service.namespace", (0, 2, 0)),
+    ("spec.hooks.*.webhook.service.port", (0, 2, 0)),
+    ("spec.hooks.*.webhook.service.protocol", (0, 2, 0)),
+    ("spec.hooks.*.webhook.timeout", (0, 3, 0)),
+    ("spec.hooks.*.webhook.etag.enabled", (4, 3, 0)),
+    ("spec.hooks.*.webhook.etag.cacheTimeoutSeconds", (4, 3, 0)),
+    ("spec.hooks.*.webhook.etag.cacheCleanupSeconds", (4, 3, 0)),
+    ("spec.hooks.*.webhook.responseUnMarshallMode", (4, 5, 0)),
+    ("spec.hooks.*.webhook.authorization", (4, 16, 0)),
+];
+
+/// Every field path under `value` (list items as `[]`, hook names as `*`, selectors
+/// whole).
+fn field_paths(value: &Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    let whole = at.ends_with("Selector");
+    match value {
+        Value::Object(map) if !whole => {
+            for (key, inner) in map {
+                let key = if at == "spec.hooks" {
+                    "*"
+                } else {
+                    key.as_str()
+                };
+                field_paths(inner, &format!("{at}.{key}"), out);
+            }
+        }
+        Value::Array(items) if !whole => {
+            for item in items {
+                field_paths(item, &format!("{at}[]"), out);
+            }
+        }
+        _ => {
+            out.insert(at.to_owned());
+        }
+    }
+}
+
+#[test]
+fn the_stated_minimum_metacontroller_has_every_field_the_registrations_use() {
+    let mut used = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(support::repo_dir().join("manifests/controllers")).unwrap() {
+        for document in support::read_yaml_documents(&entry.unwrap().path()) {
+            if matches!(
+                document["kind"].as_str(),
+                Some("CompositeController" | "DecoratorController")
+            ) {
+                field_paths(&document["spec"], "spec", &mut used);
+            }
+        }
+    }
+    assert!(used.len() > 10, "{used:?}");
+    let needed = used
+        .iter()
+        .map(|path| {
+            INTRODUCED
+                .iter()
+                .find(|(field, _)| field == path)
+                .map(|(_, version)| *version)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{path}: which Metacontroller release introduced it? add it to INTRODUCED"
+                    )
+                })
+        })
+        .max()
+        .unwrap();
+    let readme = std::fs::read_to_string(support::repo_dir().join("README.md")).unwrap();
+    let stated = readme
+        .split("**Metacontroller v")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .expect("README states the minimum as **Metacontroller vX.Y.Z or later**");
+    let parts: Vec<u32> = stated.split('.').map(|p| p.parse().unwrap()).collect();
+    let stated = (parts[0], parts[1], parts[2]);
+    assert!(
+        needed <= stated,
+        "the registrations need Metacontroller {needed:?}, the README says {stated:?}"
+    );
+    assert_eq!(
+        needed, stated,
+        "the README's minimum is higher than the fields need"
+    );
+    let changelog = std::fs::read_to_string(support::repo_dir().join("CHANGELOG.md")).unwrap();
+    let (major, minor, patch) = stated;
+    assert!(changelog.contains(&format!("Metacontroller v{major}.{minor}.{patch} or later")));
+}
+
+#[test]
+fn config_monitors_group_is_an_opt_in_that_follows_the_server() {
+    let repo = support::repo_dir();
+    let base = render(&repo.join("manifests")).unwrap_or_default();
+    let groups: Vec<&str> = base
+        .iter()
+        .filter(|o| o["kind"] == "CompositeController")
+        .filter_map(|o| o["spec"]["parentResource"]["apiVersion"].as_str())
+        .collect();
+    if base.is_empty() {
+        return;
+    }
+    assert!(groups.contains(&"metahooks.io/v1alpha1"), "{groups:?}");
+    assert!(
+        !groups.contains(&"services.example.com/v1alpha1"),
+        "off by default"
+    );
+    // An overlay as docs/operations.md describes it: another namespace, the component,
+    // and the retarget transformers.
+    // kustomize takes only relative paths: the overlays live in the repository, briefly.
+    let overlay_in_repo = || {
+        tempfile::Builder::new()
+            .prefix(".kustomize-test-")
+            .tempdir_in(&repo)
+            .unwrap()
+    };
+    let overlay = overlay_in_repo();
+    let manifests = "../manifests";
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: platform\nresources: [{m}]\ncomponents: [{m}/config-monitor]\ntransformers: [{m}/retarget]\n",
+            m = manifests
+        ),
+    )
+    .unwrap();
+    let with_compat = render(overlay.path()).unwrap();
+    assert_eq!(hook_namespaces(&with_compat), vec!["platform"; 12]);
+    let crds = overlay_in_repo();
+    std::fs::write(
+        crds.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{m}/crds]\ncomponents: [{m}/crds/config-monitor]\n",
+            m = manifests
+        ),
+    )
+    .unwrap();
+    let names: Vec<String> = render(crds.path())
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "apimocks.apirator.io",
+            "monitoredservices.metahooks.io",
+            "monitoredservices.services.example.com"
+        ]
+    );
+}

@@ -65,7 +65,8 @@ fn every_emitted_object_passes_kubernetes_validate_strict() {
 #[test]
 fn config_monitor_sample_validates_against_the_crd() {
     let crd = support::read_yaml_documents(
-        &support::repo_dir().join("manifests/crds/monitoredservices.services.example.com.yaml"),
+        &support::repo_dir()
+            .join("manifests/crds/config-monitor/monitoredservices.services.example.com.yaml"),
     )
     .remove(0);
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];

@@ -287,7 +287,8 @@ fn version_crds_and_render() {
     let mut committed = String::new();
     for file in [
         "apimocks.apirator.io.yaml",
-        "monitoredservices.services.example.com.yaml",
+        "monitoredservices.metahooks.io.yaml",
+        "config-monitor/monitoredservices.services.example.com.yaml",
     ] {
         committed.push_str("---\n");
         committed.push_str(

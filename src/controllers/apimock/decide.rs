@@ -243,10 +243,14 @@ fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>, after_running: b
 
 pub(super) fn valid_message(summary: &definition::Summary) -> String {
     let plural = if summary.operations == 1 { "" } else { "s" };
-    format!(
+    let valid = format!(
         "{} {} (OpenAPI {}) with {} operation{plural} is a valid definition",
         summary.title, summary.version, summary.openapi, summary.operations
-    )
+    );
+    match &summary.warning {
+        Some(warning) => format!("{valid}; warning: {warning}"),
+        None => valid,
+    }
 }
 
 pub(super) fn definition_status(analysis: &Analysis) -> Option<DefinitionStatus> {

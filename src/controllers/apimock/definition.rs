@@ -49,6 +49,8 @@ pub struct Summary {
     pub title: String,
     /// Method + path pairs.
     pub operations: u32,
+    /// What validation let pass but a client may trip over, for the status message.
+    pub warning: Option<String>,
 }
 
 /// What one definition text is, memoised by its hash.
@@ -94,8 +96,8 @@ fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
     check_nesting(text)?;
     let document = parse(text, format)?;
     let generation = detect(&document)?;
-    validate::validate(&document, generation)?;
-    Ok(summarize(&document, generation))
+    let warning = validate::validate(&document, generation)?;
+    Ok(summarize(&document, generation, warning))
 }
 
 /// Deepest bracket nesting we hand to a parser. Both parsers stop at 128 levels anyway,
@@ -246,7 +248,7 @@ const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
-fn summarize(document: &Value, generation: Generation) -> Summary {
+fn summarize(document: &Value, generation: Generation, warning: Option<String>) -> Summary {
     let version_field = if generation == Generation::Swagger2 {
         "swagger"
     } else {
@@ -280,6 +282,7 @@ fn summarize(document: &Value, generation: Generation) -> Summary {
             .unwrap_or_default(),
         title: info.map(|info| info.title).unwrap_or_default(),
         operations: u32::try_from(operations).unwrap_or(u32::MAX),
+        warning,
     }
 }
 
@@ -324,6 +327,33 @@ mod tests {
         assert_eq!(summary.version, "1", "info.version, the API's own version");
         assert_eq!(summary.title, "Pets");
         assert_eq!(summary.operations, 2);
+    }
+
+    #[test]
+    fn a_default_the_oracle_does_not_check_is_a_warning_not_a_refusal() {
+        let fixture = |name: &str| {
+            let path = format!(
+                "{}/tests/fixtures/openapi/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            analyze(&std::fs::read_to_string(path).unwrap())
+        };
+        let body = fixture("default-mismatch-request-body.yaml")
+            .outcome
+            .unwrap();
+        let warning = body.warning.unwrap_or_default();
+        assert!(
+            warning.contains("requestBody") && warning.contains("default \"one\""),
+            "{warning}"
+        );
+        let component = fixture("default-mismatch-component-schema.yaml");
+        let refused = component.outcome.unwrap_err();
+        assert!(
+            refused.message.contains("components → schemas → Order"),
+            "{}",
+            refused.message
+        );
+        assert_eq!(analyze(PETS).outcome.unwrap().warning, None);
     }
 
     #[test]

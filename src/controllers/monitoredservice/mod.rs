@@ -241,7 +241,11 @@ fn answer_from_source(
 
 impl CompositeHooks for MonitoredServiceHooks {
     fn parent_types(&self) -> &'static [crate::controllers::ParentType] {
-        &[("services.example.com/v1alpha1", "MonitoredService")]
+        // The production group, and config-monitor's, whose CRs adopt unchanged.
+        &[
+            ("metahooks.io/v1alpha1", "MonitoredService"),
+            ("services.example.com/v1alpha1", "MonitoredService"),
+        ]
     }
 
     /// [`MonitoredServiceHooks::answer`], with the handled "fetch now" value recorded.

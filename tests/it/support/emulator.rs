@@ -4,16 +4,22 @@
 pub use metahooks::emulate::*;
 use serde_json::Value;
 
-/// An emulator over the repository's registrations in `manifests/controllers/`, calling
-/// the server at `base_url`, stopping at the first problem.
+/// An emulator over the repository's registrations (`manifests/controllers/`, and the
+/// config-monitor group's in `manifests/config-monitor/`), calling the server at
+/// `base_url`, stopping at the first problem.
 pub fn for_repository(base_url: &str) -> Emulator {
-    let dir = super::repo_dir().join("manifests/controllers");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
+    let mut paths = Vec::new();
+    for dir in ["manifests/controllers", "manifests/config-monitor"] {
+        let dir = super::repo_dir().join(dir);
+        paths.extend(
+            std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+                .filter(|p| !p.ends_with("kustomization.yaml")),
+        );
+    }
     paths.sort();
     let kinds = Kinds::default();
     let registrations = paths
@@ -21,7 +27,7 @@ pub fn for_repository(base_url: &str) -> Emulator {
         .flat_map(|path| super::read_yaml_documents(path))
         .map(|document| Registration::parse(document, &kinds))
         .collect::<Result<Vec<_>, _>>()
-        .unwrap_or_else(|e| panic!("manifests/controllers holds a bad registration: {e}"));
+        .unwrap_or_else(|e| panic!("a registration in manifests/ does not parse: {e}"));
     Emulator::new(base_url, registrations)
 }
 

@@ -31,36 +31,56 @@ impl<'a> Walk<'a> {
 }
 
 impl<'a> Checker<'a> {
-    /// `default` values must fit the type and enum of their schema, wherever schemas are:
-    /// named ones first, then those of each path's operations.
-    pub(super) fn schemas(&self) -> Result<(), String> {
+    /// `default` values must fit the type and enum of their schema. Where
+    /// openapi-spec-validator checks them (the schemas it walks: each operation's
+    /// parameters and responses, and 3.x `components → schemas`), a mismatch refuses the
+    /// document; elsewhere (request bodies, and components or Swagger 2.0 definitions
+    /// that nothing it walks refers to) the oracle accepts the document, and so do we:
+    /// the first such mismatch is returned as a warning. A schema checked by the first
+    /// walk is not checked again by the second.
+    pub(super) fn schemas(&self) -> Result<Option<String>, String> {
         let mut walk = Walk {
             visited: BTreeSet::new(),
             path: Vec::new(),
         };
+        let paths = self.root.get("paths").and_then(Value::as_object);
+        for (template, item) in paths.into_iter().flatten() {
+            walk.within([Key("paths"), Key(template)], |walk| {
+                self.operation_schemas(item, walk)
+            })?;
+        }
+        if self.generation != Generation::Swagger2 {
+            self.named(["components", "schemas"], Some, &mut walk)?;
+        }
+        Ok(self.unwalked_schemas(&mut walk).err())
+    }
+
+    /// The schemas openapi-spec-validator does not walk: request bodies, component
+    /// parameters, Swagger 2.0 definitions and parameters.
+    fn unwalked_schemas(&self, walk: &mut Walk<'a>) -> Result<(), String> {
+        let paths = self.root.get("paths").and_then(Value::as_object);
+        for (template, item) in paths.into_iter().flatten() {
+            for method in METHODS {
+                if let Some(body) = item.get(method).and_then(|o| o.get("requestBody")) {
+                    walk.within(
+                        [Key("paths"), Key(template), Key(method), Key("requestBody")],
+                        |walk| self.body_schemas(body, walk),
+                    )?;
+                }
+            }
+        }
         match self.generation {
             Generation::Swagger2 => {
-                self.named(["definitions"], Some, &mut walk)?;
+                self.named(["definitions"], Some, walk)?;
                 // Swagger 2.0 non-body parameters carry type/default themselves.
-                self.named(["parameters"], Some, &mut walk)?;
+                self.named(["parameters"], Some, walk)
             }
-            Generation::OpenApi30 | Generation::OpenApi31 => {
-                self.named(["components", "schemas"], Some, &mut walk)?;
-                self.named(
-                    ["components", "parameters"],
-                    |parameter| parameter.get("schema"),
-                    &mut walk,
-                )?;
-            }
+            Generation::OpenApi30 | Generation::OpenApi31 => self.named(
+                ["components", "parameters"],
+                |parameter| parameter.get("schema"),
+                walk,
+            ),
         }
-        if let Some(paths) = self.root.get("paths").and_then(Value::as_object) {
-            for (template, item) in paths {
-                walk.within([Key("paths"), Key(template)], |walk| {
-                    self.operation_schemas(item, walk)
-                })?;
-            }
-        }
-        Ok(())
     }
 
     /// The schemas of the map at `keys` (`components → schemas`), each named by its key.
@@ -85,7 +105,7 @@ impl<'a> Checker<'a> {
     }
 
     /// The schemas of a path item's parameters (the path item's, then each operation's),
-    /// then of its operations' request bodies and responses, each named by where it is
+    /// then of its operations' responses, each named by where it is
     /// (`paths → /a → get → parameters → 0`).
     fn operation_schemas(&self, item: &'a Value, walk: &mut Walk<'a>) -> Result<(), String> {
         self.parameter_schemas(item.get("parameters"), walk)?;
@@ -100,11 +120,6 @@ impl<'a> Checker<'a> {
             let Some(operation) = item.get(method) else {
                 continue;
             };
-            if let Some(body) = operation.get("requestBody") {
-                walk.within([Key(method), Key("requestBody")], |walk| {
-                    self.body_schemas(body, walk)
-                })?;
-            }
             let responses = operation.get("responses").and_then(Value::as_object);
             for (code, response) in responses.into_iter().flatten() {
                 walk.within([Key(method), Key("responses"), Key(code)], |walk| {

@@ -30,10 +30,12 @@ use crate::controllers::common::reason::Reason;
 const REASON: Reason = Reason::InvalidDocument;
 
 /// The meta-schema of the document's version, then the checks a schema cannot express.
+/// Returns a warning about what openapi-spec-validator lets pass and a server may trip
+/// over (a `default` that does not fit its schema where the oracle does not look).
 ///
 /// # Errors
 /// The first problem found, naming where it is.
-pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid> {
+pub fn validate(document: &Value, generation: Generation) -> Result<Option<String>, Invalid> {
     let label = match generation {
         Generation::Swagger2 => "Swagger 2.0",
         Generation::OpenApi30 => "OpenAPI 3.0",
@@ -67,8 +69,7 @@ pub fn validate(document: &Value, generation: Generation) -> Result<(), Invalid>
         .references(document, &mut Vec::new())
         .map_err(fail)?;
     checker.paths().map_err(fail)?;
-    checker.schemas().map_err(fail)?;
-    Ok(())
+    checker.schemas().map_err(fail)
 }
 
 #[derive(Clone, Copy)]
@@ -316,7 +317,8 @@ mod tests {
         validate(&nullable, Generation::OpenApi30).unwrap();
     }
 
-    /// Every kind of place a schema sits is named in the message, key by key.
+    /// Every kind of place a schema sits is named in the message, key by key: a refusal
+    /// where openapi-spec-validator checks defaults, a warning where it does not.
     #[test]
     fn a_bad_default_is_named_by_where_its_schema_sits() {
         let bad = json!({"type": "integer", "default": "x"});
@@ -330,6 +332,7 @@ mod tests {
                 ),
                 Generation::OpenApi30,
                 "components → schemas → S → n",
+                true,
             ),
             (
                 v30(
@@ -338,6 +341,7 @@ mod tests {
                 ),
                 Generation::OpenApi30,
                 "components → parameters → P",
+                false,
             ),
             (
                 v30(
@@ -346,6 +350,7 @@ mod tests {
                 ),
                 Generation::OpenApi30,
                 "paths → /a → parameters → 0",
+                true,
             ),
             (
                 v30(
@@ -354,6 +359,7 @@ mod tests {
                 ),
                 Generation::OpenApi30,
                 "paths → /a → post → requestBody → content → application/json → schema → n",
+                false,
             ),
             (
                 v30(
@@ -362,36 +368,43 @@ mod tests {
                 ),
                 Generation::OpenApi30,
                 "paths → /a → get → responses → 200 → content → application/json → schema → n",
+                true,
             ),
             (
                 json!({"swagger": "2.0", "info": {"title": "t", "version": "1"}, "paths": {"/a": {"get": {"responses": {"200": {"description": "d", "schema": bad}}}}}}),
                 Generation::Swagger2,
                 "paths → /a → get → responses → 200 → schema",
+                true,
             ),
             (
                 json!({"swagger": "2.0", "info": {"title": "t", "version": "1"}, "paths": {}, "definitions": {"D": {"type": "object", "properties": {"n": bad}}}}),
                 Generation::Swagger2,
                 "definitions → D → n",
+                false,
             ),
         ];
-        for (document, generation, place) in cases {
-            let error = validate(&document, generation).unwrap_err().message;
+        for (document, generation, place, refused) in cases {
+            let message = match validate(&document, generation) {
+                Err(invalid) if refused => invalid.message,
+                Ok(Some(warning)) if !refused => warning,
+                other => panic!("{place}: refused {refused} expected, got {other:?}"),
+            };
             assert!(
-                error.contains(&format!("at {place}: default \"x\" is not of type integer")),
-                "{place}: {error}"
+                message.contains(&format!("at {place}: default \"x\" is not of type integer")),
+                "{place}: {message}"
             );
         }
     }
 
     #[test]
-    fn named_schemas_are_checked_before_those_of_operations() {
+    fn operations_are_checked_before_named_schemas_as_the_oracle_walks_them() {
         let doc = v30(
             json!({"/a": {"get": {"parameters": [{"name": "p", "in": "query", "schema": {"type": "string", "default": 1}}], "responses": ok()}}}),
             json!({"schemas": {"S": {"type": "string", "default": 2}}}),
         );
         let error = validate(&doc, Generation::OpenApi30).unwrap_err().message;
         assert!(
-            error.contains("at components → schemas → S: default 2"),
+            error.contains("at paths → /a → get → parameters → 0: default 1"),
             "{error}"
         );
     }
