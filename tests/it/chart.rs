@@ -1,0 +1,217 @@
+//! The Helm chart (`charts/metahooks`) as a platform team installs it, rendered offline by
+//! Helm's own library (the pinned `helm-python-sdk`, after `helm lint --strict`): with the
+//! defaults it is the kustomize base, object for object (but the Namespace, which Helm's
+//! `--create-namespace` makes); with every value set, each object passes
+//! `kubernetes-validate --strict` and the values land where they should.
+
+use crate::support;
+
+use serde_json::Value;
+
+use super::manifests::{hook_namespaces, render, validate_built_in};
+
+/// The chart rendered as release `metahooks` into `namespace`, with `values` (a file under
+/// the chart), or None when the renderer is not installed.
+fn render_chart(namespace: &str, values: Option<&str>) -> Option<Vec<Value>> {
+    let python = support::oracles::tool("METAHOOKS_HELM_PYTHON")?;
+    let repo = support::repo_dir();
+    let chart = repo.join("charts/metahooks");
+    let mut command = std::process::Command::new(python);
+    command
+        .arg(repo.join("scripts/oracles/render_chart.py"))
+        .arg(&chart)
+        .args(["metahooks", namespace]);
+    if let Some(values) = values {
+        command.arg(chart.join(values));
+    }
+    let output = command.output().expect("the chart renderer runs");
+    assert!(
+        output.status.success(),
+        "helm lint or render failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    Some(
+        metahooks::yaml::documents::<Value>(&text)
+            .unwrap()
+            .into_iter()
+            .filter(|d| !d.is_null())
+            .collect(),
+    )
+}
+
+/// Numbers compared by value: YAML writers differ on `10` and `10.0`.
+fn numbers_as_floats(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => serde_json::json!(n.as_f64()),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_as_floats).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), numbers_as_floats(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn by_identity(objects: &[Value]) -> std::collections::BTreeMap<String, Value> {
+    objects
+        .iter()
+        .map(|o| {
+            let key = format!(
+                "{} {}/{}",
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["namespace"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or("")
+            );
+            (key, numbers_as_floats(o))
+        })
+        .collect()
+}
+
+#[test]
+fn the_default_chart_is_the_kustomize_base() {
+    let Some(chart) = render_chart("metahooks", None) else {
+        return;
+    };
+    let repo = support::repo_dir();
+    let Some(mut base) = render(&repo.join("manifests")) else {
+        return;
+    };
+    base.extend(render(&repo.join("manifests/crds")).unwrap_or_default());
+    base.retain(|o| o["kind"] != "Namespace");
+    let (chart, base) = (by_identity(&chart), by_identity(&base));
+    assert_eq!(
+        chart.keys().collect::<Vec<_>>(),
+        base.keys().collect::<Vec<_>>()
+    );
+    for (key, object) in &base {
+        assert_eq!(
+            &chart[key], object,
+            "{key} differs between the chart and kustomize"
+        );
+    }
+}
+
+#[test]
+fn every_value_lands_and_every_object_validates() {
+    let Some(objects) = render_chart("platform", Some("ci/full-values.yaml")) else {
+        return;
+    };
+    validate_built_in(&objects);
+    assert_eq!(
+        hook_namespaces(&objects),
+        vec!["platform"; 12],
+        "hook URLs follow the release"
+    );
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let pod = &find("Deployment", "metahooks")["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/platform/metahooks@sha256:5f3e9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f"
+    );
+    assert_eq!(pod["priorityClassName"], "platform-critical");
+    assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "registry-credentials");
+    let env: std::collections::BTreeMap<&str, &str> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["value"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    for (name, value) in [
+        ("METAHOOKS_ALLOW_CIDR", "10.20.0.0/16"),
+        ("METAHOOKS_CACHE_MAX_BYTES", "2147483648"),
+        ("METAHOOKS_DENY_SECRET_ENV", "true"),
+        ("METAHOOKS_SOURCE_PROXY", "http://proxy.corp.example:3128"),
+        ("METAHOOKS_RECEIVER_LISTEN", "0.0.0.0:8443"),
+        ("METAHOOKS_LOG_FORMAT", "json"),
+    ] {
+        assert_eq!(env.get(name).copied(), Some(value), "{name}");
+    }
+    assert!(
+        !env.contains_key("METAHOOKS_ALLOW_PRIVATE_ADDRESSES"),
+        "false stays unset"
+    );
+    // Every policy value names a flag the server has.
+    let cli = <metahooks::cli::Cli as clap::CommandFactory>::command();
+    let serve = cli.find_subcommand("serve").unwrap();
+    let known: Vec<String> = serve
+        .get_arguments()
+        .filter_map(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()))
+        .collect();
+    for name in env.keys().filter(|n| n.starts_with("METAHOOKS_")) {
+        assert!(
+            known.iter().any(|k| k == name),
+            "{name} is no flag of serve"
+        );
+    }
+    let policy = find("NetworkPolicy", "metahooks");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "metacontroller-system"
+    );
+    assert_eq!(
+        find("ServiceMonitor", "metahooks")["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(
+        find("PrometheusRule", "metahooks")["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let kept = find(
+        "CustomResourceDefinition",
+        "monitoredservices.services.example.com",
+    );
+    assert_eq!(
+        kept["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    find("Service", "metahooks-receivers");
+    find("ConfigMap", "metahooks-dashboard");
+}
+
+#[test]
+fn the_charts_copies_are_the_kustomize_files() {
+    let repo = support::repo_dir();
+    for (copy, original) in [
+        (
+            "crds/apimocks.apirator.io.yaml",
+            "manifests/crds/apimocks.apirator.io.yaml",
+        ),
+        (
+            "crds/monitoredservices.metahooks.io.yaml",
+            "manifests/crds/monitoredservices.metahooks.io.yaml",
+        ),
+        (
+            "files/monitoredservices.services.example.com.yaml",
+            "manifests/crds/config-monitor/monitoredservices.services.example.com.yaml",
+        ),
+        (
+            "files/prometheusrule.yaml",
+            "manifests/monitoring/prometheusrule.yaml",
+        ),
+        (
+            "files/dashboard.json",
+            "manifests/monitoring/dashboard.json",
+        ),
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(repo.join("charts/metahooks").join(copy)).unwrap(),
+            std::fs::read_to_string(repo.join(original)).unwrap(),
+            "charts/metahooks/{copy} must be a copy of {original}"
+        );
+    }
+}
