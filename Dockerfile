@@ -42,6 +42,7 @@ RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
 COPY src ./src
 # `metahooks emulate` embeds the shipped registrations.
 COPY manifests/controllers ./manifests/controllers
+COPY manifests/config-monitor ./manifests/config-monitor
 RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --target "$(cat /rust-target)" \
     && cp "target/$(cat /rust-target)/release/metahooks" /metahooks

@@ -46,6 +46,10 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 { [ -x /usr/sbin/sshd ] && command -v ssh-keygen; } >/dev/null 2>&1 || missing+=(openssh-server openssh-client)
 # tinyproxy: sources are tested through a real egress proxy on loopback.
 command -v tinyproxy >/dev/null 2>&1 || [ -x /usr/bin/tinyproxy ] || missing+=(tinyproxy)
+# Apache httpd (the binary and modules only: apache2-bin starts no service) in front of
+# git http-backend, and openssl for its password file.
+[ -x /usr/sbin/apache2 ] || missing+=(apache2-bin)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # shellcheck: actionlint checks the release workflow's scripts with it.
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -108,6 +112,7 @@ export METAHOOKS_PRISM="$PRISM"
 export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
 # Helm's own library (helm-python-sdk) renders and lints charts/metahooks offline.
 export METAHOOKS_HELM_PYTHON="$TOOLS/venv/bin/python"
+export METAHOOKS_APACHE=/usr/sbin/apache2
 export METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.

@@ -39,5 +39,6 @@ mod source_hardening;
 mod source_interop;
 mod source_proxy;
 mod source_refresh;
+mod source_servers;
 mod source_ssh;
 mod source_tls;

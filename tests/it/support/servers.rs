@@ -442,10 +442,14 @@ impl Pki {
         let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
         let leaf = |name: &str| {
             let key = KeyPair::generate().unwrap();
-            let cert = CertificateParams::new(vec![name.to_owned()])
-                .unwrap()
-                .signed_by(&key, &issuer)
-                .unwrap();
+            let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+            // A subject of its own: with the CA's (rcgen's default), OpenSSL takes the
+            // leaf for a self-signed certificate and refuses it.
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
+            let cert = params.signed_by(&key, &issuer).unwrap();
             (cert.pem(), key.serialize_pem())
         };
         let (server_cert, server_key) = leaf("localhost");
