@@ -462,7 +462,7 @@ fn what_a_decorator_sets_on_its_target_is_in_the_text_report() {
     let output = emulate(&["-f", example.to_str().unwrap(), "--no-timing"]);
     let text = stdout(&output);
     assert!(
-        text.contains("Deployment default/web")
+        text.contains("Deployment team-a/web")
             && (text.contains("set by decorator: configsync.metahooks.io/error=")
                 || text.contains("set by decorator: configsync.metahooks.io/revision=")),
         "{text}"
