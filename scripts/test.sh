@@ -113,6 +113,19 @@ export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
 # Helm's own library (helm-python-sdk) renders and lints charts/metahooks offline.
 export METAHOOKS_HELM_PYTHON="$TOOLS/venv/bin/python"
 export METAHOOKS_APACHE=/usr/sbin/apache2
+# nginx and fcgiwrap, unpacked from Debian's packages into $TOOLS (installing them would
+# start a system nginx on port 80); the tests start them on loopback.
+debs="$TOOLS/debs"
+if [ ! -x "$debs/root/usr/sbin/nginx" ] || [ ! -x "$debs/root/usr/sbin/fcgiwrap" ]; then
+  echo "== unpacking nginx and fcgiwrap from Debian"
+  rm -rf "$debs" && mkdir -p "$debs"
+  (cd "$debs" && { apt-get download nginx fcgiwrap libfcgi0ldbl 2>/dev/null \
+     || { as_root apt-get update -qq && apt-get download nginx fcgiwrap libfcgi0ldbl; }; } \
+   && for deb in ./*.deb; do dpkg-deb -x "$deb" root; done)
+fi
+export METAHOOKS_NGINX="$debs/root/usr/sbin/nginx"
+export METAHOOKS_FCGIWRAP="$debs/root/usr/sbin/fcgiwrap"
+export METAHOOKS_FCGI_LIBS="$debs/root/usr/lib/x86_64-linux-gnu"
 export METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.

@@ -1,9 +1,9 @@
-//! git over http and https from a real server the test command installs from Debian:
-//! Apache httpd (`apache2-bin`) in front of `git http-backend`, set up as git's own
-//! documentation gives it (`ScriptAlias /git/ …/git-http-backend/`, `GIT_PROJECT_ROOT`,
-//! `GIT_HTTP_EXPORT_ALL`) behind basic auth, over http, over https with a private CA, and
-//! over https asking for a client certificate. Through each, the source engine fetches a
-//! commit, the next commit, a tag and a directory.
+//! git over http and https from real servers the test command takes from Debian: Apache
+//! httpd (`apache2-bin`) and nginx with fcgiwrap, each in front of `git http-backend` as
+//! git's own documentation sets them up (`GIT_PROJECT_ROOT`, `GIT_HTTP_EXPORT_ALL`),
+//! behind basic auth, over http, over https with a private CA, and over https asking for
+//! a client certificate. Through each, the source engine fetches a commit, the next
+//! commit, a tag and a directory.
 
 use crate::support;
 
@@ -29,20 +29,29 @@ enum Scheme {
     HttpsClientCert,
 }
 
-/// One Apache on a loopback port, stopped when dropped.
-struct Apache {
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Server {
+    Apache,
+    Nginx,
+}
+
+/// A server on a loopback port (and the FastCGI wrapper nginx hands git to), stopped
+/// when dropped.
+struct Running {
     port: u16,
-    child: Child,
+    children: Vec<Child>,
     dir: tempfile::TempDir,
 }
 
-impl Drop for Apache {
-    /// SIGTERM, not SIGKILL: Apache stops its worker processes on the way out.
+impl Drop for Running {
+    /// SIGTERM, not SIGKILL: the servers stop their worker processes on the way out.
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        for child in &mut self.children {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -67,7 +76,7 @@ fn open_to_all(path: &Path) {
     }
 }
 
-fn config(dir: &Path, port: u16, project_root: &Path, scheme: Scheme, pki: &Pki) -> String {
+fn apache_config(dir: &Path, port: u16, project_root: &Path, scheme: Scheme, pki: &Pki) -> String {
     let modules = "/usr/lib/apache2/modules";
     let mut loads: Vec<&str> = vec![
         "mpm_prefork",
@@ -125,7 +134,79 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn start(program: &Path, project_root: &Path, scheme: Scheme, pki: &Pki) -> Apache {
+/// nginx in front of fcgiwrap in front of git http-backend (git-http-backend(1) and
+/// fcgiwrap's own setup), with the same auth and TLS as Apache's.
+fn nginx_config(dir: &Path, port: u16, project_root: &Path, scheme: Scheme, pki: &Pki) -> String {
+    let d = dir.display();
+    let pki_dir = pki.ca_file().parent().unwrap().display().to_string();
+    let tls = match scheme {
+        Scheme::Http => String::new(),
+        Scheme::Https => {
+            format!("ssl_certificate {pki_dir}/tls.crt; ssl_certificate_key {pki_dir}/tls.key;")
+        }
+        Scheme::HttpsClientCert => format!(
+            "ssl_certificate {pki_dir}/tls.crt; ssl_certificate_key {pki_dir}/tls.key; ssl_client_certificate {pki_dir}/ca.pem; ssl_verify_client on;"
+        ),
+    };
+    let ssl = if scheme == Scheme::Http { "" } else { " ssl" };
+    format!(
+        r#"daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+worker_processes 1;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/body; fastcgi_temp_path {d}/fastcgi; proxy_temp_path {d}/proxy;
+  uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  server {{
+    listen 127.0.0.1:{port}{ssl};
+    {tls}
+    location ~ ^/git(/.*) {{
+      auth_basic "git";
+      auth_basic_user_file {d}/htpasswd;
+      client_max_body_size 0;
+      fastcgi_pass unix:{d}/fcgiwrap.sock;
+      fastcgi_param SCRIPT_FILENAME /usr/lib/git-core/git-http-backend;
+      fastcgi_param PATH_INFO $1;
+      fastcgi_param QUERY_STRING $query_string;
+      fastcgi_param REQUEST_METHOD $request_method;
+      fastcgi_param CONTENT_TYPE $content_type;
+      fastcgi_param CONTENT_LENGTH $content_length;
+      fastcgi_param REMOTE_USER $remote_user;
+      fastcgi_param GIT_PROJECT_ROOT {root};
+      fastcgi_param GIT_HTTP_EXPORT_ALL "";
+      fastcgi_param GIT_CONFIG_COUNT 1;
+      fastcgi_param GIT_CONFIG_KEY_0 safe.directory;
+      fastcgi_param GIT_CONFIG_VALUE_0 *;
+    }}
+  }}
+}}
+"#,
+        root = project_root.display()
+    )
+}
+
+/// `program` run as `nobody` when the tests run as root (the servers will not serve as
+/// root, and nginx's workers must reach fcgiwrap's socket), else as is.
+fn as_server_user(program: &Path, root: bool) -> Command {
+    if !root {
+        return Command::new(program);
+    }
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid",
+            &NOBODY.to_string(),
+            "--regid",
+            &NOBODY.to_string(),
+            "--clear-groups",
+        ])
+        .arg(program);
+    command
+}
+
+fn start(tools: &Tools, server: Server, project_root: &Path, scheme: Scheme, pki: &Pki) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let hashed = Command::new("openssl")
         .args(["passwd", "-apr1", "s3cret"])
@@ -147,35 +228,57 @@ fn start(program: &Path, project_root: &Path, scheme: Scheme, pki: &Pki) -> Apac
         open_to_all(dir.path());
     }
     let port = free_port();
-    let conf = dir.path().join("httpd.conf");
-    std::fs::write(&conf, config(dir.path(), port, project_root, scheme, pki)).unwrap();
-    let mut command = if root {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid",
-            &NOBODY.to_string(),
-            "--regid",
-            &NOBODY.to_string(),
-            "--clear-groups",
-        ])
-        .arg(program);
-        c
-    } else {
-        Command::new(program)
+    let conf = dir.path().join("server.conf");
+    let mut children = Vec::new();
+    match server {
+        Server::Apache => {
+            std::fs::write(
+                &conf,
+                apache_config(dir.path(), port, project_root, scheme, pki),
+            )
+            .unwrap();
+            let mut command = as_server_user(&tools.apache, root);
+            command.args(["-DFOREGROUND", "-f"]).arg(&conf);
+            children.push(command.spawn().expect("apache2 starts"));
+        }
+        Server::Nginx => {
+            std::fs::write(
+                &conf,
+                nginx_config(dir.path(), port, project_root, scheme, pki),
+            )
+            .unwrap();
+            let socket = dir.path().join("fcgiwrap.sock");
+            let mut wrapper = as_server_user(&tools.fcgiwrap, root);
+            wrapper
+                .arg("-s")
+                .arg(format!("unix:{}", socket.display()))
+                .env("LD_LIBRARY_PATH", &tools.fcgi_libs);
+            children.push(wrapper.spawn().expect("fcgiwrap starts"));
+            let mut nginx = as_server_user(&tools.nginx, root);
+            nginx
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(&conf)
+                .args(["-e", "stderr"]);
+            children.push(nginx.spawn().expect("nginx starts"));
+        }
+    }
+    let running = Running {
+        port,
+        children,
+        dir,
     };
-    command.args(["-DFOREGROUND", "-f"]).arg(&conf);
-    let child = command.spawn().expect("apache2 starts");
-    let apache = Apache { port, child, dir };
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
             Instant::now() < deadline,
-            "apache2 did not listen on {port}: {}",
-            std::fs::read_to_string(apache.dir.path().join("error.log")).unwrap_or_default()
+            "{server:?} did not listen on {port}: {}",
+            std::fs::read_to_string(running.dir.path().join("error.log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    apache
+    running
 }
 
 fn request(url: &str, reference: &str, path: &str, tls: Option<TlsMaterial>) -> SourceRequest {
@@ -230,13 +333,27 @@ async fn fetched(
     }
 }
 
-fn apache_program() -> Option<PathBuf> {
-    support::oracles::tool("METAHOOKS_APACHE")
+/// Where the servers are: set by the test command (Apache from `apache2-bin`; nginx and
+/// fcgiwrap unpacked from their Debian packages into .tools/, so no service starts).
+struct Tools {
+    apache: PathBuf,
+    nginx: PathBuf,
+    fcgiwrap: PathBuf,
+    fcgi_libs: PathBuf,
+}
+
+fn tools() -> Option<Tools> {
+    Some(Tools {
+        apache: support::oracles::tool("METAHOOKS_APACHE")?,
+        nginx: support::oracles::tool("METAHOOKS_NGINX")?,
+        fcgiwrap: support::oracles::tool("METAHOOKS_FCGIWRAP")?,
+        fcgi_libs: support::oracles::tool("METAHOOKS_FCGI_LIBS")?,
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apache_with_git_http_backend_serves_commits_tags_and_directories() {
-    let Some(program) = apache_program() else {
+async fn real_git_http_servers_serve_commits_tags_and_directories_over_http_and_https() {
+    let Some(tools) = tools() else {
         return;
     };
     let repo = Repo::new();
@@ -248,11 +365,16 @@ async fn apache_with_git_http_backend_serves_commits_tags_and_directories() {
     repo.tag("v1");
     let pki = Pki::new(true);
     let mut table = Vec::new();
-    for scheme in [Scheme::Http, Scheme::Https, Scheme::HttpsClientCert] {
-        let apache = start(&program, repo.root.path(), scheme, &pki);
+    let matrix = [Server::Apache, Server::Nginx]
+        .into_iter()
+        .flat_map(|server| {
+            [Scheme::Http, Scheme::Https, Scheme::HttpsClientCert].map(|s| (server, s))
+        });
+    for (server, scheme) in matrix {
+        let running = start(&tools, server, repo.root.path(), scheme, &pki);
         let base = match scheme {
-            Scheme::Http => format!("http://127.0.0.1:{}", apache.port),
-            _ => format!("https://localhost:{}", apache.port),
+            Scheme::Http => format!("http://127.0.0.1:{}", running.port),
+            _ => format!("https://localhost:{}", running.port),
         };
         let url = format!("{base}/git/config.git");
         let tls = tls_for(scheme, &pki, &format!("{base}/"));
@@ -262,10 +384,13 @@ async fn apache_with_git_http_backend_serves_commits_tags_and_directories() {
         assert_eq!(
             fetched(&fetcher, &main).await,
             Ok(vec![("app.env".to_owned(), "V=1\n".to_owned())]),
-            "{scheme:?}: a commit"
+            "{server:?} {scheme:?}: a commit"
         );
         let tag = request(&url, "v1", "app.env", tls.clone());
-        assert!(fetched(&fetcher, &tag).await.is_ok(), "{scheme:?}: a tag");
+        assert!(
+            fetched(&fetcher, &tag).await.is_ok(),
+            "{server:?} {scheme:?}: a tag"
+        );
         let directory = request(&url, "main", "conf", tls.clone());
         assert_eq!(
             fetched(&fetcher, &directory).await,
@@ -273,7 +398,7 @@ async fn apache_with_git_http_backend_serves_commits_tags_and_directories() {
                 ("a.yaml".to_owned(), "a: 1\n".to_owned()),
                 ("b.yaml".to_owned(), "b: 2\n".to_owned())
             ]),
-            "{scheme:?}: a directory"
+            "{server:?} {scheme:?}: a directory"
         );
         repo.commit(&[("app.env", "V=2\n")]);
         fetcher.expire();
@@ -285,7 +410,7 @@ async fn apache_with_git_http_backend_serves_commits_tags_and_directories() {
             }
             assert!(
                 Instant::now() < deadline,
-                "{scheme:?}: the next commit never came: {files:?}"
+                "{server:?} {scheme:?}: the next commit never came: {files:?}"
             );
         }
         // The client certificate is what lets the fetch in: without it, refused.
@@ -305,9 +430,9 @@ async fn apache_with_git_http_backend_serves_commits_tags_and_directories() {
         }
         repo.commit(&[("app.env", "V=1\n")]);
         table.push(format!(
-            "apache2 {scheme:?}: commit, next commit, tag, directory fetched"
+            "{server:?} {scheme:?}: commit, next commit, tag, directory fetched"
         ));
-        drop(apache);
+        drop(running);
     }
     eprintln!("{}", table.join("\n"));
 }
