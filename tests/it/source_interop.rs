@@ -3,8 +3,8 @@
 //! HTTP/1.0 without a length (the body ends when it closes), and one that answers
 //! chunked, and one that has moved its repository (a 301 within the origin). Each stands
 //! in front of `git http-backend` (behind basic auth, so every fetch also meets a 401
-//! challenge) and rewrites its answers; a commit, the next commit and a tag are fetched
-//! through each.
+//! challenge) and rewrites its answers; a commit, the next commit, a tag and a directory
+//! are fetched through each.
 
 use crate::support;
 
@@ -217,7 +217,11 @@ fn text(fetcher: &Fetcher, request: &SourceRequest) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origins_that_keep_alive_speak_http_1_0_chunk_or_redirect_are_fetched_from() {
     let repo = Repo::new();
-    repo.commit(&[("app.env", "V=1\n")]);
+    repo.commit(&[
+        ("app.env", "V=1\n"),
+        ("conf/a.yaml", "a: 1\n"),
+        ("conf/b.yaml", "b: 2\n"),
+    ]);
     repo.tag("v1");
     let upstream = serve_git_http(repo.root.path().to_owned(), "reader", "s3cret").await;
     for quirk in [
@@ -240,6 +244,22 @@ async fn origins_that_keep_alive_speak_http_1_0_chunk_or_redirect_are_fetched_fr
             tagged.snapshot.is_some(),
             "{quirk:?} tag: {:?}",
             tagged.error
+        );
+        let mut directory = request(&url, "main");
+        if let Location::Git { path, .. } = &mut directory.location {
+            "conf".clone_into(path);
+        }
+        let listed = settled(&fetcher, &directory).await;
+        let names: Vec<String> = listed
+            .snapshot
+            .as_ref()
+            .map(|s| s.files.keys().cloned().collect())
+            .unwrap_or_default();
+        assert_eq!(
+            names,
+            ["a.yaml", "b.yaml"],
+            "{quirk:?} directory: {:?}",
+            listed.error
         );
         repo.commit(&[("app.env", "V=2\n")]);
         fetcher.expire();
