@@ -1,10 +1,10 @@
-//! git over http from origins that do not behave like ours: one that keeps every
+//! git over http(s) from origins that do not behave like ours: one that keeps every
 //! connection alive whatever it is asked (no `Connection: close` back), one that answers
-//! HTTP/1.0 without a length (the body ends when it closes), and one that answers
-//! chunked, and one that has moved its repository (a 301 within the origin). Each stands
-//! in front of `git http-backend` (behind basic auth, so every fetch also meets a 401
-//! challenge) and rewrites its answers; a commit, the next commit, a tag and a directory
-//! are fetched through each.
+//! HTTP/1.0 without a length (the body ends when it closes), one that answers chunked,
+//! and one that has moved its repository (a 301 within the origin). Each stands in front
+//! of `git http-backend` (behind basic auth, so every fetch also meets a 401 challenge)
+//! and rewrites its answers, over http and over https with a private CA (one over mutual
+//! TLS too); a commit, the next commit, a tag and a directory are fetched through each.
 
 use crate::support;
 
@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use metahooks::source::binding::Binding;
 use metahooks::source::fetcher::Fetcher;
+use metahooks::source::tls::TlsMaterial;
 use metahooks::source::{Content, Credentials, Location, SourceRequest, SourceView};
-use support::servers::{Repo, serve_git_http};
+use support::servers::{Pki, Repo, serve_git_http};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::source_hardening::settled;
@@ -28,7 +29,7 @@ enum Quirk {
 }
 
 /// Reads one request (head, and a body of `Content-Length`); None at end of stream.
-async fn read_request(connection: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+async fn read_request(connection: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Vec<u8>> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {
@@ -118,7 +119,7 @@ fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
 
 /// For the redirecting origin: a request under the old path is answered 301 to the new
 /// one (Err), one under the new path is passed on with the old path (Ok).
-fn moved(request: &[u8], quirk: Quirk, port: u16) -> Result<Vec<u8>, Vec<u8>> {
+fn moved(request: &[u8], quirk: Quirk, base: &str) -> Result<Vec<u8>, Vec<u8>> {
     if !matches!(quirk, Quirk::Redirect) {
         return Ok(request.to_vec());
     }
@@ -137,54 +138,83 @@ fn moved(request: &[u8], quirk: Quirk, port: u16) -> Result<Vec<u8>, Vec<u8>> {
             Ok(out)
         }
         None => Err(format!(
-            "HTTP/1.1 301 Moved Permanently\r\nLocation: http://127.0.0.1:{port}/moved{target}\r\nContent-Length: 0\r\n\r\n"
+            "HTTP/1.1 301 Moved Permanently\r\nLocation: {base}/moved{target}\r\nContent-Length: 0\r\n\r\n"
         )
         .into_bytes()),
     }
 }
 
-/// An origin in front of `upstream` that answers as `quirk` does; keeps connections
-/// open after an answer unless it speaks HTTP/1.0.
-async fn quirky_origin(upstream: u16, quirk: Quirk) -> u16 {
+/// An origin in front of `upstream` that answers as `quirk` does, over https with the
+/// PKI's server certificate when `tls` is given (asking for a client certificate when
+/// the PKI says so); keeps connections open after an answer unless it speaks HTTP/1.0.
+/// Returns its base URL.
+async fn quirky_origin(upstream: u16, quirk: Quirk, tls: Option<&Pki>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let acceptor =
+        tls.map(|pki| tokio_rustls::TlsAcceptor::from(pki.server_files().server_config().unwrap()));
+    let base = match tls {
+        Some(_) => format!("https://localhost:{port}"),
+        None => format!("http://127.0.0.1:{port}"),
+    };
+    let served = base.clone();
     tokio::spawn(async move {
-        while let Ok((mut connection, _)) = listener.accept().await {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, base) = (acceptor.clone(), served.clone());
             tokio::spawn(async move {
-                while let Some(request) = read_request(&mut connection).await {
-                    let request = match moved(&request, quirk, port) {
-                        Ok(request) => request,
-                        Err(redirect) => {
-                            if connection.write_all(&redirect).await.is_err() {
-                                return;
-                            }
-                            continue;
+                match acceptor {
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(tcp).await {
+                            answer_quirkily(stream, upstream, quirk, &base).await;
                         }
-                    };
-                    let mut origin = tokio::net::TcpStream::connect(("127.0.0.1", upstream))
-                        .await
-                        .unwrap();
-                    origin.write_all(&closing(&request)).await.unwrap();
-                    let mut answer = Vec::new();
-                    origin.read_to_end(&mut answer).await.unwrap();
-                    if connection
-                        .write_all(&rewritten(&answer, quirk))
-                        .await
-                        .is_err()
-                    {
-                        return;
                     }
-                    if matches!(quirk, Quirk::Http10) {
-                        return;
-                    }
+                    None => answer_quirkily(tcp, upstream, quirk, &base).await,
                 }
             });
         }
     });
-    port
+    base
 }
 
-fn request(url: &str, reference: &str) -> SourceRequest {
+/// One client connection to a quirky origin: each request passed to `upstream` with
+/// `Connection: close`, each answer rewritten as `quirk` answers.
+async fn answer_quirkily(
+    mut connection: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    upstream: u16,
+    quirk: Quirk,
+    base: &str,
+) {
+    while let Some(request) = read_request(&mut connection).await {
+        let request = match moved(&request, quirk, base) {
+            Ok(request) => request,
+            Err(redirect) => {
+                if connection.write_all(&redirect).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let mut origin = tokio::net::TcpStream::connect(("127.0.0.1", upstream))
+            .await
+            .unwrap();
+        origin.write_all(&closing(&request)).await.unwrap();
+        let mut answer = Vec::new();
+        origin.read_to_end(&mut answer).await.unwrap();
+        if connection
+            .write_all(&rewritten(&answer, quirk))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if matches!(quirk, Quirk::Http10) {
+            let _ = connection.shutdown().await;
+            return;
+        }
+    }
+}
+
+fn request(url: &str, reference: &str, tls: Option<TlsMaterial>) -> SourceRequest {
     SourceRequest {
         location: Location::Git {
             url: url.to_owned(),
@@ -199,7 +229,7 @@ fn request(url: &str, reference: &str) -> SourceRequest {
             password: Some("s3cret".to_owned()),
             ..Credentials::default()
         }),
-        tls: None,
+        tls,
     }
 }
 
@@ -224,16 +254,32 @@ async fn origins_that_keep_alive_speak_http_1_0_chunk_or_redirect_are_fetched_fr
     ]);
     repo.tag("v1");
     let upstream = serve_git_http(repo.root.path().to_owned(), "reader", "s3cret").await;
-    for quirk in [
+    let (server_tls, mutual_tls) = (Pki::new(false), Pki::new(true));
+    let quirks = [
         Quirk::KeepAlive,
         Quirk::Http10,
         Quirk::Chunked,
         Quirk::Redirect,
-    ] {
-        let port = quirky_origin(upstream, quirk).await;
-        let url = format!("http://127.0.0.1:{port}/config.git");
+    ];
+    // Every quirk over http and over https with a private CA; one over mutual TLS too.
+    let cases = quirks
+        .iter()
+        .flat_map(|quirk| [(*quirk, None), (*quirk, Some(&server_tls))])
+        .chain([(Quirk::KeepAlive, Some(&mutual_tls))]);
+    for (quirk, pki) in cases {
+        let base = quirky_origin(upstream, quirk, pki).await;
+        let url = format!("{base}/config.git");
+        let tls = pki.map(|pki| TlsMaterial {
+            secret: "source-tls".to_owned(),
+            binding: Binding::read("source-tls", None, Some(&format!("{base}/"))),
+            ca_pem: Some(pki.ca_pem.clone()),
+            cert_pem: pki.require_client_cert.then(|| pki.client_cert_pem.clone()),
+            key_pem: pki.require_client_cert.then(|| pki.client_key_pem.clone()),
+        });
+        let quirk = (quirk, base.split(':').next().unwrap_or_default().to_owned());
         let cache = tempfile::tempdir().unwrap();
         let fetcher = support::fetcher(support::loopback_policy(&["http"]), cache.path());
+        let request = |url: &str, reference: &str| request(url, reference, tls.clone());
         let main = request(&url, "main");
         let first = settled(&fetcher, &main).await;
         assert!(first.snapshot.is_some(), "{quirk:?}: {:?}", first.error);

@@ -470,7 +470,7 @@ impl Pki {
         self.dir.path().join("ca.pem")
     }
 
-    fn server_files(&self) -> metahooks::server::TlsFiles {
+    pub fn server_files(&self) -> metahooks::server::TlsFiles {
         metahooks::server::TlsFiles {
             cert: self.dir.path().join("tls.crt"),
             key: self.dir.path().join("tls.key"),
