@@ -2,8 +2,8 @@
 //! httpd (`apache2-bin`) and nginx with fcgiwrap, each in front of `git http-backend` as
 //! git's own documentation sets them up (`GIT_PROJECT_ROOT`, `GIT_HTTP_EXPORT_ALL`),
 //! behind basic auth, over http, over https with a private CA, and over https asking for
-//! a client certificate. Through each, the source engine fetches a commit, the next
-//! commit, a tag and a directory.
+//! a client certificate; and `git daemon` and OpenSSH's `sshd`. Through each, the source
+//! engine fetches a commit, a tag, a directory and the next commit.
 
 use crate::support;
 
@@ -351,11 +351,50 @@ fn tools() -> Option<Tools> {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_git_http_servers_serve_commits_tags_and_directories_over_http_and_https() {
-    let Some(tools) = tools() else {
-        return;
-    };
+/// Through one server: a commit, a tag, a directory, then the next commit once pushed
+/// (and the repository back to where it was, for the next server).
+async fn exercise(
+    repo: &Repo,
+    fetcher: &Fetcher,
+    label: &str,
+    request: impl Fn(&str, &str) -> SourceRequest,
+) {
+    let main = request("main", "app.env");
+    assert_eq!(
+        fetched(fetcher, &main).await,
+        Ok(vec![("app.env".to_owned(), "V=1\n".to_owned())]),
+        "{label}: a commit"
+    );
+    assert!(
+        fetched(fetcher, &request("v1", "app.env")).await.is_ok(),
+        "{label}: a tag"
+    );
+    assert_eq!(
+        fetched(fetcher, &request("main", "conf")).await,
+        Ok(vec![
+            ("a.yaml".to_owned(), "a: 1\n".to_owned()),
+            ("b.yaml".to_owned(), "b: 2\n".to_owned())
+        ]),
+        "{label}: a directory"
+    );
+    repo.commit(&[("app.env", "V=2\n")]);
+    fetcher.expire();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let files = fetched(fetcher, &main).await;
+        if files == Ok(vec![("app.env".to_owned(), "V=2\n".to_owned())]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{label}: the next commit never came: {files:?}"
+        );
+    }
+    repo.commit(&[("app.env", "V=1\n")]);
+}
+
+/// The repository every server here serves: a file, a directory and a tag.
+fn served_repository() -> Repo {
     let repo = Repo::new();
     repo.commit(&[
         ("app.env", "V=1\n"),
@@ -363,6 +402,55 @@ async fn real_git_http_servers_serve_commits_tags_and_directories_over_http_and_
         ("conf/b.yaml", "b: 2\n"),
     ]);
     repo.tag("v1");
+    repo
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_daemon_and_sshd_serve_commits_tags_and_directories() {
+    let repo = served_repository();
+    let daemon = support::servers::GitDaemon::start(&repo);
+    let cache = tempfile::tempdir().unwrap();
+    let fetcher = support::fetcher(support::loopback_policy(&["git"]), cache.path());
+    exercise(&repo, &fetcher, "git daemon", |reference, path| {
+        SourceRequest {
+            location: Location::Git {
+                url: daemon.url(),
+                reference: Some(reference.to_owned()),
+                path: path.to_owned(),
+            },
+            namespace: "team-a".to_owned(),
+            credentials: None,
+            tls: None,
+        }
+    })
+    .await;
+    let Some(program) = support::servers::sshd_program() else {
+        return;
+    };
+    let sshd = support::servers::SshServer::start(&program, "ed25519", "");
+    let url = sshd.url(&repo);
+    let credentials = crate::source_ssh::credentials(&sshd, Some(sshd.known_hosts.clone()), None);
+    let cache = tempfile::tempdir().unwrap();
+    let fetcher = support::fetcher(support::loopback_policy(&["ssh"]), cache.path());
+    exercise(&repo, &fetcher, "sshd", |reference, path| SourceRequest {
+        location: Location::Git {
+            url: url.clone(),
+            reference: Some(reference.to_owned()),
+            path: path.to_owned(),
+        },
+        namespace: "team-a".to_owned(),
+        credentials: Some(credentials.clone()),
+        tls: None,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_git_http_servers_serve_commits_tags_and_directories_over_http_and_https() {
+    let Some(tools) = tools() else {
+        return;
+    };
+    let repo = served_repository();
     let pki = Pki::new(true);
     let mut table = Vec::new();
     let matrix = [Server::Apache, Server::Nginx]
@@ -380,39 +468,11 @@ async fn real_git_http_servers_serve_commits_tags_and_directories_over_http_and_
         let tls = tls_for(scheme, &pki, &format!("{base}/"));
         let cache = tempfile::tempdir().unwrap();
         let fetcher = support::fetcher(support::loopback_policy(&["http"]), cache.path());
-        let main = request(&url, "main", "app.env", tls.clone());
-        assert_eq!(
-            fetched(&fetcher, &main).await,
-            Ok(vec![("app.env".to_owned(), "V=1\n".to_owned())]),
-            "{server:?} {scheme:?}: a commit"
-        );
-        let tag = request(&url, "v1", "app.env", tls.clone());
-        assert!(
-            fetched(&fetcher, &tag).await.is_ok(),
-            "{server:?} {scheme:?}: a tag"
-        );
-        let directory = request(&url, "main", "conf", tls.clone());
-        assert_eq!(
-            fetched(&fetcher, &directory).await,
-            Ok(vec![
-                ("a.yaml".to_owned(), "a: 1\n".to_owned()),
-                ("b.yaml".to_owned(), "b: 2\n".to_owned())
-            ]),
-            "{server:?} {scheme:?}: a directory"
-        );
-        repo.commit(&[("app.env", "V=2\n")]);
-        fetcher.expire();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let files = fetched(&fetcher, &main).await;
-            if files == Ok(vec![("app.env".to_owned(), "V=2\n".to_owned())]) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{server:?} {scheme:?}: the next commit never came: {files:?}"
-            );
-        }
+        let label = format!("{server:?} {scheme:?}");
+        exercise(&repo, &fetcher, &label, |reference, path| {
+            request(&url, reference, path, tls.clone())
+        })
+        .await;
         // The client certificate is what lets the fetch in: without it, refused.
         if scheme == Scheme::HttpsClientCert {
             let without = request(
@@ -428,7 +488,6 @@ async fn real_git_http_servers_serve_commits_tags_and_directories_over_http_and_
                 "no client certificate, no fetch"
             );
         }
-        repo.commit(&[("app.env", "V=1\n")]);
         table.push(format!(
             "{server:?} {scheme:?}: commit, next commit, tag, directory fetched"
         ));

@@ -15,7 +15,7 @@ fn ssh_policy() -> metahooks::source::policy::Policy {
     support::loopback_policy(&["ssh"])
 }
 
-fn credentials(
+pub(crate) fn credentials(
     server: &SshServer,
     known_hosts: Option<String>,
     password: Option<&str>,
