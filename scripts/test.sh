@@ -123,9 +123,19 @@ if [ ! -x "$debs/root/usr/sbin/nginx" ] || [ ! -x "$debs/root/usr/sbin/fcgiwrap"
      || { as_root apt-get update -qq && apt-get download nginx fcgiwrap libfcgi0ldbl; }; } \
    && for deb in ./*.deb; do dpkg-deb -x "$deb" root; done)
 fi
-export METAHOOKS_NGINX="$debs/root/usr/sbin/nginx"
-export METAHOOKS_FCGIWRAP="$debs/root/usr/sbin/fcgiwrap"
-export METAHOOKS_FCGI_LIBS="$debs/root/usr/lib/x86_64-linux-gnu"
+unpacked="$debs/root"
+# As root the tests run the servers as nobody (65534), who must reach them and their
+# libraries: a clone under a 0700 directory gets a world-readable copy, as Prism does.
+reaches() { setpriv --reuid 65534 --regid 65534 --clear-groups -- test -r "$1"; }
+if [ "$(id -u)" = 0 ] && ! reaches "$unpacked/usr/lib/x86_64-linux-gnu/libfcgi.so.0"; then
+  unpacked=/var/tmp/metahooks-debs
+  echo "== $debs is out of nobody's reach; using a copy in $unpacked"
+  rm -rf "$unpacked" && mkdir -p "$unpacked" && cp -a "$debs/root/." "$unpacked/"
+  chmod -R a+rX "$unpacked"
+fi
+export METAHOOKS_NGINX="$unpacked/usr/sbin/nginx"
+export METAHOOKS_FCGIWRAP="$unpacked/usr/sbin/fcgiwrap"
+export METAHOOKS_FCGI_LIBS="$unpacked/usr/lib/x86_64-linux-gnu"
 export METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
