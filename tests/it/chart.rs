@@ -1,8 +1,8 @@
 //! The Helm chart (`charts/metahooks`) as a platform team installs it, rendered offline by
 //! Helm's own library (the pinned `helm-python-sdk`, after `helm lint --strict`): with the
 //! defaults it is the kustomize base, object for object (but the Namespace, which Helm's
-//! `--create-namespace` makes); with every value set, each object passes
-//! `kubernetes-validate --strict` and the values land where they should.
+//! `--create-namespace` makes); both ways each object passes `kubernetes-validate
+//! --strict`, and with every value set the values land where they should.
 
 use crate::support;
 
@@ -74,6 +74,7 @@ fn the_default_chart_is_the_kustomize_base() {
     let Some(chart) = render_chart("metahooks", None) else {
         return;
     };
+    validate_built_in(&chart);
     let repo = support::repo_dir();
     let Some(mut base) = render(&repo.join("manifests")) else {
         return;
