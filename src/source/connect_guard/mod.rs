@@ -35,9 +35,11 @@ use super::policy::Policy;
 
 mod exchange;
 mod origin;
+mod probe;
 use exchange::*;
 pub use origin::connect_checked;
 use origin::*;
+pub use probe::probe_certificate;
 
 /// Longest request head the guard reads from libgit2.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -429,7 +431,7 @@ mod tests {
         let pki = pki();
         let port = tls_origin(&pki, Some(&pki.ca));
         let url = format!("https://localhost:{port}/app.env");
-        let heard = crate::source::tls::probe(&loose(), &url, Some(&material(Some(&pki.ca), None)));
+        let heard = probe_certificate(&loose(), &url, Some(&material(Some(&pki.ca), None)));
         let heard = heard.unwrap_or_else(|| panic!("the refusal is heard"));
         assert!(
             heard.contains("CertificateRequired") || heard.contains("certificate"),
@@ -438,17 +440,14 @@ mod tests {
         // A server that accepts the connection is no certificate problem.
         let port = tls_origin(&pki, Some(&pki.ca));
         let url = format!("https://localhost:{port}/app.env");
-        let fine = crate::source::tls::probe(
+        let fine = probe_certificate(
             &loose(),
             &url,
             Some(&material(Some(&pki.ca), Some(&pki.client))),
         );
         assert_eq!(fine, None);
         // Nor is a private address the policy refuses probed at all.
-        assert_eq!(
-            crate::source::tls::probe(&Policy::default(), &url, None),
-            None
-        );
+        assert_eq!(probe_certificate(&Policy::default(), &url, None), None);
     }
 
     #[test]

@@ -343,7 +343,7 @@ impl Job {
             {
                 let (policy, raw) = (self.inner.policy.clone(), url.to_owned());
                 let probed = tokio::task::spawn_blocking(move || {
-                    crate::source::tls::probe(&policy, &raw, tls.as_ref())
+                    crate::source::connect_guard::probe_certificate(&policy, &raw, tls.as_ref())
                 })
                 .await
                 .ok()
