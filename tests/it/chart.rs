@@ -31,13 +31,7 @@ fn render_chart(namespace: &str, values: Option<&str>) -> Option<Vec<Value>> {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    Some(
-        metahooks::yaml::documents::<Value>(&text)
-            .unwrap()
-            .into_iter()
-            .filter(|d| !d.is_null())
-            .collect(),
-    )
+    Some(support::yaml_documents(&text, "the rendered chart"))
 }
 
 /// Numbers compared by value: YAML writers differ on `10` and `10.0`.

@@ -28,13 +28,7 @@ pub(crate) fn render(dir: &std::path::Path) -> Option<Vec<Value>> {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    Some(
-        metahooks::yaml::documents::<Value>(&text)
-            .unwrap()
-            .into_iter()
-            .filter(|d| !d.is_null())
-            .collect(),
-    )
+    Some(support::yaml_documents(&text, "the kustomize output"))
 }
 
 /// Every webhook `service.namespace` of the hook registrations.

@@ -14,7 +14,7 @@ use metahooks::source::binding::Binding;
 use metahooks::source::fetcher::Fetcher;
 use metahooks::source::tls::TlsMaterial;
 use metahooks::source::{Content, Credentials, Location, SourceRequest, SourceView};
-use support::servers::{Pki, Repo, serve_git_http};
+use support::servers::{Pki, serve_git_http};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::source_hardening::settled;
@@ -246,13 +246,7 @@ fn text(fetcher: &Fetcher, request: &SourceRequest) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origins_that_keep_alive_speak_http_1_0_chunk_or_redirect_are_fetched_from() {
-    let repo = Repo::new();
-    repo.commit(&[
-        ("app.env", "V=1\n"),
-        ("conf/a.yaml", "a: 1\n"),
-        ("conf/b.yaml", "b: 2\n"),
-    ]);
-    repo.tag("v1");
+    let repo = crate::source_servers::served_repository();
     let upstream = serve_git_http(repo.root.path().to_owned(), "reader", "s3cret").await;
     let (server_tls, mutual_tls) = (Pki::new(false), Pki::new(true));
     let quirks = [

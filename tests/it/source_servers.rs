@@ -393,8 +393,9 @@ async fn exercise(
     repo.commit(&[("app.env", "V=1\n")]);
 }
 
-/// The repository every server here serves: a file, a directory and a tag.
-fn served_repository() -> Repo {
+/// The repository every server here (and each quirky origin) serves: a file, a
+/// directory and a tag.
+pub(crate) fn served_repository() -> Repo {
     let repo = Repo::new();
     repo.commit(&[
         ("app.env", "V=1\n"),

@@ -293,6 +293,15 @@ pub fn immutable_changes(old: &Value, new: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The items of a JSON list with their indexes (none when `list` is missing or not a
+/// list), for messages that name `field[i]`.
+pub fn indexed(list: Option<&Value>) -> impl Iterator<Item = (usize, &Value)> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
 /// A label or annotation key: an optional DNS-1123 subdomain prefix and `/`, then a
 /// name of at most 63 characters (IsQualifiedName).
 pub fn check_qualified_name(key: &str) -> Result<(), String> {

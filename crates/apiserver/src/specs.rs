@@ -65,13 +65,7 @@ fn containers(pod_spec: &Value, at: &str, field: &str, found: &mut Vec<String>) 
 }
 
 fn ports(container: &Value, at: &str, found: &mut Vec<String>) {
-    for (i, port) in container
-        .get("ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, port) in crate::indexed(container.get("ports")) {
         let at = format!("{at}.ports[{i}].containerPort");
         match port.get("containerPort") {
             None | Some(Value::Null) => found.push(format!("{at}: Required value")),
@@ -96,13 +90,7 @@ fn port_number(value: &Value, at: &str, go_field: &str, found: &mut Vec<String>)
 
 /// `env[].value` must decode as a string: `value: 8080` (a number) is the classic.
 fn env(container: &Value, at: &str, found: &mut Vec<String>) {
-    for (i, variable) in container
-        .get("env")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, variable) in crate::indexed(container.get("env")) {
         let at = format!("{at}.env[{i}]");
         if variable
             .get("name")
@@ -158,20 +146,8 @@ fn service(object: &Value, found: &mut Vec<String>) {
 
 /// Every HTTP path of an Ingress needs a `pathType` (networking.k8s.io/v1).
 fn ingress(object: &Value, found: &mut Vec<String>) {
-    for (r, rule) in object
-        .pointer("/spec/rules")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        for (p, path) in rule
-            .pointer("/http/paths")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+    for (r, rule) in crate::indexed(object.pointer("/spec/rules")) {
+        for (p, path) in crate::indexed(rule.pointer("/http/paths")) {
             if path.get("pathType").is_none_or(Value::is_null) {
                 found.push(format!(
                     "spec.rules[{r}].http.paths[{p}].pathType: Required value: pathType must be specified"

@@ -78,8 +78,13 @@ pub fn read_json(path: &std::path::Path) -> serde_json::Value {
 pub fn read_yaml_documents(path: &std::path::Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    metahooks::yaml::documents::<serde_json::Value>(&text)
-        .unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()))
+    yaml_documents(&text, &path.display().to_string())
+}
+
+/// The documents of a YAML stream (`what` names it in a failure), empty ones left out.
+pub fn yaml_documents(text: &str, what: &str) -> Vec<serde_json::Value> {
+    metahooks::yaml::documents::<serde_json::Value>(text)
+        .unwrap_or_else(|e| panic!("{what} is not YAML: {e}"))
         .into_iter()
         .filter(|d| !d.is_null())
         .collect()

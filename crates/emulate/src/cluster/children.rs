@@ -37,18 +37,11 @@ impl Emulator {
         let mut managed = Managed::default();
         let mut accepted = Vec::with_capacity(desired.len());
         for child in desired {
-            let kind = child
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let api_version = child
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let cluster_scoped = self.kinds.is_cluster_scoped(kind);
+            let (api_version, kind, ..) = key_of(&child);
+            let cluster_scoped = self.kinds.is_cluster_scoped(&kind);
             let refusal = self
                 .kinds
-                .unserved(api_version, kind)
+                .unserved(&api_version, &kind)
                 .or_else(|| child_refusal(registration, parent, &child, cluster_scoped));
             match refusal {
                 Some(message) => managed.failed.push((Rule::InvalidChild, message)),
@@ -204,7 +197,7 @@ impl Emulator {
                     return Err((Rule::APIServerRefused, refusal));
                 }
                 let live = live.clone();
-                let updated = self.update_child(&key, &live, merged);
+                let updated = self.update_child(&live, merged);
                 self.put(key.clone(), updated);
                 self.annotate_applied(&key, &child);
                 self.last_applied.insert(key.clone(), child);
@@ -232,12 +225,7 @@ impl Emulator {
                 )
             })?
         };
-        let mut merged = three_way(live, &previous, child);
-        revert_server_fields(&mut merged, live);
-        // As the API server would store it: an update that stores the same object (a
-        // Secret's stringData folded into the data it already has) changes nothing.
-        apply_server_defaults(&mut merged);
-        Ok(merged)
+        Ok(apply_update(live, &previous, child))
     }
 
     /// A desired child of a type the registration does not list, that exists: Metacontroller
@@ -251,10 +239,7 @@ impl Emulator {
         child: &Value,
     ) -> Result<(), Problem> {
         let previous = last_applied_of(live).unwrap_or(Value::Null);
-        let mut merged = three_way(live, &previous, child);
-        revert_server_fields(&mut merged, live);
-        apply_server_defaults(&mut merged);
-        if merged == *live {
+        if apply_update(live, &previous, child) == *live {
             return Ok(());
         }
         Err((
@@ -341,8 +326,9 @@ impl Emulator {
         key
     }
 
-    pub(super) fn update_child(&mut self, _key: &Key, live: &Value, mut merged: Value) -> Value {
-        apply_server_defaults(&mut merged);
+    /// The stored form of an update: `merged` (from [`apply_update`], defaults and all)
+    /// with a new resourceVersion, and a new generation when the spec changed.
+    fn update_child(&mut self, live: &Value, mut merged: Value) -> Value {
         let version = self.bump_version();
         let generation = live
             .pointer("/metadata/generation")
@@ -399,6 +385,16 @@ fn last_applied_of(live: &Value) -> Result<Value, String> {
     };
     serde_json::from_str(text)
         .map_err(|e| format!("can't unmarshal {LAST_APPLIED_ANNOTATION:?} annotation: {e}"))
+}
+
+/// ApplyUpdate's result as the API server would store it: the three-way merge, the
+/// server-set fields reverted, the server's defaults filled in (so an update that stores
+/// the same object — a Secret's stringData folded into the data it holds — is no change).
+fn apply_update(live: &Value, previous: &Value, child: &Value) -> Value {
+    let mut merged = three_way(live, previous, child);
+    revert_server_fields(&mut merged, live);
+    apply_server_defaults(&mut merged);
+    merged
 }
 
 /// `revertObjectMetaSystemFields` and the status revert of ApplyUpdate: what the server

@@ -23,13 +23,7 @@ pub(super) fn schema_refusal(
     let mut found = Vec::new();
     resource_rules(spec, resources_field, children_field, &mut found);
     hooks(spec, &mut found);
-    for (i, endpoint) in spec
-        .get("endpointConfigs")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, endpoint) in metahooks_apiserver::indexed(spec.get("endpointConfigs")) {
         let at = format!("spec.endpointConfigs[{i}]");
         required(endpoint, &at, &["host"], &mut found);
         endpoint_references(endpoint, &at, &mut found);
@@ -61,12 +55,7 @@ fn resource_rules(
             ));
         }
         let conditions = rule.pointer("/updateStrategy/statusChecks/conditions");
-        for (i, condition) in conditions
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, condition) in metahooks_apiserver::indexed(conditions) {
             let at = format!("{at}.updateStrategy.statusChecks.conditions[{i}]");
             required(condition, &at, &["type"], found);
         }
@@ -166,12 +155,8 @@ fn required(object: &Value, at: &str, fields: &[&str], found: &mut Vec<String>) 
 
 /// A selector's `matchExpressions` items need `key` and `operator`.
 fn expressions(selector: Option<&Value>, at: &str, found: &mut Vec<String>) {
-    for (i, expression) in selector
-        .and_then(|s| s.get("matchExpressions"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
+    for (i, expression) in
+        metahooks_apiserver::indexed(selector.and_then(|s| s.get("matchExpressions")))
     {
         required(
             expression,

@@ -151,8 +151,8 @@ pub(super) async fn exchange(
     tagged: Option<&Tagged>,
 ) -> Exchange {
     let started = std::time::Instant::now();
-    // enrichHeaders: If-None-Match with the ETag kept for this object, if any.
-    let tagged = tagged.filter(|_| hook.etag.is_some());
+    // enrichHeaders: If-None-Match with the ETag kept for this object, if any (kept only
+    // where the webhook enables etag).
     let if_none_match = tagged.map(|t| t.etag.as_str());
     let mut posted = transport
         .post(replica, &hook.path, body, now, hook.timeout, if_none_match)
