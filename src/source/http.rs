@@ -513,4 +513,78 @@ mod tests {
             "nothing was sent"
         );
     }
+
+    /// A loopback origin that answers every request with `head` and `body` as they are,
+    /// and keeps the request heads it saw.
+    async fn serve_raw(head: String, body: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("address: {e}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let heads = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let read = stream.read(&mut request).await.unwrap_or(0);
+                heads
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(String::from_utf8_lossy(&request[..read]).into_owned());
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            }
+        });
+        (address, seen)
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder
+            .write_all(bytes)
+            .unwrap_or_else(|e| panic!("gzip: {e}"));
+        encoder.finish().unwrap_or_else(|e| panic!("gzip: {e}"))
+    }
+
+    #[tokio::test]
+    async fn a_compressed_file_is_read_decompressed_and_bounded_after_decompression() {
+        let text = "KEY=value\n".repeat(1000);
+        let body = gzip(text.as_bytes());
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let (address, seen) = serve_raw(head, body).await;
+        let url = format!("http://{address}/app.env");
+        let snapshot = get(loopback(SourceLimits::default()), &url, None).await;
+        let Ok(snapshot) = snapshot else {
+            panic!("{snapshot:?}");
+        };
+        assert_eq!(snapshot.files.get("app.env"), Some(&Content::Text(text)));
+        let asked = seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .concat()
+            .to_ascii_lowercase();
+        assert!(asked.contains("accept-encoding: gzip"), "{asked}");
+
+        let bomb = gzip(&vec![b'x'; 4 * 1024 * 1024]);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            bomb.len()
+        );
+        let (address, _) = serve_raw(head, bomb).await;
+        let limits = SourceLimits {
+            config_bytes: 64 * 1024,
+            ..SourceLimits::default()
+        };
+        let big = get(loopback(limits), &format!("http://{address}/app.env"), None).await;
+        assert!(
+            matches!(big, Err(FetchError::TooLarge { limit: 65536, .. })),
+            "{big:?}"
+        );
+    }
 }

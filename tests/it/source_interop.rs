@@ -1,7 +1,8 @@
 //! git over http(s) from origins that do not behave like ours: one that keeps every
 //! connection alive whatever it is asked (no `Connection: close` back), one that answers
 //! HTTP/1.0 without a length (the body ends when it closes), one that answers chunked,
-//! and one that has moved its repository (a 301 within the origin). Each stands in front
+//! one that has moved its repository (a 301 within the origin), and two that compress
+//! every answer unasked (gzip, chunked; deflate, with a length). Each stands in front
 //! of `git http-backend` (behind basic auth, so every fetch also meets a 401 challenge)
 //! and rewrites its answers, over http and over https with a private CA (one over mutual
 //! TLS too); a commit, the next commit, a tag and a directory are fetched through each.
@@ -26,6 +27,30 @@ enum Quirk {
     Chunked,
     /// Moved: `/config.git/…` answers 301 to `/moved/config.git/…`, served from there.
     Redirect,
+    /// `Content-Encoding: gzip` on every body (libgit2 sends no `Accept-Encoding`), chunked.
+    Gzip,
+    /// `Content-Encoding: deflate` (a zlib stream) on every body, with a length.
+    Deflate,
+}
+
+fn compressed(body: &[u8], quirk: Quirk) -> Vec<u8> {
+    use flate2::Compression;
+    use std::io::Write;
+    let mut out = Vec::new();
+    match quirk {
+        Quirk::Gzip => {
+            let mut encoder = flate2::write::GzEncoder::new(&mut out, Compression::best());
+            encoder.write_all(body).unwrap();
+            encoder.finish().unwrap();
+        }
+        Quirk::Deflate => {
+            let mut encoder = flate2::write::ZlibEncoder::new(&mut out, Compression::fast());
+            encoder.write_all(body).unwrap();
+            encoder.finish().unwrap();
+        }
+        _ => out.extend_from_slice(body),
+    }
+    out
 }
 
 /// Reads one request (head, and a body of `Content-Length`); None at end of stream.
@@ -77,7 +102,7 @@ fn closing(request: &[u8]) -> Vec<u8> {
 fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
     let end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
     let head = String::from_utf8_lossy(&answer[..end]).into_owned();
-    let body = &answer[end + 4..];
+    let body = &compressed(&answer[end + 4..], quirk);
     let mut lines = head.split("\r\n");
     let status = lines.next().unwrap().split_once(' ').unwrap().1.to_owned();
     let headers: Vec<&str> = lines
@@ -88,6 +113,8 @@ fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
         .collect();
     let mut out = match quirk {
         Quirk::Http10 => format!("HTTP/1.0 {status}\r\n"),
+        Quirk::Gzip => format!("HTTP/1.1 {status}\r\nContent-Encoding: gzip\r\n"),
+        Quirk::Deflate => format!("HTTP/1.1 {status}\r\nContent-Encoding: deflate\r\n"),
         Quirk::KeepAlive | Quirk::Chunked | Quirk::Redirect => {
             format!("HTTP/1.1 {status}\r\n")
         }
@@ -97,14 +124,16 @@ fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
         out.push_str("\r\n");
     }
     let mut bytes = match quirk {
-        Quirk::KeepAlive | Quirk::Redirect => {
+        Quirk::KeepAlive | Quirk::Redirect | Quirk::Deflate => {
             format!("{out}Content-Length: {}\r\n\r\n", body.len()).into_bytes()
         }
         Quirk::Http10 => format!("{out}\r\n").into_bytes(),
-        Quirk::Chunked => format!("{out}Transfer-Encoding: chunked\r\n\r\n").into_bytes(),
+        Quirk::Chunked | Quirk::Gzip => {
+            format!("{out}Transfer-Encoding: chunked\r\n\r\n").into_bytes()
+        }
     };
     match quirk {
-        Quirk::Chunked => {
+        Quirk::Chunked | Quirk::Gzip => {
             for piece in body.chunks(1000) {
                 bytes.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
                 bytes.extend_from_slice(piece);
@@ -112,7 +141,9 @@ fn rewritten(answer: &[u8], quirk: Quirk) -> Vec<u8> {
             }
             bytes.extend_from_slice(b"0\r\n\r\n");
         }
-        Quirk::KeepAlive | Quirk::Http10 | Quirk::Redirect => bytes.extend_from_slice(body),
+        Quirk::KeepAlive | Quirk::Http10 | Quirk::Redirect | Quirk::Deflate => {
+            bytes.extend_from_slice(body)
+        }
     }
     bytes
 }
@@ -245,7 +276,7 @@ fn text(fetcher: &Fetcher, request: &SourceRequest) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn origins_that_keep_alive_speak_http_1_0_chunk_or_redirect_are_fetched_from() {
+async fn origins_that_keep_alive_speak_http_1_0_chunk_compress_or_redirect_are_fetched_from() {
     let repo = crate::source_servers::served_repository();
     let upstream = serve_git_http(repo.root.path().to_owned(), "reader", "s3cret").await;
     let (server_tls, mutual_tls) = (Pki::new(false), Pki::new(true));
@@ -254,6 +285,8 @@ async fn origins_that_keep_alive_speak_http_1_0_chunk_or_redirect_are_fetched_fr
         Quirk::Http10,
         Quirk::Chunked,
         Quirk::Redirect,
+        Quirk::Gzip,
+        Quirk::Deflate,
     ];
     // Every quirk over http and over https with a private CA; one over mutual TLS too.
     let cases = quirks

@@ -4,6 +4,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 
+use super::decoding;
 use super::origin::Framing;
 use super::{MAX_BODY_BYTES, MAX_HEAD_BYTES, Mode, Origin, Shared, Upstream, bare_host};
 use crate::source::FetchError;
@@ -201,12 +202,23 @@ pub(super) fn answer_back(
     };
     let reason = response.reason.unwrap_or_default().to_owned();
     let headers = owned(response.headers);
-    let framing = framing_of(status, &headers);
-    let out = match head_for_libgit2(status, &reason, &headers, framing, shared) {
+    let coding = match has_body(status).then(|| decoding::coding_of(&headers, shared)) {
+        None | Some(Ok(None)) => None,
+        Some(Ok(Some(coding))) => Some(coding),
+        Some(Err(refusal)) => return shared.refuse(client, refusal),
+    };
+    let framing = match coding {
+        Some(_) => Framing::Chunked,
+        None => framing_of(status, &headers),
+    };
+    let out = match head_for_libgit2(status, &reason, &headers, framing, coding.is_some(), shared) {
         Ok(out) => out,
         Err(refusal) => return shared.refuse(client, refusal),
     };
     client.write_all(&out)?;
+    if let Some(coding) = coding {
+        return decoding::copy_decoded(shared, upstream, client, &headers, rest, coding);
+    }
     framing.first(client, &rest)?;
     shared.copy_down(upstream, client, framing)
 }
@@ -215,12 +227,14 @@ pub(super) fn answer_back(
 /// exchange per connection and closes it after, whatever the origin or a proxy said, or
 /// libgit2 would send its next request on a connection about to close), no hop-by-hop
 /// headers, a redirect within the origin pointed back at the guard (one that leaves it
-/// refused), and chunked framing when the body ends only at the origin's close.
+/// refused), and chunked framing when the body ends only at the origin's close or is
+/// passed on decompressed (then without the origin's coding and length).
 fn head_for_libgit2(
     status: u16,
     reason: &str,
     headers: &Headers,
     framing: Framing,
+    decompressed: bool,
     shared: &Shared,
 ) -> Result<Vec<u8>, FetchError> {
     let scheme = if shared.tls.is_some() {
@@ -233,6 +247,13 @@ fn head_for_libgit2(
         if ["connection", "keep-alive", "proxy-connection"]
             .iter()
             .any(|hop| name.eq_ignore_ascii_case(hop))
+        {
+            continue;
+        }
+        if decompressed
+            && ["content-encoding", "content-length", "transfer-encoding"]
+                .iter()
+                .any(|framing| name.eq_ignore_ascii_case(framing))
         {
             continue;
         }
@@ -256,12 +277,16 @@ fn head_for_libgit2(
 /// that ends only when the origin closes.
 fn framing_of(status: u16, headers: &Headers) -> Framing {
     let framed = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
-    let has_body = !(status < 200 || status == 204 || status == 304);
-    if has_body && !framed("content-length") && !framed("transfer-encoding") {
+    if has_body(status) && !framed("content-length") && !framed("transfer-encoding") {
         Framing::Chunked
     } else {
         Framing::AsIs
     }
+}
+
+/// Whether an answer with this status has a body (RFC 9112 §6.3).
+fn has_body(status: u16) -> bool {
+    !(status < 200 || status == 204 || status == 304)
 }
 
 /// Reads up to the blank line that ends a head; returns the head (blank line included,

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use super::FetchError;
 use super::policy::Policy;
 
+mod decoding;
 mod exchange;
 mod origin;
 mod probe;
@@ -87,6 +88,8 @@ struct Shared {
     phase: AtomicU8,
     /// Bytes received from the remote in each phase.
     received: [AtomicU64; 2],
+    /// Bytes decompressed from compressed answers in each phase ([`decoding`]).
+    decompressed: [AtomicU64; 2],
     /// The URL as people see it, for refusals.
     shown: String,
 }
@@ -161,6 +164,7 @@ impl ConnectGuard {
             refusal: Mutex::new(None),
             phase: AtomicU8::new(Phase::Refs as u8),
             received: [AtomicU64::new(0), AtomicU64::new(0)],
+            decompressed: [AtomicU64::new(0), AtomicU64::new(0)],
             shown: super::redact_url(url.as_str()),
         });
         let accept_shared = shared.clone();

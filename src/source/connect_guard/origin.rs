@@ -20,7 +20,7 @@ pub(super) enum Framing {
 }
 
 impl Framing {
-    fn write(self, client: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+    pub(super) fn write(self, client: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
         match self {
             Framing::AsIs => client.write_all(bytes),
             Framing::Chunked if bytes.is_empty() => Ok(()),
@@ -33,7 +33,7 @@ impl Framing {
     }
 
     /// The origin closed: the body is complete.
-    fn end(self, client: &mut TcpStream) -> io::Result<()> {
+    pub(super) fn end(self, client: &mut TcpStream) -> io::Result<()> {
         match self {
             Framing::AsIs => Ok(()),
             Framing::Chunked => client.write_all(b"0\r\n\r\n"),
