@@ -12,7 +12,8 @@
 //!   without credentials, bounded; at most `--metrics-max-remotes` remotes (default
 //!   [`MAX_REMOTE_SERIES`]), the least recently fetched dropped beyond;
 //! - `cache_evictions_total`, `snapshot_evictions_total`; and, read from the engine at
-//!   each scrape, `cache_bytes`, `snapshot_bytes`, `git_workers_busy`, `git_jobs_waiting`,
+//!   each scrape, `cache_bytes`, `snapshot_bytes`, `snapshot_reserved_bytes`,
+//!   `jobs_waiting_for_room`, `git_workers_busy`, `git_jobs_waiting`,
 //!   `remote_series` ([`EngineGaugesFn`]).
 
 use std::collections::VecDeque;
@@ -264,6 +265,9 @@ pub struct Gauges {
     pub cache_bytes: u64,
     /// Bytes of snapshots held in memory.
     pub snapshot_bytes: u64,
+    /// Bytes of the snapshot budget reserved by jobs for what they bring, and jobs
+    /// waiting for room in it.
+    pub snapshot_room: (u64, u64),
     /// Git jobs running, and waiting for a worker.
     pub git_jobs: (usize, usize),
     /// Remotes with per-remote series.
@@ -300,6 +304,16 @@ impl<F: Fn() -> Gauges + Send + Sync + 'static> prometheus_client::collector::Co
                 "metahooks_source_snapshot_bytes",
                 "Bytes of fetched files held in memory",
                 to_i64(now.snapshot_bytes),
+            ),
+            (
+                "metahooks_source_snapshot_reserved_bytes",
+                "Bytes of the snapshot budget reserved by fetches for what they bring",
+                to_i64(now.snapshot_room.0),
+            ),
+            (
+                "metahooks_source_jobs_waiting_for_room",
+                "Fetches waiting for parents to take what is held before they start",
+                to_i64(now.snapshot_room.1),
             ),
             (
                 "metahooks_source_git_workers_busy",

@@ -151,6 +151,9 @@ async fn alerts_and_panels_use_only_metrics_the_server_exposes() {
         "metahooks_source_fetches_total",
         "metahooks_source_refusals_total",
         "metahooks_source_last_success_timestamp_seconds",
+        "metahooks_source_snapshot_bytes",
+        "metahooks_source_snapshot_reserved_bytes",
+        "metahooks_source_jobs_waiting_for_room",
         "process_resident_memory_bytes",
     ] {
         assert!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Inner, lock, snapshot_bytes};
+use super::{Inner, lock, room, snapshot_bytes};
 use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
 use crate::source::{FetchError, Location, SourceRequest, git, http};
 
@@ -101,13 +101,16 @@ pub(super) fn closed_after_connecting(detail: &str) -> bool {
 
 impl Job {
     pub(super) async fn run(self) {
-        self.wait_for_room().await;
+        let first_batch = self.requests.len().min(READS_PER_WORKER);
+        let room = room::reserve(&self.inner, first_batch).await;
         let started = Instant::now();
         let (outcomes, resolved) = match self.requests.first().map(|r| r.location.clone()) {
-            Some(Location::Git { url, reference, .. }) => self.run_git(url, reference).await,
+            Some(Location::Git { url, reference, .. }) => self.run_git(url, reference, room).await,
             Some(Location::Http { url }) => {
                 let results = self.run_http(&url).await;
-                (self.store(results), None)
+                let stored = self.store(results);
+                drop(room);
+                (stored, None)
             }
             None => (Vec::new(), None),
         };
@@ -232,10 +235,12 @@ impl Job {
         self.inner.job_ended.notify_waiters();
     }
 
+    /// `room`: what the first worker's reads may bring, given back once they are stored.
     async fn run_git(
         &self,
         url: String,
         reference: Option<String>,
+        room: room::Room,
     ) -> (Vec<Option<FetchError>>, Option<git::Resolved>) {
         let inner = &self.inner;
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
@@ -280,6 +285,7 @@ impl Job {
             inner.downloads.fetch_sub(1, Ordering::SeqCst);
         }
         let mut outcomes = self.store(outcome.results);
+        drop(room);
         outcomes.extend(
             self.read_rest(isolation, &job, &outcome.resolved, &rest)
                 .await,
@@ -307,9 +313,10 @@ impl Job {
         };
         let mut outcomes = Vec::with_capacity(rest.len());
         for batch in rest.chunks(READS_PER_WORKER) {
-            self.wait_for_room().await;
+            let room = room::reserve(&self.inner, batch.len()).await;
             let results = read_known(isolation, template, resolved, batch).await;
             outcomes.extend(self.store(results));
+            drop(room);
         }
         outcomes
     }
@@ -384,27 +391,6 @@ impl Job {
                 .load(Ordering::SeqCst)
                 .saturating_mul(inner.reservation());
             inner.enforce_cache_cap(dir, max.saturating_sub(reserved));
-        }
-    }
-
-    /// Snapshots not yet delivered cannot be let go, so while they alone fill the budget
-    /// a new job would only add to them: it waits until parents have come for theirs (or,
-    /// should they never come, a bounded while, after which the sweep forgets them).
-    async fn wait_for_room(&self) {
-        let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
-        let give_up =
-            Instant::now() + Duration::from_secs(2 * self.inner.policy.limits.timeout_seconds);
-        while Instant::now() < give_up {
-            let undelivered: u64 = lock(&self.inner.state)
-                .snapshots
-                .values()
-                .filter(|entry| entry.snapshot.is_some() && !entry.delivered)
-                .map(|entry| entry.bytes)
-                .sum();
-            if undelivered < budget {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 

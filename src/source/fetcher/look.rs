@@ -94,10 +94,15 @@ impl Fetcher {
         {
             state.sweep(now, None);
         }
-        let known = state
-            .snapshots
-            .get_mut(&key)
-            .map(|entry| entry.looked_up(now, running));
+        let mut delivered_now = false;
+        let known = state.snapshots.get_mut(&key).map(|entry| {
+            delivered_now = entry.snapshot.is_some() && !entry.delivered;
+            entry.looked_up(now, running)
+        });
+        if delivered_now {
+            // A delivered snapshot may be let go: a job waiting for room may fit now.
+            self.inner.room_freed.notify_waiters();
+        }
         let remote = state.remotes.entry(remote_key.clone()).or_default();
         remote.asked(key, request, now, interval, refresh);
         // Before any job this call starts, so that job counts as fetched after it.

@@ -22,6 +22,7 @@ mod cache_dir;
 mod job;
 mod look;
 mod order;
+mod room;
 
 use order::after_running;
 
@@ -154,6 +155,8 @@ struct State {
     last_sweep: Option<Instant>,
     /// Bytes of every snapshot held.
     snapshot_bytes: u64,
+    /// Bytes of the budget running jobs have reserved for what they bring ([`room`]).
+    reserved: u64,
 }
 
 /// What a snapshot costs to hold: its files' bytes and names, and some bookkeeping.
@@ -238,6 +241,10 @@ struct Inner {
     reserving: Mutex<()>,
     /// Told whenever a job ends, for [`Fetcher::idle`].
     job_ended: tokio::sync::Notify,
+    /// Told when a parent takes a snapshot or a job gives its room back ([`room`]).
+    room_freed: tokio::sync::Notify,
+    /// Jobs waiting for room in the snapshot budget.
+    waiting_for_room: AtomicU64,
     options: Mutex<FetcherOptions>,
     git_slots: Mutex<Arc<FairSlots>>,
     http_slots: Arc<FairSlots>,
@@ -322,6 +329,8 @@ impl Fetcher {
                 repo_locks: Mutex::new(HashMap::new()),
                 network_fetches: AtomicU64::new(0),
                 job_ended: tokio::sync::Notify::new(),
+                room_freed: tokio::sync::Notify::new(),
+                waiting_for_room: AtomicU64::new(0),
                 runtime,
                 cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
                 cache_bytes: AtomicU64::new(cached_bytes),
@@ -387,6 +396,11 @@ impl Fetcher {
     /// Bytes of the snapshots held in memory now.
     pub fn snapshot_bytes(&self) -> u64 {
         lock(&self.inner.state).snapshot_bytes
+    }
+
+    /// Jobs waiting for room in the snapshot budget before they fetch.
+    pub fn jobs_waiting_for_room(&self) -> u64 {
+        self.inner.waiting_for_room.load(Ordering::SeqCst)
     }
 
     /// Remote fetches that went to the network so far (git ref listings and HTTP GETs).
@@ -494,9 +508,14 @@ impl Sources for Fetcher {
         self.inner.metrics.register(registry);
         let inner = self.inner.clone();
         registry.register_collector(Box::new(super::metrics::EngineGaugesFn(move || {
+            let (snapshot_bytes, reserved) = {
+                let state = lock(&inner.state);
+                (state.snapshot_bytes, state.reserved)
+            };
             super::metrics::Gauges {
                 cache_bytes: inner.cache_bytes.load(Ordering::SeqCst),
-                snapshot_bytes: lock(&inner.state).snapshot_bytes,
+                snapshot_bytes,
+                snapshot_room: (reserved, inner.waiting_for_room.load(Ordering::SeqCst)),
                 git_jobs: lock(&inner.git_slots).load(),
                 remote_series: inner.metrics.remote_series(),
             }
@@ -768,25 +787,44 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_snapshot_is_delivered_before_it_can_be_let_go() {
+    async fn a_job_waits_for_room_until_parents_take_what_is_held() {
         let (_repo, cache, wanted) = three_100k_files();
-        let sources = fetcher(cache.path()).with_snapshot_budget(150 * 1024);
-        // Three parents ask before any answer.
-        for one in &wanted {
-            let _ = sources.lookup(one, HOUR);
-        }
+        let policy = Policy {
+            extra_schemes: BTreeSet::from(["file".to_owned()]),
+            allow_private_addresses: true,
+            limits: crate::source::policy::SourceLimits {
+                config_bytes: 110 * 1024,
+                ..Default::default()
+            },
+            ..Policy::default()
+        };
+        let budget = 150 * 1024;
+        let sources = Fetcher::new(policy, cache.path().to_owned())
+            .unwrap_or_else(|e| panic!("fetcher: {e}"))
+            .with_options(FetcherOptions::new(Isolation::InProcess))
+            .with_snapshot_budget(budget);
+        let _ = sources.lookup(&wanted[0], HOUR);
         sources.idle().await;
-        // The first job read "a" (it alone had asked when the job started); "b" starts
-        // the one for the others. Three snapshots, none delivered yet, over the budget.
+        assert!(sources.snapshot_bytes() > 100 * 1024, "a is held");
+        // a is held and not yet delivered: b's read (up to 110 KiB) would not fit.
         let _ = sources.lookup(&wanted[1], HOUR);
-        sources.idle().await;
-        assert!(sources.snapshot_bytes() > 150 * 1024);
-        for one in &wanted {
-            let state = sources.lookup(one, HOUR);
-            assert!(
-                state.snapshot.is_some(),
-                "{one:?} was let go before it was delivered"
-            );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while sources.jobs_waiting_for_room() == 0 {
+            assert!(Instant::now() < deadline, "b's job never waited for room");
+            tokio::task::yield_now().await;
         }
+        assert!(sources.snapshot_bytes() <= budget);
+        // a's parent takes it; b's job goes ahead, and a (delivered) is let go for b.
+        let a = sources.lookup(&wanted[0], HOUR);
+        assert!(a.snapshot.is_some(), "a was let go before it was delivered");
+        sources.idle().await;
+        assert_eq!(sources.jobs_waiting_for_room(), 0);
+        assert!(
+            sources.snapshot_bytes() <= budget,
+            "{}",
+            sources.snapshot_bytes()
+        );
+        let b = sources.lookup(&wanted[1], HOUR);
+        assert!(b.snapshot.is_some(), "{:?}", b.error);
     }
 }

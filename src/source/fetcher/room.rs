@@ -1,0 +1,89 @@
+//! Room in the snapshot budget for what a job is about to bring.
+//!
+//! A snapshot not yet delivered to its parent is never let go, so the budget can only
+//! hold if jobs do not bring more than it has room for. A job therefore reserves room
+//! for the largest snapshots its reads can make (a ConfigMap's worth each) before it
+//! fetches, and gives it back once it has stored them: what is held, delivered or not,
+//! plus what is on its way stays within the budget. A job that finds no room waits for
+//! parents to come for what is held (or for other jobs to end); should they never come,
+//! it goes ahead after a bounded while, when the sweep will have forgotten them.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Inner, lock};
+
+/// Room reserved in the snapshot budget; given back when dropped.
+pub(super) struct Room {
+    inner: Arc<Inner>,
+    bytes: u64,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        let mut state = lock(&self.inner.state);
+        state.reserved = state.reserved.saturating_sub(self.bytes);
+        drop(state);
+        self.inner.room_freed.notify_waiters();
+    }
+}
+
+/// The most one read can add to the snapshot budget: a snapshot is refused beyond
+/// what a ConfigMap can hold (and beyond the download cap).
+pub(super) fn bytes_per_read(inner: &Inner) -> u64 {
+    let limits = &inner.policy.limits;
+    limits.config_bytes.min(limits.download_bytes)
+}
+
+/// Waits until `reads` snapshots fit beside what is held undelivered and what other
+/// jobs have reserved (or until nothing else is held or reserved, so one job always
+/// runs), and reserves their room.
+pub(super) async fn reserve(inner: &Arc<Inner>, reads: usize) -> Room {
+    let bytes = bytes_per_read(inner).saturating_mul(reads as u64);
+    let give_up = Instant::now() + Duration::from_secs(2 * inner.policy.limits.timeout_seconds);
+    let mut waiting = None;
+    loop {
+        let freed = inner.room_freed.notified();
+        {
+            let mut state = lock(&inner.state);
+            let budget = inner
+                .snapshot_budget
+                .load(std::sync::atomic::Ordering::SeqCst);
+            let undelivered: u64 = state
+                .snapshots
+                .values()
+                .filter(|entry| entry.snapshot.is_some() && !entry.delivered)
+                .map(|entry| entry.bytes)
+                .sum();
+            let taken = undelivered.saturating_add(state.reserved);
+            if taken == 0 || taken.saturating_add(bytes) <= budget || Instant::now() >= give_up {
+                state.reserved = state.reserved.saturating_add(bytes);
+                return Room {
+                    inner: inner.clone(),
+                    bytes,
+                };
+            }
+        }
+        waiting.get_or_insert_with(|| Waiting::count(inner));
+        // Woken when a parent takes a snapshot or a job gives room back; the timeout
+        // also lets the give-up time pass.
+        let _ = tokio::time::timeout(Duration::from_millis(200), freed).await;
+    }
+}
+
+/// Counts a job as waiting for room while it lives.
+struct Waiting(Arc<Inner>);
+
+impl Waiting {
+    fn count(inner: &Arc<Inner>) -> Waiting {
+        inner.waiting_for_room.fetch_add(1, Ordering::SeqCst);
+        Waiting(inner.clone())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting_for_room.fetch_sub(1, Ordering::SeqCst);
+    }
+}
