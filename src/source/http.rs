@@ -330,6 +330,25 @@ mod tests {
     async fn serve(
         routes: &'static [(&'static str, u16, &'static str)],
     ) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        serve_replies(move |path| {
+            let (status, body) = routes
+                .iter()
+                .find(|(route, _, _)| *route == path)
+                .map_or((404, "not here"), |(_, status, body)| (*status, *body));
+            format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        })
+        .await
+    }
+
+    /// A loopback server answering each request with what `reply` makes of its path (the
+    /// whole answer, head included), and keeping the request heads it saw.
+    async fn serve_replies(
+        reply: impl Fn(&str) -> Vec<u8> + Send + 'static,
+    ) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -353,15 +372,7 @@ mod tests {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .push(head);
-                let (status, body) = routes
-                    .iter()
-                    .find(|(route, _, _)| *route == path)
-                    .map_or((404, "not here"), |(_, status, body)| (*status, *body));
-                let reply = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.write_all(&reply(&path)).await;
             }
         });
         (address, seen)
@@ -514,30 +525,11 @@ mod tests {
         );
     }
 
-    /// A loopback origin that answers every request with `head` and `body` as they are,
-    /// and keeps the request heads it saw.
+    /// A loopback origin that answers every request with `head` and `body` as they are.
     async fn serve_raw(head: String, body: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
-        let address = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("address: {e}"));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let heads = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut request = vec![0u8; 4096];
-                let read = stream.read(&mut request).await.unwrap_or(0);
-                heads
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(String::from_utf8_lossy(&request[..read]).into_owned());
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(&body).await;
-            }
-        });
-        (address, seen)
+        let mut reply = head.into_bytes();
+        reply.extend_from_slice(&body);
+        serve_replies(move |_| reply.clone()).await
     }
 
     fn gzip(bytes: &[u8]) -> Vec<u8> {
