@@ -101,13 +101,11 @@ pub(super) fn closed_after_connecting(detail: &str) -> bool {
 
 impl Job {
     pub(super) async fn run(self) {
-        let first_batch = self.requests.len().min(READS_PER_WORKER);
-        let room = room::reserve(&self.inner, first_batch).await;
         let started = Instant::now();
         let (outcomes, resolved) = match self.requests.first().map(|r| r.location.clone()) {
-            Some(Location::Git { url, reference, .. }) => self.run_git(url, reference, room).await,
+            Some(Location::Git { url, reference, .. }) => self.run_git(url, reference).await,
             Some(Location::Http { url }) => {
-                let results = self.run_http(&url).await;
+                let (results, room) = self.run_http(&url).await;
                 let stored = self.store(results);
                 drop(room);
                 (stored, None)
@@ -235,12 +233,10 @@ impl Job {
         self.inner.job_ended.notify_waiters();
     }
 
-    /// `room`: what the first worker's reads may bring, given back once they are stored.
     async fn run_git(
         &self,
         url: String,
         reference: Option<String>,
-        room: room::Room,
     ) -> (Vec<Option<FetchError>>, Option<git::Resolved>) {
         let inner = &self.inner;
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
@@ -255,6 +251,7 @@ impl Job {
         // A turn at a worker first (fair between namespaces), then the repository.
         let slots = lock(&inner.git_slots).clone();
         let _slot = slots.acquire(self.namespaces()).await;
+        let room = room::reserve(&self.inner, reads.len().min(READS_PER_WORKER)).await;
         let repo_lock = lock(&inner.repo_locks)
             .entry(dir.clone())
             .or_default()
@@ -403,8 +400,10 @@ impl Job {
         namespaces
     }
 
-    async fn run_http(&self, url: &str) -> Results {
+    /// The results, and the room they take in the snapshot budget until they are stored.
+    async fn run_http(&self, url: &str) -> (Results, room::Room) {
         let _slot = self.inner.http_slots.acquire(self.namespaces()).await;
+        let room = room::reserve(&self.inner, 1).await;
         self.inner.network_fetches.fetch_add(1, Ordering::SeqCst);
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
         let tls = self.requests.iter().find_map(|r| r.tls.clone());
@@ -428,7 +427,8 @@ impl Job {
             }
         };
         let result = self.explain_closed(result, url, tls).await;
-        self.requests
+        let results = self
+            .requests
             .iter()
             .map(|r| {
                 let outcome = match &result {
@@ -440,7 +440,8 @@ impl Job {
                 };
                 (r.key(), outcome)
             })
-            .collect()
+            .collect();
+        (results, room)
     }
 }
 

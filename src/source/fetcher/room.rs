@@ -7,6 +7,10 @@
 //! plus what is on its way stays within the budget. A job that finds no room waits for
 //! parents to come for what is held (or for other jobs to end); should they never come,
 //! it goes ahead after a bounded while, when the sweep will have forgotten them.
+//!
+//! A job reserves once it has its turn at a worker or an HTTP slot, never before: those
+//! turns are fair between namespaces, so a namespace whose fetches stall (tarpits) holds
+//! no more room than it holds turns, and cannot keep another namespace's fetch waiting.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
