@@ -119,8 +119,8 @@ pub struct ServeArgs {
     /// memory); `metahooks_answer_memo_bytes` says how many are held.
     #[arg(long, env = "METAHOOKS_ANSWER_MEMO_BYTES", default_value_t = crate::server::DEFAULT_ANSWER_MEMO_BYTES)]
     pub answer_memo_bytes: u64,
-    /// Bytes of remembered steps at most (validated definitions, snapshots read and
-    /// converted); `metahooks_step_memo_bytes` says how many are held.
+    /// Bytes of remembered steps at most (validated definitions);
+    /// `metahooks_step_memo_bytes` says how many are held.
     #[arg(long, env = "METAHOOKS_STEP_MEMO_BYTES", default_value_t = crate::controllers::common::steps::DEFAULT_BYTES)]
     pub step_memo_bytes: u64,
     /// Threads hook answers are computed on (validation, building children); 0 chooses
@@ -288,8 +288,9 @@ pub struct ControllerArgs {
     /// with reason MemoryLimit.
     #[arg(long, env = "METAHOOKS_FETCH_WORKER_MEMORY_BYTES", default_value_t = crate::source::worker::WorkerLimits::DEFAULT_MEMORY_BYTES, value_parser = clap::value_parser!(u64).range(32 * 1024 * 1024..))]
     pub fetch_worker_memory_bytes: u64,
-    /// Bytes of fetched files held in memory; beyond it the least recently asked are let
-    /// go (parents keep running what their ConfigMaps hold; others are read again).
+    /// Bytes of fetched files held in memory, with what was made of them and what running
+    /// fetches bring; beyond it the least recently asked are let go (parents keep running
+    /// what their ConfigMaps hold; others are read again).
     #[arg(long, env = "METAHOOKS_SNAPSHOT_MEMORY_BYTES", default_value_t = crate::source::fetcher::DEFAULT_SNAPSHOT_BUDGET_BYTES)]
     pub snapshot_memory_bytes: u64,
     /// Remotes that get per-remote metric series (last success, interval); beyond it the

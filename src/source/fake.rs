@@ -74,15 +74,11 @@ pub fn snapshot(
     single_file: bool,
     made_at: Option<i64>,
 ) -> Snapshot {
-    Snapshot {
-        revision: revision.to_owned(),
-        files: files
-            .iter()
-            .map(|(path, text)| ((*path).to_owned(), Content::Text((*text).to_owned())))
-            .collect(),
-        single_file,
-        made_at,
-    }
+    let files = files
+        .iter()
+        .map(|(path, text)| ((*path).to_owned(), Content::Text((*text).to_owned())))
+        .collect();
+    Snapshot::new(revision.to_owned(), files, single_file, made_at)
 }
 
 impl SourceView for FakeSources {

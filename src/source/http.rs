@@ -161,12 +161,8 @@ async fn fetch_unbounded(
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "config".to_owned());
     let revision = format!("sha256:{}", crate::hash::sha256_hex(&body));
-    Ok(Snapshot {
-        revision,
-        files: [(name, Content::from_bytes(body))].into(),
-        single_file: true,
-        made_at: None,
-    })
+    let files = [(name, Content::from_bytes(body))].into();
+    Ok(Snapshot::new(revision, files, true, None))
 }
 
 /// GETs `raw_url`, following at most [`MAX_REDIRECTS`] redirects, each checked against

@@ -12,6 +12,7 @@
 
 pub mod binding;
 pub mod connect_guard;
+pub mod derived;
 pub mod disk;
 mod error;
 #[cfg(any(test, feature = "test-support"))]
@@ -318,6 +319,27 @@ pub struct Snapshot {
     /// commit's committer time for git; none for HTTP. The same on every replica, so
     /// replicas can agree which of two revisions is the newer one.
     pub made_at: Option<i64>,
+    /// What pure steps made of these files, kept with them (and weighed with them).
+    #[serde(skip)]
+    pub derived: derived::Derived,
+}
+
+impl Snapshot {
+    /// Files at one revision, with nothing made of them yet.
+    pub fn new(
+        revision: String,
+        files: BTreeMap<String, Content>,
+        single_file: bool,
+        made_at: Option<i64>,
+    ) -> Snapshot {
+        Snapshot {
+            revision,
+            files,
+            single_file,
+            made_at,
+            derived: derived::Derived::default(),
+        }
+    }
 }
 
 /// What the cache knows about a request right now.

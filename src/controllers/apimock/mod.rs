@@ -109,7 +109,7 @@ impl ApiMockHooks {
             .children
             .find("ConfigMap", "v1", None, name)
             .and_then(|held| held::annotation(held, children::REVISION_ANNOTATION));
-        let reading = origin::read(&origin, &request.related, namespace, running, ctx, reads);
+        let reading = origin::read(&origin, &request.related, namespace, running, reads);
         let decision = self.decide(&call, &reading, ctx)?;
         let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, reads);
         let source = origin::describe(&origin)

@@ -8,7 +8,6 @@ use std::time::Duration;
 use super::bundle::{self, Bundle};
 use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
-use crate::controllers::Context;
 use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::memo::key_of;
@@ -17,8 +16,8 @@ use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::source_spec::{self, HttpSource};
-use crate::controllers::common::steps::{Step, StepKey};
 use crate::protocol::ObjectMap;
+use crate::source::derived::DerivedKey;
 use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
 
 /// The spec's answer to "where is the definition?".
@@ -199,7 +198,6 @@ pub(super) fn read<'r>(
     related: &'r ObjectMap,
     namespace: &str,
     running: Option<&str>,
-    ctx: &Context,
     reads: &mut Reads<'_>,
 ) -> Reading<'r> {
     match origin {
@@ -221,7 +219,7 @@ pub(super) fn read<'r>(
             let resync_seconds = polling::resync_seconds(&state, false, *interval);
             let fetched = polling::fetched_condition(&state, "definition", running);
             let candidate = state.snapshot.as_deref().map(|snapshot| {
-                let read = bundle_of(ctx, request, snapshot, *root);
+                let read = bundle_of(snapshot, *root);
                 match read.as_ref() {
                     Ok(bundle) => Ok(Candidate::Bundle(bundle.clone())),
                     Err(invalid) => Err(invalid.clone()),
@@ -239,22 +237,17 @@ pub(super) fn read<'r>(
     }
 }
 
-/// The snapshot's definition, remembered by source, revision and root: a warm sync
-/// neither copies nor re-parses the files.
-fn bundle_of(
-    ctx: &Context,
-    request: &SourceRequest,
-    snapshot: &Snapshot,
-    root: Option<&str>,
-) -> Arc<Read> {
+/// The snapshot's definition, remembered with the snapshot by root: a warm sync neither
+/// copies nor re-parses the files, and the copy counts in the snapshot budget.
+fn bundle_of(snapshot: &Snapshot, root: Option<&str>) -> Arc<Read> {
     let read = || bundle_from(snapshot, root).map(Arc::new);
-    match key_of(&(request.key(), &snapshot.revision, root)) {
-        Ok(input) => {
-            let key = StepKey {
-                step: Step::DefinitionRead,
-                input,
+    match key_of(&root) {
+        Ok(inputs) => {
+            let key = DerivedKey {
+                step: "definition read",
+                inputs,
             };
-            ctx.steps.remember(key, read_weight, read)
+            snapshot.derived.remember(key, read_weight, read)
         }
         // Strings always encode; were one not to, the read is only not remembered.
         Err(_) => Arc::new(read()),

@@ -1,5 +1,6 @@
-//! Expensive pure steps remembered apart from whole answers: a definition validated, a
-//! snapshot read into a definition or converted into ConfigMap content. The server owns
+//! Expensive pure steps remembered apart from whole answers: a definition validated.
+//! (What is made of a fetched snapshot is kept with the snapshot instead, see
+//! [`crate::source::derived`], and weighs in the snapshot budget.) The server owns
 //! the one instance (a controller keeps no memo of its own) and hands it to every call
 //! in its [`Context`](crate::controllers::Context).
 //!
@@ -21,10 +22,6 @@ pub enum Step {
     Analysis,
     /// A multi-file APIMock definition validated as a whole.
     BundleAnalysis,
-    /// A fetched snapshot read into an APIMock definition.
-    DefinitionRead,
-    /// A fetched snapshot converted into a MonitoredService's ConfigMap content.
-    Conversion,
 }
 
 /// The key of one remembered result: the step and a digest of everything it read.
@@ -210,7 +207,7 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again));
         // Another step on the same input digest is another result.
         let other = steps.remember(
-            key(Step::Conversion, 1),
+            key(Step::BundleAnalysis, 1),
             |s: &String| s.len() as u64,
             || make("c"),
         );
@@ -222,7 +219,7 @@ mod tests {
         let steps = Steps::new(100 * 1024, 1);
         for byte in 0..=255u8 {
             let _ = steps.remember(
-                key(Step::Conversion, byte),
+                key(Step::BundleAnalysis, byte),
                 |s: &String| s.len() as u64,
                 || "x".repeat(10 * 1024),
             );

@@ -35,7 +35,6 @@ use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
-use crate::controllers::common::steps::{Step, StepKey};
 use crate::controllers::common::taken::{self, ChildName};
 use crate::controllers::{Answer, CompositeHooks, Context};
 use crate::error::HookError;
@@ -43,6 +42,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
     RelatedResourceRule, object_name, object_namespace,
 };
+use crate::source::derived::DerivedKey;
 use crate::source::{Snapshot, SourceRequest};
 
 /// The MonitoredService controller.
@@ -73,21 +73,17 @@ fn converted_weight(converted: &Converted) -> u64 {
     converted.as_ref().map_or(0, Config::content_bytes) as u64
 }
 
-/// The snapshot as ConfigMap content, converted once per source, revision and format
-/// (up to 1 MiB of content: a warm sync reuses the conversion and its hash).
-fn convert(
-    ctx: &Context,
-    key: &str,
-    snapshot: &Snapshot,
-    format: Option<ConfigFormat>,
-) -> Result<Arc<Converted>, HookError> {
-    let input = memo::key_of(&(key, &snapshot.revision, format))
+/// The snapshot as ConfigMap content, converted once per snapshot and format (up to
+/// 1 MiB of content: a warm sync reuses the conversion and its hash). Kept with the
+/// snapshot, so it counts in the snapshot budget and goes with the snapshot.
+fn convert(snapshot: &Snapshot, format: Option<ConfigFormat>) -> Result<Arc<Converted>, HookError> {
+    let inputs = memo::key_of(&format)
         .map_err(|e| HookError::Internal(format!("cannot key a converted config: {e}")))?;
-    let key = StepKey {
-        step: Step::Conversion,
-        input,
+    let key = DerivedKey {
+        step: "conversion",
+        inputs,
     };
-    Ok(ctx.steps.remember(key, converted_weight, || {
+    Ok(snapshot.derived.remember(key, converted_weight, || {
         Config::from_snapshot(snapshot, format)
     }))
 }
@@ -139,7 +135,7 @@ impl MonitoredServiceHooks {
             }
         };
 
-        answer_from_source(&call, &spec, &wanted, ctx, reads, asked)
+        answer_from_source(&call, &spec, &wanted, reads, asked)
     }
 
     /// The spec, when it parses, its env is allowed and the name can name the children;
@@ -184,7 +180,6 @@ fn answer_from_source(
     call: &Call<'_>,
     spec: &MonitoredServiceSpec,
     wanted: &SourceRequest,
-    ctx: &Context,
     reads: &mut Reads<'_>,
     asked: &mut refresh::Outcome,
 ) -> Result<CompositeResponse, HookError> {
@@ -205,7 +200,7 @@ fn answer_from_source(
     let fresh = state
         .snapshot
         .as_deref()
-        .map(|snapshot| convert(ctx, &wanted.key(), snapshot, spec.format))
+        .map(|snapshot| convert(snapshot, spec.format))
         .transpose()?;
     let decision = decide(
         fresh.as_deref(),

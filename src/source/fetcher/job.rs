@@ -191,8 +191,8 @@ impl Job {
             entry.answered_by = self.commit_from;
             match result {
                 Fetched::Fresh(snapshot) => {
-                    let (old, new) = (entry.bytes, snapshot_bytes(&snapshot));
-                    entry.bytes = new;
+                    let (old, new) = (entry.weight(), snapshot_bytes(&snapshot));
+                    (entry.bytes, entry.derived) = (new, 0);
                     entry.snapshot = Some(Arc::new(snapshot));
                     entry.error = None;
                     entry.let_go = None;

@@ -94,11 +94,9 @@ impl Fetcher {
         {
             state.sweep(now, None);
         }
-        let mut delivered_now = false;
-        let known = state.snapshots.get_mut(&key).map(|entry| {
-            delivered_now = entry.snapshot.is_some() && !entry.delivered;
-            entry.looked_up(now, running)
-        });
+        let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
+        let (known, let_go, delivered_now) = state.looked_up(&key, now, running, budget);
+        self.inner.metrics.snapshot_evictions.inc_by(let_go);
         if delivered_now {
             // A delivered snapshot may be let go: a job waiting for room may fit now.
             self.inner.room_freed.notify_waiters();
@@ -243,6 +241,33 @@ pub(super) fn binding_refusal(request: &SourceRequest) -> Option<FetchError> {
         .as_ref()
         .and_then(|c| c.check_url(url).err())
         .or_else(|| request.tls.as_ref().and_then(|t| t.check_url(url).err()))
+}
+
+impl State {
+    /// `key`'s entry as a lookup at `now` sees it ([`SnapshotEntry::looked_up`]), weighed
+    /// with what the last call made of its snapshot, and the budget kept with that weight
+    /// (this entry was asked just now, so it goes last; the call has its copy anyway).
+    /// Also how many snapshots were let go, and whether this delivered the snapshot.
+    fn looked_up(
+        &mut self,
+        key: &str,
+        now: Instant,
+        running: Option<&str>,
+        budget: u64,
+    ) -> (Option<SnapshotEntry>, u64, bool) {
+        self.reweigh(key);
+        let mut delivered_now = false;
+        let known = self.snapshots.get_mut(key).map(|entry| {
+            delivered_now = entry.snapshot.is_some() && !entry.delivered;
+            entry.looked_up(now, running)
+        });
+        let let_go = if self.snapshot_bytes > budget {
+            self.fit(budget)
+        } else {
+            0
+        };
+        (known, let_go, delivered_now)
+    }
 }
 
 impl SnapshotEntry {

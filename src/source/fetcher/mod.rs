@@ -100,6 +100,9 @@ struct SnapshotEntry {
     error: Option<FetchError>,
     /// Bytes the snapshot holds (counted against the budget).
     bytes: u64,
+    /// Bytes of what was made of the snapshot ([`super::derived`]) when last counted
+    /// (counted against the budget too).
+    derived: u64,
     last_used: Option<Instant>,
     /// The revision of a snapshot let go under the memory budget.
     let_go: Option<String>,
@@ -119,6 +122,11 @@ struct SnapshotEntry {
 }
 
 impl SnapshotEntry {
+    /// What the entry weighs in the budget: the snapshot and what was made of it.
+    fn weight(&self) -> u64 {
+        self.bytes + self.derived
+    }
+
     /// Whether a job that runs on `remote` may still change this request's answer: it
     /// asks the remote and has not stored this request's result yet, or it reads a path
     /// this request has no snapshot for.
@@ -189,7 +197,7 @@ impl State {
         for key in forgotten {
             let still_asked = self.remotes.values().any(|r| r.requests.contains_key(&key));
             if !still_asked && let Some(entry) = self.snapshots.remove(&key) {
-                self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.bytes);
+                self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.weight());
             }
         }
         self.last_sweep = Some(now);
@@ -201,6 +209,10 @@ impl State {
     /// keeps running what its ConfigMap holds, and a parent that does not hold it gets it
     /// read again at its next lookup.
     fn fit(&mut self, budget: u64) -> u64 {
+        let keys: Vec<String> = self.snapshots.keys().cloned().collect();
+        for key in keys {
+            self.reweigh(&key);
+        }
         let mut let_go = 0;
         while self.snapshot_bytes > budget {
             let oldest = self
@@ -214,11 +226,21 @@ impl State {
             };
             entry.let_go = entry.snapshot.take().map(|s| s.revision.clone());
             entry.held = false;
-            self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.bytes);
-            entry.bytes = 0;
+            self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.weight());
+            (entry.bytes, entry.derived) = (0, 0);
             let_go += 1;
         }
         let_go
+    }
+
+    /// Counts what has been made of `key`'s snapshot since it was last counted.
+    fn reweigh(&mut self, key: &str) {
+        let Some(entry) = self.snapshots.get_mut(key) else {
+            return;
+        };
+        let now = entry.snapshot.as_ref().map_or(0, |s| s.derived.bytes());
+        let before = std::mem::replace(&mut entry.derived, now);
+        self.snapshot_bytes = self.snapshot_bytes.saturating_sub(before) + now;
     }
 }
 
@@ -784,6 +806,39 @@ mod tests {
             "read from the cache, not fetched"
         );
         assert!(sources.snapshot_bytes() <= 250 * 1024);
+    }
+
+    #[tokio::test]
+    async fn what_is_made_of_a_snapshot_weighs_in_the_budget() {
+        let (_repo, cache, wanted) = three_100k_files();
+        let budget = 250 * 1024;
+        let sources = fetcher(cache.path()).with_snapshot_budget(budget);
+        let _ = sources.lookup(&wanted[0], HOUR);
+        sources.idle().await;
+        let a = sources.lookup(&wanted[0], HOUR).snapshot;
+        let a = a.unwrap_or_else(|| panic!("a was not fetched"));
+        let alone = sources.snapshot_bytes();
+        let key = crate::source::derived::DerivedKey {
+            step: "conversion",
+            inputs: [0; 32],
+        };
+        let weigh = |s: &String| s.len() as u64;
+        let _ = a.derived.remember(key, weigh, || "c".repeat(100 * 1024));
+        drop(a);
+        // Counted from a's next lookup on.
+        let _ = sources.lookup(&wanted[0], HOUR);
+        assert_eq!(sources.snapshot_bytes(), alone + 100 * 1024 + 128);
+        // b does not fit beside a and its conversion (200 KiB and more): a, delivered and
+        // least recently asked, is let go with what was made of it.
+        let _ = sources.lookup(&wanted[1], HOUR);
+        sources.idle().await;
+        let b = sources.lookup(&wanted[1], HOUR);
+        assert!(b.snapshot.is_some(), "{:?}", b.error);
+        let held = sources.snapshot_bytes();
+        assert!(
+            held < 200 * 1024,
+            "a and its conversion are still held: {held}"
+        );
     }
 
     #[tokio::test]

@@ -58,7 +58,7 @@ pub(super) async fn reserve(inner: &Arc<Inner>, reads: usize) -> Room {
                 .snapshots
                 .values()
                 .filter(|entry| entry.snapshot.is_some() && !entry.delivered)
-                .map(|entry| entry.bytes)
+                .map(|entry| entry.weight())
                 .sum();
             let taken = undelivered.saturating_add(state.reserved);
             if taken == 0 || taken.saturating_add(bytes) <= budget || Instant::now() >= give_up {

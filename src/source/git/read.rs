@@ -33,12 +33,7 @@ pub fn extract(
     let limits = &policy.limits;
     if path.is_empty() {
         let files = read_tree(&repo, &root, "", limits, deadline)?;
-        return Ok(Snapshot {
-            revision,
-            files,
-            single_file: false,
-            made_at,
-        });
+        return Ok(Snapshot::new(revision, files, false, made_at));
     }
     let entry = root
         .get_path(Path::new(&path))
@@ -50,23 +45,16 @@ pub fn extract(
         return Err(refused);
     }
     match entry.kind() {
-        Some(ObjectType::Blob) => Ok(Snapshot {
-            revision,
-            files: read_one(&repo, entry.id(), &path, limits.config_bytes)?,
-            single_file: true,
-            made_at,
-        }),
+        Some(ObjectType::Blob) => {
+            let files = read_one(&repo, entry.id(), &path, limits.config_bytes)?;
+            Ok(Snapshot::new(revision, files, true, made_at))
+        }
         Some(ObjectType::Tree) => {
             let tree = repo
                 .find_tree(entry.id())
                 .map_err(|e| FetchError::Other(e.to_string()))?;
             let files = read_tree(&repo, &tree, &path, limits, deadline)?;
-            Ok(Snapshot {
-                revision,
-                files,
-                single_file: false,
-                made_at,
-            })
+            Ok(Snapshot::new(revision, files, false, made_at))
         }
         _ => Err(FetchError::PathNotFound { path, revision }),
     }
