@@ -11,6 +11,7 @@ use std::time::Duration;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::policy::Policy;
+use super::tls::TlsMaterial;
 use super::{Content, Credentials, FetchError, Snapshot};
 
 /// Name resolution that drops (and so refuses) disallowed destination addresses.
@@ -119,11 +120,12 @@ pub async fn fetch(
     policy: &Policy,
     url: &str,
     credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
 ) -> Result<Snapshot, FetchError> {
     let seconds = policy.limits.timeout_seconds;
     tokio::time::timeout(
         Duration::from_secs(seconds),
-        fetch_unbounded(client, policy, url, credentials),
+        fetch_unbounded(client, policy, url, credentials, tls),
     )
     .await
     .unwrap_or_else(|_| {
@@ -139,8 +141,10 @@ async fn fetch_unbounded(
     policy: &Policy,
     raw_url: &str,
     credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
 ) -> Result<Snapshot, FetchError> {
-    let (response, target, shown) = follow_redirects(client, policy, raw_url, credentials).await?;
+    let (response, target, shown) =
+        follow_redirects(client, policy, raw_url, credentials, tls).await?;
     let url = shown.as_str();
     let status = response.status();
     if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
@@ -173,6 +177,7 @@ async fn follow_redirects(
     policy: &Policy,
     raw_url: &str,
     credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
 ) -> Result<(reqwest::Response, url::Url, String), FetchError> {
     let mut shown = super::redact_url(raw_url);
     let mut target = checked(policy, raw_url)?;
@@ -183,9 +188,10 @@ async fn follow_redirects(
     loop {
         // Credentials go to a hop only when their Secret allows its URL.
         let hop_credentials = credentials.filter(|c| c.check_url(target.as_str()).is_ok());
-        let response = send(client, target.clone(), hop_credentials)
-            .await
-            .map_err(|e| transport_error(e, &shown, policy))?;
+        let response = match send(client, target.clone(), hop_credentials).await {
+            Ok(response) => response,
+            Err(error) => return Err(explained(error, &target, &shown, policy, tls).await),
+        };
         if !response.status().is_redirection() {
             return Ok((response, target, shown));
         }
@@ -274,6 +280,66 @@ async fn send(
         };
     }
     request.send().await
+}
+
+/// A failed request as a [`FetchError`]. An https connection the server closed after the
+/// handshake is how a server that wants a client certificate refuses one (TLS 1.3 sends
+/// its alert after the handshake): the certificate probe then says why, in TLS's words.
+async fn explained(
+    error: reqwest::Error,
+    target: &url::Url,
+    shown: &str,
+    policy: &Policy,
+    tls: Option<&TlsMaterial>,
+) -> FetchError {
+    let closed = target.scheme() == "https" && closed_after_connecting(&error);
+    let failure = transport_error(error, shown, policy);
+    let FetchError::Unreachable { url, detail } = failure else {
+        return failure;
+    };
+    if !closed {
+        return FetchError::Unreachable { url, detail };
+    }
+    let (policy, raw, tls) = (policy.clone(), target.to_string(), tls.cloned());
+    let probed = tokio::task::spawn_blocking(move || {
+        super::connect_guard::probe_certificate(&policy, &raw, tls.as_ref())
+    })
+    .await
+    .ok()
+    .flatten();
+    match probed {
+        Some(detail) => FetchError::CertificateInvalid { url, detail },
+        None => FetchError::Unreachable { url, detail },
+    }
+}
+
+/// Whether the connection was made and then closed under the request, read from the
+/// error's types (hyper's, or the socket's), never from its message.
+fn closed_after_connecting(error: &reqwest::Error) -> bool {
+    if error.is_connect() || error.is_timeout() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if let Some(hyper) = current.downcast_ref::<hyper::Error>()
+            && (hyper.is_canceled() || hyper.is_incomplete_message() || hyper.is_closed())
+        {
+            return true;
+        }
+        if let Some(io) = current.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::BrokenPipe
+            )
+        {
+            return true;
+        }
+        source = current.source();
+    }
+    false
 }
 
 fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchError {
@@ -390,7 +456,7 @@ mod tests {
     ) -> Result<Snapshot, FetchError> {
         let policy = Arc::new(policy);
         let client = client(policy.clone(), None).unwrap_or_else(|e| panic!("client: {e}"));
-        fetch(&client, &policy, url, credentials).await
+        fetch(&client, &policy, url, credentials, None).await
     }
 
     const ROUTES: &[(&str, u16, &str)] = &[
@@ -574,5 +640,38 @@ mod tests {
             matches!(big, Err(FetchError::TooLarge { limit: 65536, .. })),
             "{big:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_under_the_request_is_told_apart_by_type() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("address: {e}"));
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut head = [0u8; 1024];
+                let _ = stream.read(&mut head).await;
+                // Closed without a word, as a server refusing a client certificate does.
+            }
+        });
+        let client = reqwest::Client::new();
+        let closed = client
+            .get(format!("http://{address}/app.env"))
+            .send()
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("an answer from a server that closed"));
+        assert!(closed_after_connecting(&closed), "{closed:?}");
+        // Nothing listening: the connection was never made.
+        let refused = client
+            .get("http://127.0.0.1:1/app.env")
+            .send()
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("an answer from nowhere"));
+        assert!(!closed_after_connecting(&refused), "{refused:?}");
     }
 }

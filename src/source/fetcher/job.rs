@@ -85,20 +85,6 @@ async fn read_known(
     results
 }
 
-/// hyper's words for a connection that was made and then closed under it.
-pub(super) fn closed_after_connecting(detail: &str) -> bool {
-    let detail = detail.to_ascii_lowercase();
-    [
-        "canceled",
-        "not ready",
-        "connection closed",
-        "reset by peer",
-        "incomplete message",
-    ]
-    .iter()
-    .any(|words| detail.contains(words))
-}
-
 impl Job {
     pub(super) async fn run(self) {
         let started = Instant::now();
@@ -331,36 +317,6 @@ impl Job {
         }
     }
 
-    /// A server refusing our client certificate, or wanting one we do not have (TLS 1.3
-    /// says so after the handshake), can close before hyper has written the request;
-    /// hyper then reports a closed connection, not the server's alert. For an https
-    /// connection that closed, the server is asked again here to say why.
-    async fn explain_closed(
-        &self,
-        result: Result<crate::source::Snapshot, FetchError>,
-        url: &str,
-        tls: Option<crate::source::tls::TlsMaterial>,
-    ) -> Result<crate::source::Snapshot, FetchError> {
-        match result {
-            Err(FetchError::Unreachable { url: shown, detail })
-                if url.starts_with("https://") && closed_after_connecting(&detail) =>
-            {
-                let (policy, raw) = (self.inner.policy.clone(), url.to_owned());
-                let probed = tokio::task::spawn_blocking(move || {
-                    crate::source::connect_guard::probe_certificate(&policy, &raw, tls.as_ref())
-                })
-                .await
-                .ok()
-                .flatten();
-                Err(match probed {
-                    Some(detail) => FetchError::CertificateInvalid { url: shown, detail },
-                    None => FetchError::Unreachable { url: shown, detail },
-                })
-            }
-            other => other,
-        }
-    }
-
     /// What the worker reads for each request: its path, and the revision it has.
     fn reads(&self) -> Vec<Read> {
         self.requests
@@ -411,22 +367,14 @@ impl Job {
         let own_client = tls
             .as_ref()
             .map(|tls| http::client(self.inner.policy.clone(), Some(tls)));
+        let (inner, credentials) = (&self.inner, credentials.as_ref());
         let result = match own_client {
             Some(Err(error)) => Err(error),
             Some(Ok(client)) => {
-                http::fetch(&client, &self.inner.policy, url, credentials.as_ref()).await
+                http::fetch(&client, &inner.policy, url, credentials, tls.as_ref()).await
             }
-            None => {
-                http::fetch(
-                    &self.inner.client,
-                    &self.inner.policy,
-                    url,
-                    credentials.as_ref(),
-                )
-                .await
-            }
+            None => http::fetch(&inner.client, &inner.policy, url, credentials, None).await,
         };
-        let result = self.explain_closed(result, url, tls).await;
         let results = self
             .requests
             .iter()
