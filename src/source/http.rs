@@ -219,28 +219,30 @@ async fn follow_redirects(
     }
 }
 
-/// The body, refused as soon as it passes the policy's size limit.
+/// The body (decompressed), refused as soon as it passes the policy's size limit.
 async fn read_bounded(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     url: &str,
     policy: &Policy,
 ) -> Result<Vec<u8>, FetchError> {
+    use http_body_util::BodyExt;
     let limit = policy.limits.config_bytes.min(policy.limits.download_bytes);
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| transport_error(e, url, policy))?
-    {
-        body.extend_from_slice(&chunk);
-        if body.len() as u64 > limit {
-            return Err(FetchError::TooLarge {
-                what: format!("the file at {url}"),
-                limit,
-            });
-        }
+    let body = reqwest::Body::from(response);
+    let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes().to_vec()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(FetchError::TooLarge {
+            what: format!("the file at {url}"),
+            limit,
+        }),
+        Err(error) => match error.downcast::<reqwest::Error>() {
+            Ok(error) => Err(transport_error(*error, url, policy)),
+            Err(error) => Err(FetchError::Unreachable {
+                url: url.to_owned(),
+                detail: error.to_string(),
+            }),
+        },
     }
-    Ok(body)
 }
 
 /// A URL (the first or a redirect's) that this engine may GET: an allowed http(s)

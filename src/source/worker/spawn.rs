@@ -89,20 +89,15 @@ enum Read {
     Overflow,
 }
 
-/// Reads to the end or to `cap` bytes, whichever comes first.
-async fn read_bounded(mut from: impl AsyncRead + Unpin, cap: usize) -> std::io::Result<Read> {
+/// Reads to the end, or to one byte past `cap` (then it is an overflow).
+async fn read_bounded(from: impl AsyncRead + Unpin, cap: usize) -> std::io::Result<Read> {
     let mut bytes = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let read = from.read(&mut chunk).await?;
-        if read == 0 {
-            return Ok(Read::Whole(bytes));
-        }
-        if bytes.len() + read > cap {
-            return Ok(Read::Overflow);
-        }
-        bytes.extend_from_slice(&chunk[..read]);
-    }
+    from.take(cap as u64 + 1).read_to_end(&mut bytes).await?;
+    Ok(if bytes.len() > cap {
+        Read::Overflow
+    } else {
+        Read::Whole(bytes)
+    })
 }
 
 /// Keeps the last `STDERR_BYTES` of what the worker wrote to stderr.
