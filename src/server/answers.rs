@@ -94,33 +94,25 @@ pub type RouteKey = [u8; 32];
 
 /// The [`RouteKey`] of `hook` on `controller`.
 pub fn route_key(controller: &str, hook: Hook) -> RouteKey {
-    let mut names = blake3::Hasher::new();
-    for name in [controller, hook.as_str()] {
-        names.update(&(name.len() as u64).to_le_bytes());
-        names.update(name.as_bytes());
-    }
-    *names.finalize().as_bytes()
+    crate::hash::Parts::new()
+        .part(controller.as_bytes())
+        .part(hook.as_str().as_bytes())
+        .finish()
 }
 
 /// Hashes a call's request as its body arrives, so that a large body is hashed piece by
-/// piece between reads instead of in one long pass on an async worker.
-///
-/// BLAKE3 keyed with the route's key: the call's key is one pass over the body, fed from
-/// offset 0 (BLAKE3 hashes whole 1 KiB chunks of one update in parallel, so bytes in
-/// front of the body would shift every chunk boundary), with no second hash to bind the
-/// route.
-///
-/// The hasher is boxed: BLAKE3's state is nearly 2 KiB, and held in the call's future
-/// it would be copied with that future at every move.
+/// piece between reads instead of in one long pass on an async worker. Keyed with the
+/// route's key: the call's key is one pass over the body, with no second hash to bind
+/// the route.
 pub struct CallHasher {
-    body: Box<blake3::Hasher>,
+    body: crate::hash::Stream,
 }
 
 impl CallHasher {
     /// A hasher for a call on the route whose key is `route`.
     pub fn new(route: &RouteKey) -> CallHasher {
         CallHasher {
-            body: Box::new(blake3::Hasher::new_keyed(route)),
+            body: crate::hash::Stream::keyed(route),
         }
     }
 
@@ -131,15 +123,14 @@ impl CallHasher {
 
     /// The call's key.
     pub fn finish(&self) -> CallKey {
-        *self.body.finalize().as_bytes()
+        self.body.finish()
     }
 }
 
 /// A content hash of an answer. Metacontroller keys its cache by the root object only,
 /// so the tag must change whenever the bytes do — hence a hash, not a revision.
 pub fn etag_of(bytes: &[u8]) -> HeaderValue {
-    let digest = blake3::hash(bytes).to_hex();
-    let tag = format!("\"{}\"", &digest[..32]);
+    let tag = format!("\"{}\"", crate::hash::digest_hex(bytes, 32));
     // Hex between quotes is always a valid header value.
     HeaderValue::from_str(&tag).unwrap_or_else(|_| HeaderValue::from_static("\"\""))
 }

@@ -133,7 +133,7 @@ impl Credentials {
     /// The fingerprint under another key (the on-disk cache's, which outlives the
     /// process).
     pub fn fingerprint_with(&self, key: &[u8; 32]) -> String {
-        let mut hasher = blake3::Hasher::new_keyed(key);
+        let mut parts = crate::hash::Parts::keyed(key);
         for part in [
             &self.username,
             &self.password,
@@ -141,17 +141,9 @@ impl Credentials {
             &self.identity,
             &self.known_hosts,
         ] {
-            match part {
-                Some(text) => {
-                    hasher.update(&(text.len() as u64).to_le_bytes());
-                    hasher.update(text.as_bytes());
-                }
-                None => {
-                    hasher.update(&u64::MAX.to_le_bytes());
-                }
-            }
+            parts.optional(part.as_deref().map(str::as_bytes));
         }
-        hex::encode(&hasher.finalize().as_bytes()[..12])
+        hex::encode(&parts.finish()[..12])
     }
 
     /// (user, secret) for HTTP basic auth or git's userpass; a token alone goes as the

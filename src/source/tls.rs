@@ -79,13 +79,11 @@ impl TlsMaterial {
     /// Part of the cache keys: a source reached with other trust or another client
     /// certificate is another fetch.
     pub fn fingerprint(&self) -> String {
-        let mut hasher = blake3::Hasher::new();
+        let mut parts = crate::hash::Parts::new();
         for part in [&self.ca_pem, &self.cert_pem, &self.key_pem] {
-            let text = part.as_deref().unwrap_or("\u{0}none");
-            hasher.update(&(text.len() as u64).to_le_bytes());
-            hasher.update(text.as_bytes());
+            parts.part(part.as_deref().unwrap_or("\u{0}none").as_bytes());
         }
-        hex::encode(&hasher.finalize().as_bytes()[..8])
+        hex::encode(&parts.finish()[..8])
     }
 }
 

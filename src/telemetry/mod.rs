@@ -97,8 +97,8 @@ pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let digest = blake3::hash(text.as_bytes()).to_hex();
-    std::borrow::Cow::Owned(format!("{}…#{}", &text[..end], &digest[..12]))
+    let digest = crate::hash::digest_hex(text.as_bytes(), 12);
+    std::borrow::Cow::Owned(format!("{}…#{digest}", &text[..end]))
 }
 
 /// Text from outside (a remote's error message, a URL from a CR) as a log field: written

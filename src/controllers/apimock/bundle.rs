@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use super::definition::{Invalid, MAX_DEFINITION_BYTES, parse_document};
 use super::validate::percent_decode;
-use sha2::{Digest, Sha256};
 
 use crate::controllers::common::conditions::quoted;
 use crate::controllers::common::file_keys;
@@ -70,9 +69,7 @@ impl Bundle {
         if self.is_single() {
             return sha256_hex(self.root_text().as_bytes());
         }
-        let mut hasher = Sha256::new();
-        self.for_each_part(|part| hasher.update(part));
-        hex::encode(hasher.finalize())
+        crate::hash::sha256_hex_of(|write| self.for_each_part(write))
     }
 
     /// Every path and text, length-prefixed so no two bundles read alike, handed to

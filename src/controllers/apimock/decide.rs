@@ -188,13 +188,12 @@ fn analysis_of(candidate: &Candidate<'_>, ctx: &Context) -> Result<Arc<Analysis>
         Candidate::Text(text) => analysis(text, ctx),
         Candidate::Bundle(bundle) if bundle.is_single() => analysis(bundle.root_text(), ctx),
         Candidate::Bundle(bundle) => {
-            let mut hasher = blake3::Hasher::new();
-            bundle.for_each_part(|part| {
-                hasher.update(part);
-            });
+            // The bundle frames its parts itself.
+            let mut parts = crate::hash::Stream::new();
+            bundle.for_each_part(|part| parts.update(part));
             let key = StepKey {
                 step: Step::BundleAnalysis,
-                input: *hasher.finalize().as_bytes(),
+                input: parts.finish(),
             };
             if let Some(hit) = ctx.steps.get(&key) {
                 return Ok(hit);

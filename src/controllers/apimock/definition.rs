@@ -297,7 +297,7 @@ pub fn remembered_analysis(
 ) -> Option<Arc<Analysis>> {
     let key = StepKey {
         step: Step::Analysis,
-        input: *blake3::hash(text.as_bytes()).as_bytes(),
+        input: crate::hash::digest(text.as_bytes()),
     };
     steps.remember_heavy(key, text.len(), deadline, analysis_weight, || analyze(text))
 }

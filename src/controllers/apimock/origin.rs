@@ -10,7 +10,6 @@ use super::definition::Invalid;
 use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
 use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::{ConditionType, Decided};
-use crate::controllers::common::memo::key_of;
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reading::Reads;
@@ -241,7 +240,7 @@ pub(super) fn read<'r>(
 /// copies nor re-parses the files, and the copy counts in the snapshot budget.
 fn bundle_of(snapshot: &Snapshot, root: Option<&str>) -> Arc<Read> {
     let read = || bundle_from(snapshot, root).map(Arc::new);
-    match key_of(&root) {
+    match crate::hash::digest_of(&root) {
         Ok(inputs) => {
             let key = DerivedKey {
                 step: "definition read",

@@ -11,18 +11,6 @@ use std::hash::Hash;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
-/// The key of a memo whose inputs are typed values: a BLAKE3 hash of their JSON
-/// encoding, so every field of the inputs is part of the key, with JSON's own framing
-/// (a value cannot run into the next one).
-///
-/// # Errors
-/// A value that cannot be encoded as JSON (a map with non-string keys).
-pub fn key_of(inputs: &impl serde::Serialize) -> Result<[u8; 32], serde_json::Error> {
-    let mut hasher = blake3::Hasher::new();
-    serde_json::to_writer(&mut hasher, inputs)?;
-    Ok(*hasher.finalize().as_bytes())
-}
-
 /// The weight of one entry; its sum over all entries stays under the memo's capacity.
 pub type Weigh<K, V> = fn(&K, &V) -> u64;
 

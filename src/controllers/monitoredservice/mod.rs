@@ -26,7 +26,6 @@ use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::format_time;
 use crate::controllers::common::config::Config;
 use crate::controllers::common::keep::{observed_children, observed_status};
-use crate::controllers::common::memo;
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
@@ -77,7 +76,7 @@ fn converted_weight(converted: &Converted) -> u64 {
 /// 1 MiB of content: a warm sync reuses the conversion and its hash). Kept with the
 /// snapshot, so it counts in the snapshot budget and goes with the snapshot.
 fn convert(snapshot: &Snapshot, format: Option<ConfigFormat>) -> Result<Arc<Converted>, HookError> {
-    let inputs = memo::key_of(&format)
+    let inputs = crate::hash::digest_of(&format)
         .map_err(|e| HookError::Internal(format!("cannot key a converted config: {e}")))?;
     let key = DerivedKey {
         step: "conversion",
