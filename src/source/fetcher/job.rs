@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Inner, lock, room, snapshot_bytes};
+use super::budget::{self, snapshot_bytes};
+use super::{Inner, lock};
 use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
 use crate::source::{FetchError, Location, SourceRequest, git, http};
 
@@ -237,7 +238,7 @@ impl Job {
         // A turn at a worker first (fair between namespaces), then the repository.
         let slots = lock(&inner.git_slots).clone();
         let _slot = slots.acquire(self.namespaces()).await;
-        let room = room::reserve(&self.inner, reads.len().min(READS_PER_WORKER)).await;
+        let room = budget::reserve(&self.inner, reads.len().min(READS_PER_WORKER)).await;
         let repo_lock = lock(&inner.repo_locks)
             .entry(dir.clone())
             .or_default()
@@ -296,7 +297,7 @@ impl Job {
         };
         let mut outcomes = Vec::with_capacity(rest.len());
         for batch in rest.chunks(READS_PER_WORKER) {
-            let room = room::reserve(&self.inner, batch.len()).await;
+            let room = budget::reserve(&self.inner, batch.len()).await;
             let results = read_known(isolation, template, resolved, batch).await;
             outcomes.extend(self.store(results));
             drop(room);
@@ -357,9 +358,9 @@ impl Job {
     }
 
     /// The results, and the room they take in the snapshot budget until they are stored.
-    async fn run_http(&self, url: &str) -> (Results, room::Room) {
+    async fn run_http(&self, url: &str) -> (Results, budget::Room) {
         let _slot = self.inner.http_slots.acquire(self.namespaces()).await;
-        let room = room::reserve(&self.inner, 1).await;
+        let room = budget::reserve(&self.inner, 1).await;
         self.inner.network_fetches.fetch_add(1, Ordering::SeqCst);
         let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
         let tls = self.requests.iter().find_map(|r| r.tls.clone());

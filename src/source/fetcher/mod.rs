@@ -18,11 +18,11 @@ use super::{
     FetchError, Interest, Refresh, SourceRequest, SourceState, SourceView, Sources, git, http,
 };
 
+mod budget;
 mod cache_dir;
 mod job;
 mod look;
 mod order;
-mod room;
 
 use order::after_running;
 
@@ -163,18 +163,8 @@ struct State {
     last_sweep: Option<Instant>,
     /// Bytes of every snapshot held.
     snapshot_bytes: u64,
-    /// Bytes of the budget running jobs have reserved for what they bring ([`room`]).
+    /// Bytes of the budget running jobs have reserved for what they bring ([`budget`]).
     reserved: u64,
-}
-
-/// What a snapshot costs to hold: its files' bytes and names, and some bookkeeping.
-fn snapshot_bytes(snapshot: &super::Snapshot) -> u64 {
-    let files: usize = snapshot
-        .files
-        .iter()
-        .map(|(name, content)| name.len() + content.len() + 64)
-        .sum();
-    (files + snapshot.revision.len() + 128) as u64
 }
 
 impl State {
@@ -202,46 +192,6 @@ impl State {
         }
         self.last_sweep = Some(now);
     }
-
-    /// Lets the least recently asked snapshots go until those held fit `budget`, never
-    /// one not yet delivered to a parent (those exceed the budget by at most what the
-    /// running jobs fetched since their parents last asked). A parent whose snapshot went
-    /// keeps running what its ConfigMap holds, and a parent that does not hold it gets it
-    /// read again at its next lookup.
-    fn fit(&mut self, budget: u64) -> u64 {
-        let keys: Vec<String> = self.snapshots.keys().cloned().collect();
-        for key in keys {
-            self.reweigh(&key);
-        }
-        let mut let_go = 0;
-        while self.snapshot_bytes > budget {
-            let oldest = self
-                .snapshots
-                .iter()
-                .filter(|(_, entry)| entry.snapshot.is_some() && entry.delivered)
-                .min_by_key(|(_, entry)| entry.last_used)
-                .map(|(key, _)| key.clone());
-            let Some(entry) = oldest.and_then(|key| self.snapshots.get_mut(&key)) else {
-                return let_go;
-            };
-            entry.let_go = entry.snapshot.take().map(|s| s.revision.clone());
-            entry.held = false;
-            self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.weight());
-            (entry.bytes, entry.derived) = (0, 0);
-            let_go += 1;
-        }
-        let_go
-    }
-
-    /// Counts what has been made of `key`'s snapshot since it was last counted.
-    fn reweigh(&mut self, key: &str) {
-        let Some(entry) = self.snapshots.get_mut(key) else {
-            return;
-        };
-        let now = entry.snapshot.as_ref().map_or(0, |s| s.derived.bytes());
-        let before = std::mem::replace(&mut entry.derived, now);
-        self.snapshot_bytes = self.snapshot_bytes.saturating_sub(before) + now;
-    }
 }
 
 struct Inner {
@@ -263,7 +213,7 @@ struct Inner {
     reserving: Mutex<()>,
     /// Told whenever a job ends, for [`Fetcher::idle`].
     job_ended: tokio::sync::Notify,
-    /// Told when a parent takes a snapshot or a job gives its room back ([`room`]).
+    /// Told when a parent takes a snapshot or a job gives its room back ([`budget`]).
     room_freed: tokio::sync::Notify,
     /// Jobs waiting for room in the snapshot budget.
     waiting_for_room: AtomicU64,

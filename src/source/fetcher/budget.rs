@@ -1,4 +1,5 @@
-//! Room in the snapshot budget for what a job is about to bring.
+//! The snapshot budget (`--snapshot-memory-bytes`): what a snapshot weighs, letting the
+//! least recently asked go, and room for what a job is about to bring.
 //!
 //! A snapshot not yet delivered to its parent is never let go, so the budget can only
 //! hold if jobs do not bring more than it has room for. A job therefore reserves room
@@ -16,7 +17,59 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Inner, lock};
+use super::{Inner, State, lock};
+
+/// What a snapshot costs to hold: its files' bytes and names, and some bookkeeping.
+pub(super) fn snapshot_bytes(snapshot: &crate::source::Snapshot) -> u64 {
+    let files: usize = snapshot
+        .files
+        .iter()
+        .map(|(name, content)| name.len() + content.len() + 64)
+        .sum();
+    (files + snapshot.revision.len() + 128) as u64
+}
+
+impl State {
+    /// Lets the least recently asked snapshots go until those held fit `budget`, never
+    /// one not yet delivered to a parent (those exceed the budget by at most what the
+    /// running jobs fetched since their parents last asked). A parent whose snapshot went
+    /// keeps running what its ConfigMap holds, and a parent that does not hold it gets it
+    /// read again at its next lookup.
+    pub(super) fn fit(&mut self, budget: u64) -> u64 {
+        let keys: Vec<String> = self.snapshots.keys().cloned().collect();
+        for key in keys {
+            self.reweigh(&key);
+        }
+        let mut let_go = 0;
+        while self.snapshot_bytes > budget {
+            let oldest = self
+                .snapshots
+                .iter()
+                .filter(|(_, entry)| entry.snapshot.is_some() && entry.delivered)
+                .min_by_key(|(_, entry)| entry.last_used)
+                .map(|(key, _)| key.clone());
+            let Some(entry) = oldest.and_then(|key| self.snapshots.get_mut(&key)) else {
+                return let_go;
+            };
+            entry.let_go = entry.snapshot.take().map(|s| s.revision.clone());
+            entry.held = false;
+            self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.weight());
+            (entry.bytes, entry.derived) = (0, 0);
+            let_go += 1;
+        }
+        let_go
+    }
+
+    /// Counts what has been made of `key`'s snapshot since it was last counted.
+    pub(super) fn reweigh(&mut self, key: &str) {
+        let Some(entry) = self.snapshots.get_mut(key) else {
+            return;
+        };
+        let now = entry.snapshot.as_ref().map_or(0, |s| s.derived.bytes());
+        let before = std::mem::replace(&mut entry.derived, now);
+        self.snapshot_bytes = self.snapshot_bytes.saturating_sub(before) + now;
+    }
+}
 
 /// Room reserved in the snapshot budget; given back when dropped.
 pub(super) struct Room {
