@@ -22,36 +22,52 @@ pub struct ProxyUrl {
     pub credentials: Option<String>,
 }
 
+/// Why a proxy URL cannot be used (shown without its credentials).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
+pub enum ProxyError {
+    #[error("the proxy {shown:?} is not a URL: {problem}")]
+    NotUrl { shown: String, problem: String },
+    #[error(
+        "the proxy {shown:?} must be an http:// URL (the connection to the proxy itself is plain; https destinations are tunnelled with CONNECT)"
+    )]
+    NotHttp { shown: String },
+    #[error("the proxy {shown:?} has no host")]
+    NoHost { shown: String },
+    #[error("the proxy {shown:?} has a path; give host and port only")]
+    HasPath { shown: String },
+}
+
 impl ProxyUrl {
     /// Parses `http://[user:password@]host[:port]` (port 80 when left out).
     ///
     /// # Errors
     /// Not a URL, another scheme than http, no host, or a path.
-    pub fn parse(raw: &str) -> Result<ProxyUrl, String> {
+    pub fn parse(raw: &str) -> Result<ProxyUrl, ProxyError> {
         let with_scheme = if raw.contains("://") {
             raw.to_owned()
         } else {
             format!("http://{raw}")
         };
         let shown = super::redact_url(raw);
-        let url = url::Url::parse(&with_scheme)
-            .map_err(|e| format!("the proxy {shown:?} is not a URL: {e}"))?;
+        let url = url::Url::parse(&with_scheme).map_err(|e| ProxyError::NotUrl {
+            shown: shown.clone(),
+            problem: e.to_string(),
+        })?;
         if url.scheme() != "http" {
-            return Err(format!(
-                "the proxy {shown:?} must be an http:// URL (the connection to the proxy itself is plain; https destinations are tunnelled with CONNECT)"
-            ));
+            return Err(ProxyError::NotHttp { shown });
         }
         let host = url
             .host_str()
             .filter(|h| !h.is_empty())
-            .ok_or_else(|| format!("the proxy {shown:?} has no host"))?
+            .ok_or_else(|| ProxyError::NoHost {
+                shown: shown.clone(),
+            })?
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
         if !matches!(url.path(), "" | "/") {
-            return Err(format!(
-                "the proxy {shown:?} has a path; give host and port only"
-            ));
+            return Err(ProxyError::HasPath { shown });
         }
         let credentials = (!url.username().is_empty()).then(|| {
             let decode = |s: &str| {
@@ -118,13 +134,13 @@ impl Proxies {
         flag: Option<&str>,
         credentials: Option<String>,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Proxies, String> {
+    ) -> Result<Proxies, ProxyError> {
         let var = |name: &str| {
             env(&name.to_ascii_lowercase())
                 .or_else(|| env(name))
                 .filter(|v| !v.trim().is_empty())
         };
-        let parse = |raw: Option<String>| -> Result<Option<ProxyUrl>, String> {
+        let parse = |raw: Option<String>| -> Result<Option<ProxyUrl>, ProxyError> {
             let Some(raw) = raw else { return Ok(None) };
             let mut proxy = ProxyUrl::parse(raw.trim())?;
             if let Some(credentials) = &credentials {
@@ -300,14 +316,23 @@ mod tests {
             from_file.https.unwrap().credentials.as_deref(),
             Some("u:from-file")
         );
-        for bad in ["https://p:1", "socks5://p:1", "http://p:1/path", "http://"] {
-            let error = ProxyUrl::parse(bad).unwrap_err();
-            assert!(!error.contains("p%40ss"), "{error}");
-        }
+        let kinds: Vec<ProxyError> = ["https://p:1", "socks5://p:1", "http://p:1/path", "http://"]
+            .iter()
+            .map(|bad| ProxyUrl::parse(bad).unwrap_err())
+            .collect();
         assert!(
-            !ProxyUrl::parse("https://user:secret@p:1")
-                .unwrap_err()
-                .contains("secret")
+            matches!(
+                kinds.as_slice(),
+                [
+                    ProxyError::NotHttp { .. },
+                    ProxyError::NotHttp { .. },
+                    ProxyError::HasPath { .. },
+                    ProxyError::NotUrl { .. } | ProxyError::NoHost { .. }
+                ]
+            ),
+            "{kinds:?}"
         );
+        let error = ProxyUrl::parse("https://user:secret@p:1").unwrap_err();
+        assert!(!error.to_string().contains("secret"), "{error}");
     }
 }

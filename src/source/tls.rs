@@ -57,20 +57,19 @@ impl TlsMaterial {
     ///
     /// # Errors
     /// The key and the problem, in words for the Secret's owner.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), MaterialError> {
+        let in_key = |key: &'static str| move |problem| MaterialError::Key { key, problem };
         if let Some(ca) = &self.ca_pem {
-            certificates(ca).map_err(|e| format!("`ca.crt`: {e}"))?;
+            certificates(ca).map_err(in_key("ca.crt"))?;
         }
         match (&self.cert_pem, &self.key_pem) {
             (Some(cert), Some(key)) => {
-                certificates(cert).map_err(|e| format!("`tls.crt`: {e}"))?;
-                private_key(key).map_err(|e| format!("`tls.key`: {e}"))?;
+                certificates(cert).map_err(in_key("tls.crt"))?;
+                private_key(key).map_err(in_key("tls.key"))?;
             }
-            (Some(_), None) => return Err("`tls.crt` needs `tls.key` beside it".to_owned()),
-            (None, Some(_)) => return Err("`tls.key` needs `tls.crt` beside it".to_owned()),
-            (None, None) if self.ca_pem.is_none() => {
-                return Err("it needs `ca.crt`, or `tls.crt` and `tls.key`".to_owned());
-            }
+            (Some(_), None) => return Err(MaterialError::CertificateWithoutKey),
+            (None, Some(_)) => return Err(MaterialError::KeyWithoutCertificate),
+            (None, None) if self.ca_pem.is_none() => return Err(MaterialError::Empty),
             (None, None) => {}
         }
         Ok(())
@@ -87,34 +86,58 @@ impl TlsMaterial {
     }
 }
 
+/// Why a Secret's TLS material cannot be used, in words for the Secret's owner.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
+pub enum MaterialError {
+    #[error("`{key}`: {problem}")]
+    Key {
+        key: &'static str,
+        problem: PemError,
+    },
+    #[error("`tls.crt` needs `tls.key` beside it")]
+    CertificateWithoutKey,
+    #[error("`tls.key` needs `tls.crt` beside it")]
+    KeyWithoutCertificate,
+    #[error("it needs `ca.crt`, or `tls.crt` and `tls.key`")]
+    Empty,
+}
+
+/// Why PEM text holds no usable certificate or key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
+pub enum PemError {
+    #[error("{bytes} bytes; at most {MAX_PEM_BYTES} are read")]
+    TooLarge { bytes: usize },
+    #[error("not PEM: {0}")]
+    NotPem(String),
+    #[error("no `BEGIN CERTIFICATE` block in it")]
+    NoCertificate,
+    #[error("no private key (PKCS#8, PKCS#1 or SEC1 PEM) in it: {0}")]
+    NoPrivateKey(String),
+}
+
 /// Every certificate in `pem`; at least one.
 ///
 /// # Errors
 /// Too large, not PEM, or no certificate in it.
-pub fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, PemError> {
     if pem.len() > MAX_PEM_BYTES {
-        return Err(format!(
-            "{} bytes; at most {MAX_PEM_BYTES} are read",
-            pem.len()
-        ));
+        return Err(PemError::TooLarge { bytes: pem.len() });
     }
     let found: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem.as_bytes()).collect();
-    let found = found.map_err(|e| format!("not PEM: {e}"))?;
+    let found = found.map_err(|e| PemError::NotPem(e.to_string()))?;
     if found.is_empty() {
-        return Err("no `BEGIN CERTIFICATE` block in it".to_owned());
+        return Err(PemError::NoCertificate);
     }
     Ok(found)
 }
 
-fn private_key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
+fn private_key(pem: &str) -> Result<PrivateKeyDer<'static>, PemError> {
     if pem.len() > MAX_PEM_BYTES {
-        return Err(format!(
-            "{} bytes; at most {MAX_PEM_BYTES} are read",
-            pem.len()
-        ));
+        return Err(PemError::TooLarge { bytes: pem.len() });
     }
-    PrivateKeyDer::from_pem_slice(pem.as_bytes())
-        .map_err(|e| format!("no private key (PKCS#8, PKCS#1 or SEC1 PEM) in it: {e}"))
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| PemError::NoPrivateKey(e.to_string()))
 }
 
 /// The TLS client settings for a fetch: roots, extra CAs and a client certificate.
@@ -160,14 +183,14 @@ pub fn client_config(
         material.and_then(|m| Some((m, m.cert_pem.as_deref()?, m.key_pem.as_deref()?)));
     let mut config = match client_pair {
         Some((m, cert, key)) => {
-            let whence = |part: &str, e: String| {
+            let whence = |part: &str, e: &dyn std::fmt::Display| {
                 FetchError::Other(format!("`{part}` of Secret {:?}: {e}", m.secret))
             };
-            let chain = certificates(cert).map_err(|e| whence("tls.crt", e))?;
-            let key = private_key(key).map_err(|e| whence("tls.key", e))?;
+            let chain = certificates(cert).map_err(|e| whence("tls.crt", &e))?;
+            let key = private_key(key).map_err(|e| whence("tls.key", &e))?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| whence("tls.key", e.to_string()))?
+                .map_err(|e| whence("tls.key", &e))?
         }
         None => builder.with_no_client_auth(),
     };
@@ -216,11 +239,32 @@ fn is_certificate_error(error: &rustls::Error) -> bool {
 ///
 /// # Errors
 /// The file cannot be read or holds no certificate.
-pub fn read_ca_file(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read --source-ca-file {}: {e}", path.display()))?;
-    certificates(&text).map_err(|e| format!("--source-ca-file {}: {e}", path.display()))?;
+pub fn read_ca_file(path: &std::path::Path) -> Result<String, CaFileError> {
+    let text = std::fs::read_to_string(path).map_err(|error| CaFileError::Unreadable {
+        path: path.to_owned(),
+        error: error.to_string(),
+    })?;
+    certificates(&text).map_err(|problem| CaFileError::Invalid {
+        path: path.to_owned(),
+        problem,
+    })?;
     Ok(text)
+}
+
+/// Why `--source-ca-file` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
+pub enum CaFileError {
+    #[error("cannot read --source-ca-file {}: {error}", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        error: String,
+    },
+    #[error("--source-ca-file {}: {problem}", path.display())]
+    Invalid {
+        path: std::path::PathBuf,
+        problem: PemError,
+    },
 }
 
 #[cfg(test)]
@@ -248,17 +292,36 @@ mod tests {
         assert_eq!(material(Some(&cert), None, None).validate(), Ok(()));
         assert_eq!(material(None, Some(&cert), Some(&key)).validate(), Ok(()));
         let error = material(Some("junk"), None, None).validate().unwrap_err();
-        assert!(
-            error.contains("ca.crt") && error.contains("BEGIN CERTIFICATE"),
-            "{error}"
+        assert_eq!(
+            error,
+            MaterialError::Key {
+                key: "ca.crt",
+                problem: PemError::NoCertificate
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "`ca.crt`: no `BEGIN CERTIFICATE` block in it"
         );
         let error = material(None, Some(&cert), None).validate().unwrap_err();
-        assert!(error.contains("needs `tls.key`"), "{error}");
+        assert_eq!(error, MaterialError::CertificateWithoutKey);
         let error = material(None, Some(&cert), Some(&cert))
             .validate()
             .unwrap_err();
-        assert!(error.contains("tls.key"), "{error}");
-        assert!(material(None, None, None).validate().is_err());
+        assert!(
+            matches!(
+                error,
+                MaterialError::Key {
+                    key: "tls.key",
+                    problem: PemError::NoPrivateKey(_)
+                }
+            ),
+            "{error}"
+        );
+        assert_eq!(
+            material(None, None, None).validate(),
+            Err(MaterialError::Empty)
+        );
         assert!(client_config(None, Some(&material(None, Some(&cert), Some(&key)))).is_ok());
         assert_ne!(
             material(Some(&cert), None, None).fingerprint(),
