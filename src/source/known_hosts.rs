@@ -62,30 +62,26 @@ impl KnownHosts {
     /// # Errors
     /// Too large, too many lines, or a line that is not `[marker] hosts type key`; the
     /// message names the line.
-    pub fn parse(text: &str) -> Result<KnownHosts, String> {
+    pub fn parse(text: &str) -> Result<KnownHosts, KnownHostsError> {
         if text.len() > MAX_BYTES {
-            return Err(format!(
-                "known_hosts is {} bytes; at most {MAX_BYTES} are read",
-                text.len()
-            ));
+            return Err(KnownHostsError::TooLarge { bytes: text.len() });
         }
         let mut entries = Vec::new();
         for (index, line) in text.lines().enumerate() {
             if index >= MAX_LINES {
-                return Err(format!(
-                    "known_hosts has more than {MAX_LINES} lines; at most {MAX_LINES} are read"
-                ));
+                return Err(KnownHostsError::TooManyLines);
             }
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            entries.push(
-                parse_line(line).map_err(|why| format!("known_hosts line {}: {why}", index + 1))?,
-            );
+            entries.push(parse_line(line).map_err(|problem| KnownHostsError::Line {
+                number: index + 1,
+                problem,
+            })?);
         }
         if entries.is_empty() {
-            return Err("known_hosts lists no host keys".to_owned());
+            return Err(KnownHostsError::NoKeys);
         }
         Ok(KnownHosts { entries })
     }
@@ -171,33 +167,64 @@ fn host_names(host: &str, port: u16) -> Vec<String> {
     }
 }
 
-fn parse_line(line: &str) -> Result<Entry, String> {
+/// Why a known_hosts text cannot be used; a line's problem names the line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
+pub enum KnownHostsError {
+    #[error("known_hosts is {bytes} bytes; at most {MAX_BYTES} are read")]
+    TooLarge { bytes: usize },
+    #[error("known_hosts has more than {MAX_LINES} lines; at most {MAX_LINES} are read")]
+    TooManyLines,
+    #[error("known_hosts line {number}: {problem}")]
+    Line { number: usize, problem: LineError },
+    #[error("known_hosts lists no host keys")]
+    NoKeys,
+}
+
+/// What is wrong with one known_hosts line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is described by its #[error] message
+pub enum LineError {
+    #[error("@cert-authority lines are not supported; list the host keys themselves")]
+    CertAuthority,
+    #[error("unknown marker @{0}")]
+    UnknownMarker(String),
+    #[error("expected `hosts key-type base64-key`")]
+    Fields,
+    #[error("the key is not base64: {0}")]
+    KeyNotBase64(String),
+    #[error("the key is not a {0} key")]
+    KeyType(String),
+    #[error("a hashed host is `|1|salt|hash`")]
+    HashedHost,
+    #[error("the hashed host is not base64: {0}")]
+    HashedHostNotBase64(String),
+    #[error("no host pattern")]
+    NoHostPattern,
+}
+
+fn parse_line(line: &str) -> Result<Entry, LineError> {
     let mut fields = line.split_whitespace();
     let mut first = fields.next().unwrap_or_default();
     let mut revoked = false;
     if let Some(marker) = first.strip_prefix('@') {
         match marker {
             "revoked" => revoked = true,
-            "cert-authority" => {
-                return Err(
-                    "@cert-authority lines are not supported; list the host keys themselves"
-                        .to_owned(),
-                );
-            }
-            other => return Err(format!("unknown marker @{other}")),
+            "cert-authority" => return Err(LineError::CertAuthority),
+            other => return Err(LineError::UnknownMarker(other.to_owned())),
         }
         first = fields.next().unwrap_or_default();
     }
     let (Some(key_type), Some(key_text)) = (fields.next(), fields.next()) else {
-        return Err("expected `hosts key-type base64-key`".to_owned());
+        return Err(LineError::Fields);
     };
     let key = base64::engine::general_purpose::STANDARD
         .decode(key_text)
-        .map_err(|e| format!("the key is not base64: {e}"))?;
+        .map_err(|e| LineError::KeyNotBase64(e.to_string()))?;
     // The blob starts with its own type name (RFC 4253 §6.6): a line whose type and
     // blob disagree is a paste error.
     if blob_type(&key) != Some(key_type) {
-        return Err(format!("the key is not a {key_type} key"));
+        return Err(LineError::KeyType(key_type.to_owned()));
     }
     Ok(Entry {
         hosts: parse_hosts(first)?,
@@ -213,15 +240,13 @@ fn blob_type(blob: &[u8]) -> Option<&str> {
     std::str::from_utf8(blob.get(4..4 + length)?).ok()
 }
 
-fn parse_hosts(field: &str) -> Result<Hosts, String> {
+fn parse_hosts(field: &str) -> Result<Hosts, LineError> {
     if let Some(hashed) = field.strip_prefix("|1|") {
-        let (salt, digest) = hashed
-            .split_once('|')
-            .ok_or_else(|| "a hashed host is `|1|salt|hash`".to_owned())?;
+        let (salt, digest) = hashed.split_once('|').ok_or(LineError::HashedHost)?;
         let decode = |text: &str| {
             base64::engine::general_purpose::STANDARD
                 .decode(text)
-                .map_err(|e| format!("the hashed host is not base64: {e}"))
+                .map_err(|e| LineError::HashedHostNotBase64(e.to_string()))
         };
         return Ok(Hosts::Hashed {
             salt: decode(salt)?,
@@ -234,7 +259,7 @@ fn parse_hosts(field: &str) -> Result<Hosts, String> {
         .map(str::to_ascii_lowercase)
         .collect();
     if patterns.is_empty() {
-        return Err("no host pattern".to_owned());
+        return Err(LineError::NoHostPattern);
     }
     Ok(Hosts::Patterns(patterns))
 }
@@ -381,21 +406,31 @@ mod tests {
             base64::engine::general_purpose::STANDARD.encode(blob("ssh-ed25519", b"k"))
         );
         let error = KnownHosts::parse(&format!("# c\n\n{wrong_type}")).unwrap_err();
-        assert!(
-            error.contains("line 3") && error.contains("not a ssh-rsa key"),
-            "{error}"
+        assert_eq!(
+            error,
+            KnownHostsError::Line {
+                number: 3,
+                problem: LineError::KeyType("ssh-rsa".to_owned())
+            }
         );
-        assert!(
-            KnownHosts::parse("@cert-authority *.example ssh-ed25519 AAAA")
-                .unwrap_err()
-                .contains("not supported")
+        assert_eq!(
+            error.to_string(),
+            "known_hosts line 3: the key is not a ssh-rsa key"
         );
-        assert!(
-            KnownHosts::parse("# nothing")
-                .unwrap_err()
-                .contains("no host keys")
+        assert_eq!(
+            KnownHosts::parse("@cert-authority *.example ssh-ed25519 AAAA"),
+            Err(KnownHostsError::Line {
+                number: 1,
+                problem: LineError::CertAuthority
+            })
         );
-        assert!(KnownHosts::parse(&"x".repeat(MAX_BYTES + 1)).is_err());
+        assert_eq!(KnownHosts::parse("# nothing"), Err(KnownHostsError::NoKeys));
+        assert_eq!(
+            KnownHosts::parse(&"x".repeat(MAX_BYTES + 1)),
+            Err(KnownHostsError::TooLarge {
+                bytes: MAX_BYTES + 1
+            })
+        );
     }
 
     #[test]
