@@ -646,19 +646,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_closed_under_the_request_is_told_apart_by_type() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
-        let address = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("address: {e}"));
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut head = [0u8; 1024];
-                let _ = stream.read(&mut head).await;
-                // Closed without a word, as a server refusing a client certificate does.
-            }
-        });
+        // Closed without a word, as a server refusing a client certificate does.
+        let (address, _) = serve_replies(|_| Vec::new()).await;
         let client = reqwest::Client::new();
         let closed = client
             .get(format!("http://{address}/app.env"))
