@@ -50,7 +50,7 @@ command -v tinyproxy >/dev/null 2>&1 || [ -x /usr/bin/tinyproxy ] || missing+=(t
 # git http-backend, and openssl for its password file.
 [ -x /usr/sbin/apache2 ] || missing+=(apache2-bin)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-# shellcheck: actionlint checks the release workflow's scripts with it.
+# Debian's shellcheck: actionlint checks the release workflow's scripts with it.
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]}"
@@ -136,7 +136,8 @@ fi
 export METAHOOKS_NGINX="$unpacked/usr/sbin/nginx"
 export METAHOOKS_FCGIWRAP="$unpacked/usr/sbin/fcgiwrap"
 export METAHOOKS_FCGI_LIBS="$unpacked/usr/lib/x86_64-linux-gnu"
-export METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
+METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
+export METAHOOKS_TINYPROXY
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 step "cargo test" cargo test --locked --workspace --all-targets --no-fail-fast
@@ -144,34 +145,37 @@ step "cargo test" cargo test --locked --workspace --all-targets --no-fail-fast
 step "image check: the runtime stage provides every library the binary links" \
   ./scripts/check-image.sh "${CARGO_TARGET_DIR:-target}/debug/metahooks"
 
-# The release workflow cannot run here; actionlint (pinned in requirements.txt, with
-# shellcheck for its scripts) checks its syntax, expressions, permissions and actions.
+# The release workflow cannot run here; actionlint (pinned in requirements.txt, using
+# Debian's shellcheck on its scripts) checks its syntax, expressions, permissions and
+# actions.
 step "actionlint .github/workflows" "$TOOLS/venv/bin/actionlint" -shellcheck shellcheck
 
 render_manifests() {
+  # grep -c, not grep -q: -q stops reading at the first match, and under pipefail the
+  # writer's SIGPIPE then fails the step (it did, once in CI).
   kubectl kustomize manifests/ > /dev/null
   kubectl kustomize manifests/crds/ > /dev/null
-  kubectl kustomize overlays/production/ | grep -q "namespace: platform-metahooks"
+  kubectl kustomize overlays/production/ | grep -c "namespace: platform-metahooks" > /dev/null
   # The optional push-receivers component, through an overlay outside manifests/ (an
   # overlay inside the base's directory is a cycle to kustomize).
   local overlay="$TOOLS/overlay-receivers" base
   mkdir -p "$overlay"
   base=$(realpath --relative-to="$overlay" manifests)
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/receivers]\n' "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -q METAHOOKS_RECEIVER_LISTEN
+  kubectl kustomize "$overlay" | grep -c METAHOOKS_RECEIVER_LISTEN > /dev/null
   overlay="$TOOLS/overlay-monitoring"
   mkdir -p "$overlay"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/monitoring]\n' "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -q "kind: PrometheusRule"
+  kubectl kustomize "$overlay" | grep -c "kind: PrometheusRule" > /dev/null
   # config-monitor's group, opt-in: the registration (following a moved namespace) and its CRD.
   overlay="$TOOLS/overlay-config-monitor"
   mkdir -p "$overlay"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: elsewhere\nresources: [%s]\ncomponents: [%s/config-monitor]\ntransformers: [%s/retarget]\n' "$base" "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -A30 "name: monitoredservice-config-monitor" | grep -q "namespace: elsewhere"
+  kubectl kustomize "$overlay" | grep -A30 "name: monitoredservice-config-monitor" | grep -c "namespace: elsewhere" > /dev/null
   overlay="$TOOLS/overlay-config-monitor-crds"
   mkdir -p "$overlay"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s/crds]\ncomponents: [%s/crds/config-monitor]\n' "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -q "name: monitoredservices.services.example.com"
+  kubectl kustomize "$overlay" | grep -c "name: monitoredservices.services.example.com" > /dev/null
   echo "manifests render (the CRDs apart, the production overlay, and with the receivers, monitoring and config-monitor components)"
 }
 if command -v kubectl >/dev/null 2>&1; then
