@@ -302,7 +302,7 @@ impl<F: Fn() -> Gauges + Send + Sync + 'static> prometheus_client::collector::Co
             ),
             (
                 "metahooks_source_snapshot_bytes",
-                "Bytes of fetched files held in memory",
+                "Bytes of fetched files held in memory, with what was made of them",
                 to_i64(now.snapshot_bytes),
             ),
             (

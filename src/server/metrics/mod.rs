@@ -149,7 +149,7 @@ impl Metrics {
         let step_memo = gauge(
             &mut registry,
             "metahooks_step_memo_bytes",
-            "Bytes of remembered steps: validated definitions, read and converted snapshots (--step-memo-bytes at most)",
+            "Bytes of remembered steps: validated definitions (--step-memo-bytes at most)",
         );
         let bodies = gauge(
             &mut registry,
