@@ -125,12 +125,53 @@ fn router(state: Arc<Receiver>) -> Router {
         .with_state(state)
 }
 
-/// Why a push was refused: the status, a CamelCase reason and a sentence.
-struct Refused(StatusCode, &'static str, String);
+/// Why a push was refused, answered with its status, a CamelCase reason and the message.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("no receiver for {0:?}: github, gitlab, gitea or generic")]
+    UnknownForge(String),
+    #[error("{MAX_IN_FLIGHT} pushes are being handled; retry")]
+    Busy,
+    #[error("the payload is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the payload names no repository URL")]
+    NoRepository,
+    #[error(transparent)]
+    BadSignature(#[from] verify::Rejected),
+    #[error("the payload is over {MAX_BODY_BYTES} bytes")]
+    TooLarge,
+    #[error("the payload took longer than {} s", BODY_TIMEOUT.as_secs())]
+    Timeout,
+}
+
+impl Refused {
+    fn status(&self) -> StatusCode {
+        match self {
+            Refused::UnknownForge(_) => StatusCode::NOT_FOUND,
+            Refused::Busy => StatusCode::TOO_MANY_REQUESTS,
+            Refused::NotJson(_) | Refused::NoRepository => StatusCode::BAD_REQUEST,
+            Refused::BadSignature(_) => StatusCode::UNAUTHORIZED,
+            Refused::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Refused::Timeout => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Refused::UnknownForge(_) => "UnknownForge",
+            Refused::Busy => "Busy",
+            Refused::NotJson(_) => "NotJSON",
+            Refused::NoRepository => "NoRepository",
+            Refused::BadSignature(_) => "BadSignature",
+            Refused::TooLarge => "TooLarge",
+            Refused::Timeout => "Timeout",
+        }
+    }
+}
 
 impl IntoResponse for Refused {
     fn into_response(self) -> Response {
-        let Refused(status, reason, message) = self;
+        let (status, reason, message) = (self.status(), self.reason(), self.to_string());
         tracing::warn!(status = status.as_u16(), reason, %message, "push refused");
         (status, Json(json!({"reason": reason, "message": message}))).into_response()
     }
@@ -156,19 +197,11 @@ async fn push(
     body: Body,
 ) -> Result<Response, Refused> {
     let Some(forge) = Forge::from_segment(forge) else {
-        return Err(Refused(
-            StatusCode::NOT_FOUND,
-            "UnknownForge",
-            format!("no receiver for {forge:?}: github, gitlab, gitea or generic"),
-        ));
+        return Err(Refused::UnknownForge(forge.to_owned()));
     };
     let body = authenticated(forge, headers, body, &receiver.secret).await?;
     let Ok(_permit) = receiver.in_flight.try_acquire() else {
-        return Err(Refused(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Busy",
-            format!("{MAX_IN_FLIGHT} pushes are being handled; retry"),
-        ));
+        return Err(Refused::Busy);
     };
     if headers
         .get("x-github-event")
@@ -191,20 +224,10 @@ async fn push(
 
 /// Fetches now every remote of the repositories a verified payload names.
 fn fetch_named(receiver: &Receiver, body: &[u8]) -> Result<Response, Refused> {
-    let payload: Value = serde_json::from_slice(body).map_err(|error| {
-        Refused(
-            StatusCode::BAD_REQUEST,
-            "NotJSON",
-            format!("the payload is not JSON: {error}"),
-        )
-    })?;
+    let payload: Value = serde_json::from_slice(body).map_err(Refused::NotJson)?;
     let repositories = repository::named_in(&payload);
     if repositories.is_empty() {
-        return Err(Refused(
-            StatusCode::BAD_REQUEST,
-            "NoRepository",
-            "the payload names no repository URL".to_owned(),
-        ));
+        return Err(Refused::NoRepository);
     }
     let remotes: usize = repositories
         .iter()
@@ -227,16 +250,9 @@ async fn authenticated(
     body: Body,
     secret: &[u8],
 ) -> Result<axum::body::Bytes, Refused> {
-    let bad_signature = |rejected: verify::Rejected| {
-        Refused(
-            StatusCode::UNAUTHORIZED,
-            "BadSignature",
-            rejected.to_string(),
-        )
-    };
-    verify::precheck(forge, headers, secret).map_err(bad_signature)?;
+    verify::precheck(forge, headers, secret)?;
     let body = read_payload(body).await?;
-    verify::verify(forge, headers, &body, secret).map_err(bad_signature)?;
+    verify::verify(forge, headers, &body, secret)?;
     Ok(body)
 }
 
@@ -273,15 +289,7 @@ impl Receiver {
 async fn read_payload(body: Body) -> Result<axum::body::Bytes, Refused> {
     match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(_)) => Err(Refused(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "TooLarge",
-            format!("the payload is over {MAX_BODY_BYTES} bytes"),
-        )),
-        Err(_) => Err(Refused(
-            StatusCode::REQUEST_TIMEOUT,
-            "Timeout",
-            format!("the payload took longer than {} s", BODY_TIMEOUT.as_secs()),
-        )),
+        Ok(Err(_)) => Err(Refused::TooLarge),
+        Err(_) => Err(Refused::Timeout),
     }
 }
