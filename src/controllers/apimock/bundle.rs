@@ -95,7 +95,7 @@ impl Bundle {
 /// The ConfigMap key of a path (`/` cannot be in a key); a path [`gather`] kept
 /// always has one.
 fn config_key(path: &str) -> String {
-    file_keys::key_of(path).unwrap_or_else(|_| path.replace('/', "__"))
+    file_keys::config_map_key(path).unwrap_or_else(|_| path.replace('/', "__"))
 }
 
 /// The root of a directory: `root` when given, else the first conventional name present.
@@ -183,8 +183,8 @@ pub fn gather(files: &BTreeMap<String, Content>, root: &str) -> Result<(Bundle, 
         root: root.to_owned(),
         files: gathered.texts,
     };
-    file_keys::keys_of(bundle.files.keys().map(String::as_str))
-        .map_err(|message| Invalid::new(Reason::UnsupportedFileName, message))?;
+    file_keys::config_map_keys(bundle.files.keys().map(String::as_str))
+        .map_err(|error| Invalid::new(Reason::UnsupportedFileName, error.to_string()))?;
     Ok((bundle, operations))
 }
 
@@ -250,12 +250,12 @@ impl Gathering<'_> {
         // walked: each reference inside a file copies and compares that file's path, so a
         // path of 100 KB named by 50,000 references cost half a second before the keys
         // were checked at the end.
-        file_keys::key_of(path).map_err(|why| {
+        file_keys::config_map_key(path).map_err(|why| {
             Invalid::new(
                 Reason::UnsupportedFileName,
                 match from {
                     Some((file, reference)) => format!("{file}: $ref {}: {why}", quoted(reference)),
-                    None => why,
+                    None => why.to_string(),
                 },
             )
         })?;

@@ -252,8 +252,8 @@ fn env_data(snapshot: &Snapshot) -> Result<BTreeMap<String, String>, Problem> {
 
 /// Every file of a snapshot under a ConfigMap key (`a/b.conf` → `a__b.conf`).
 fn files_data(snapshot: &Snapshot, content: &mut ConfigContent) -> Result<(), Problem> {
-    let keys = file_keys::keys_of(snapshot.files.keys().map(String::as_str))
-        .map_err(|message| Problem::new(Reason::UnsupportedFileName, message))?;
+    let keys = file_keys::config_map_keys(snapshot.files.keys().map(String::as_str))
+        .map_err(|error| Problem::new(Reason::UnsupportedFileName, error.to_string()))?;
     for (key, path) in keys {
         let Some(file) = snapshot.files.get(path) else {
             continue;
