@@ -230,7 +230,8 @@ async fn read_bounded(
     let body = reqwest::Body::from(response);
     let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
     match limited.collect().await {
-        Ok(collected) => Ok(collected.to_bytes().to_vec()),
+        // Without a copy when the body came in one piece.
+        Ok(collected) => Ok(Vec::from(collected.to_bytes())),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(FetchError::TooLarge {
             what: format!("the file at {url}"),
             limit,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Inner, State, lock};
+use super::{Inner, SnapshotEntry, State, lock};
 
 /// What a snapshot costs to hold: its files' bytes and names, and some bookkeeping.
 pub(super) fn snapshot_bytes(snapshot: &crate::source::Snapshot) -> u64 {
@@ -36,10 +36,12 @@ impl State {
     /// keeps running what its ConfigMap holds, and a parent that does not hold it gets it
     /// read again at its next lookup.
     pub(super) fn fit(&mut self, budget: u64) -> u64 {
-        let keys: Vec<String> = self.snapshots.keys().cloned().collect();
-        for key in keys {
-            self.reweigh(&key);
+        let (mut before, mut now) = (0u64, 0u64);
+        for entry in self.snapshots.values_mut() {
+            let (was, is) = entry.reweigh();
+            (before, now) = (before + was, now + is);
         }
+        self.snapshot_bytes = self.snapshot_bytes.saturating_sub(before) + now;
         let mut let_go = 0;
         while self.snapshot_bytes > budget {
             let oldest = self
@@ -62,12 +64,18 @@ impl State {
 
     /// Counts what has been made of `key`'s snapshot since it was last counted.
     pub(super) fn reweigh(&mut self, key: &str) {
-        let Some(entry) = self.snapshots.get_mut(key) else {
-            return;
-        };
-        let now = entry.snapshot.as_ref().map_or(0, |s| s.derived.bytes());
-        let before = std::mem::replace(&mut entry.derived, now);
-        self.snapshot_bytes = self.snapshot_bytes.saturating_sub(before) + now;
+        if let Some((before, now)) = self.snapshots.get_mut(key).map(SnapshotEntry::reweigh) {
+            self.snapshot_bytes = self.snapshot_bytes.saturating_sub(before) + now;
+        }
+    }
+}
+
+impl SnapshotEntry {
+    /// Counts what has been made of the snapshot since it was last counted: the bytes
+    /// counted before, and now.
+    fn reweigh(&mut self) -> (u64, u64) {
+        let now = self.snapshot.as_ref().map_or(0, |s| s.derived.bytes());
+        (std::mem::replace(&mut self.derived, now), now)
     }
 }
 
