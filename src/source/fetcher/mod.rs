@@ -130,12 +130,15 @@ impl SnapshotEntry {
     /// Whether a job that runs on `remote` may still change this request's answer: it
     /// asks the remote and has not stored this request's result yet, or it reads a path
     /// this request has no snapshot for.
+    /// An answer stored by the running job counts, a failure as much as a snapshot: the
+    /// job then only has to clear its mark, and two calls on either side of that must
+    /// answer alike.
     fn awaits(entry: Option<&SnapshotEntry>, remote: &RemoteEntry) -> bool {
         let has_snapshot = entry.is_some_and(|e| e.snapshot.is_some());
         let answered = entry.is_some_and(|e| {
             remote.in_flight_network && e.answered_by.is_some() && e.answered_by == remote.started
         });
-        remote.in_flight && ((remote.in_flight_network && !answered) || !has_snapshot)
+        remote.in_flight && !answered && (remote.in_flight_network || !has_snapshot)
     }
 
     /// Nothing to answer from: never read, or let go and the parent does not hold it.
@@ -658,6 +661,40 @@ mod tests {
         let _ = sources.lookup_holding(&a, HOUR, Some(elsewhere));
         sources.idle().await;
         assert!(sources.state(&a, HOUR, Some(elsewhere)).after_running);
+    }
+
+    #[test]
+    fn a_running_job_is_awaited_until_it_has_stored_this_requests_result() {
+        let started = Some(Instant::now());
+        let network = RemoteEntry {
+            started,
+            in_flight: true,
+            in_flight_network: true,
+            ..RemoteEntry::default()
+        };
+        let failed = SnapshotEntry {
+            error: Some(FetchError::HostRefused {
+                host: "127.0.0.1".into(),
+                why: "loopback".into(),
+            }),
+            answered_by: started,
+            ..SnapshotEntry::default()
+        };
+        let earlier = SnapshotEntry {
+            answered_by: started.map(|s| s - Duration::from_secs(1)),
+            ..failed.clone()
+        };
+        assert!(SnapshotEntry::awaits(None, &network));
+        assert!(SnapshotEntry::awaits(Some(&earlier), &network));
+        // The failure is in; the job has yet to clear its mark.
+        assert!(!SnapshotEntry::awaits(Some(&failed), &network));
+        let reading = RemoteEntry {
+            in_flight_network: false,
+            ..network
+        };
+        // A job that reads new paths only changes requests with nothing to show.
+        assert!(SnapshotEntry::awaits(Some(&earlier), &reading));
+        assert!(!SnapshotEntry::awaits(None, &RemoteEntry::default()));
     }
 
     #[tokio::test]
