@@ -14,7 +14,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use metahooks::controllers::{ControllerSettings, Registry};
 use metahooks::protocol::Hook;
-use metahooks::source::fetcher::{Fetcher, FetcherOptions};
+use metahooks::source::fetcher::{Fetcher, FetcherSettings};
 use metahooks::source::policy::Policy;
 use metahooks::source::worker::spawn::Isolation;
 use serde_json::json;
@@ -73,9 +73,12 @@ fn bench(c: &mut Criterion) {
     let cache = tempfile::tempdir().unwrap();
     let worker = Isolation::Process(env!("CARGO_BIN_EXE_metahooks").into());
     let fetcher = runtime.block_on(async {
-        Fetcher::new(policy.clone(), cache.path().to_owned())
-            .unwrap()
-            .with_options(FetcherOptions::new(worker))
+        Fetcher::start(FetcherSettings::new(
+            policy.clone(),
+            cache.path().to_owned(),
+            worker,
+        ))
+        .unwrap()
     });
     let registry =
         Registry::standard(ControllerSettings::default()).with_sources(Arc::new(fetcher.clone()));

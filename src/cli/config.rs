@@ -11,7 +11,7 @@ use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::{ControllerSettings, Registry};
 use crate::receivers::ReceiverSettings;
 use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
-use crate::source::fetcher::{Fetcher, FetcherOptions};
+use crate::source::fetcher::{Fetcher, FetcherSettings};
 use crate::source::policy::{Policy, SourceLimits};
 use crate::source::worker::spawn::Isolation;
 
@@ -118,10 +118,12 @@ pub fn serve_settings_with_receivers(
         }),
         _ => None,
     };
-    let mut fetcher = source_fetcher(&args.controllers)?;
-    if receivers.is_some() {
-        fetcher = fetcher.with_push_resync(args.receiver_resync_seconds);
-    }
+    let push_resync = receivers.as_ref().map(|_| args.receiver_resync_seconds);
+    let fetcher = Fetcher::start(FetcherSettings {
+        push_resync_seconds: push_resync,
+        ..source_settings(&args.controllers)?
+    })
+    .context("cannot start the source fetcher")?;
     let controllers = ControllerSettings {
         heavy_validations: crate::server::compute_threads(args.compute_threads),
         step_memo_bytes: args.step_memo_bytes,
@@ -150,11 +152,20 @@ fn proxies(args: &ControllerArgs) -> anyhow::Result<crate::source::proxy::Proxie
     .map_err(anyhow::Error::msg)
 }
 
-/// The source engine the controller flags describe.
+/// The source engine the controller flags describe, started. Needs a Tokio runtime.
 ///
 /// # Errors
-/// The cache directory cannot be created, or no Tokio runtime is running.
+/// As [`source_settings`], or the engine cannot start ([`Fetcher::start`]).
 pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
+    Fetcher::start(source_settings(args)?).context("cannot start the source fetcher")
+}
+
+/// The source engine's settings the controller flags describe.
+///
+/// # Errors
+/// A file the flags name cannot be read, the cache directory cannot be created, or this
+/// program's path (which fetch workers run) cannot be found.
+pub fn source_settings(args: &ControllerArgs) -> anyhow::Result<FetcherSettings> {
     let policy = Policy {
         extra_schemes: args.allow_scheme.iter().cloned().collect(),
         allow_private_addresses: args.allow_private_addresses,
@@ -175,18 +186,16 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
         .unwrap_or_else(|| std::env::temp_dir().join("metahooks"));
     std::fs::create_dir_all(&cache_dir)
         .with_context(|| format!("cannot create the cache directory {}", cache_dir.display()))?;
-    let options = FetcherOptions {
+    let isolation = Isolation::current_exe().context("cannot start fetch workers")?;
+    Ok(FetcherSettings {
         workers: args.fetch_workers,
         workers_per_namespace: args.fetch_workers_per_namespace,
         worker_memory_bytes: args.fetch_worker_memory_bytes,
-        ..FetcherOptions::new(Isolation::current_exe().context("cannot start fetch workers")?)
-    };
-    Ok(Fetcher::new(policy, cache_dir)
-        .context("cannot start the source fetcher")?
-        .with_options(options)
-        .with_cache_max_bytes(args.cache_max_bytes)
-        .with_snapshot_budget(args.snapshot_memory_bytes)
-        .with_max_remote_series(args.metrics_max_remotes))
+        cache_max_bytes: args.cache_max_bytes,
+        snapshot_budget_bytes: args.snapshot_memory_bytes,
+        max_remote_series: args.metrics_max_remotes,
+        ..FetcherSettings::new(policy, cache_dir, isolation)
+    })
 }
 
 /// File descriptors kept for everything but hook connections: listeners, probes and

@@ -69,7 +69,7 @@ pub struct SourceMetrics {
     /// Remotes with a last-success series, least recently successful first.
     remotes: Mutex<VecDeque<String>>,
     /// Most remotes with series (`--metrics-max-remotes`).
-    max_remotes: std::sync::atomic::AtomicUsize,
+    max_remotes: usize,
     pub(super) cache_evictions: Counter,
     pub(super) snapshot_evictions: Counter,
 }
@@ -78,8 +78,10 @@ fn fetch_histogram() -> Histogram {
     Histogram::new(FETCH_BUCKETS_SECONDS)
 }
 
-impl Default for SourceMetrics {
-    fn default() -> SourceMetrics {
+impl SourceMetrics {
+    /// Handles keeping per-remote series for at most `max_remotes` remotes (the least
+    /// recently fetched dropped first).
+    pub(super) fn new(max_remotes: usize) -> SourceMetrics {
         SourceMetrics {
             fetches: Family::default(),
             refusals: Family::default(),
@@ -87,7 +89,7 @@ impl Default for SourceMetrics {
             last_success: Family::default(),
             intervals: Family::default(),
             remotes: Mutex::default(),
-            max_remotes: std::sync::atomic::AtomicUsize::new(MAX_REMOTE_SERIES),
+            max_remotes,
             cache_evictions: Counter::default(),
             snapshot_evictions: Counter::default(),
         }
@@ -211,12 +213,6 @@ impl SourceMetrics {
         self.track(remote, succeeded, interval);
     }
 
-    /// Keeps series for at most `most` remotes (the least recently fetched dropped first).
-    pub(super) fn set_max_remotes(&self, most: usize) {
-        self.max_remotes
-            .store(most, std::sync::atomic::Ordering::SeqCst);
-    }
-
     /// Remotes with series now.
     pub(super) fn remote_series(&self) -> usize {
         self.remotes
@@ -238,8 +234,7 @@ impl SourceMetrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         remotes.retain(|r| r != remote);
         remotes.push_back(remote.to_owned());
-        let most = self.max_remotes.load(std::sync::atomic::Ordering::SeqCst);
-        while remotes.len() > most {
+        while remotes.len() > self.max_remotes {
             if let Some(oldest) = remotes.pop_front() {
                 let labels = RemoteLabels { remote: oldest };
                 self.last_success.remove(&labels);
@@ -353,7 +348,7 @@ mod tests {
 
     #[test]
     fn fetches_are_counted_by_result_and_reason_and_remotes_are_bounded() {
-        let metrics = SourceMetrics::default();
+        let metrics = SourceMetrics::new(MAX_REMOTE_SERIES);
         let refused = FetchError::HostRefused {
             host: "h".to_owned(),
             why: "w".to_owned(),
@@ -394,9 +389,16 @@ mod tests {
             .count();
         assert_eq!(series, MAX_REMOTE_SERIES);
         assert_eq!(metrics.remote_series(), MAX_REMOTE_SERIES);
-        // A lower bound set at start is kept from the next fetch on.
-        metrics.set_max_remotes(3);
-        metrics.job("http", "https://files.example.com/last", 0.1, 60, &[None]);
+        assert!(
+            !out.contains("git.example.com/a.git\""),
+            "the oldest remote went first"
+        );
+        // A lower bound (`--metrics-max-remotes`) is kept the same way.
+        let metrics = SourceMetrics::new(3);
+        for i in 0..5 {
+            let remote = format!("https://files.example.com/{i}");
+            metrics.job("http", &remote, 0.1, 60, &[None]);
+        }
         assert_eq!(metrics.remote_series(), 3);
         let out = text(&metrics);
         assert_eq!(
@@ -406,8 +408,8 @@ mod tests {
             3
         );
         assert!(
-            !out.contains("git.example.com/a.git\""),
-            "the oldest remote went first"
+            !out.contains("files.example.com/1\"") && out.contains("files.example.com/2\""),
+            "{out}"
         );
     }
 }

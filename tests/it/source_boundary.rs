@@ -219,9 +219,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::source_hardening::{git_stdin, settled};
-use metahooks::source::fetcher::{Fetcher, FetcherOptions};
+use metahooks::source::fetcher::{Fetcher, FetcherSettings};
 use metahooks::source::policy::{Policy, SourceLimits};
-use metahooks::source::worker::spawn::Isolation;
 use metahooks::source::{Location, SourceRequest, Sources};
 use support::servers::{GitDaemon, Repo, serve_git_http_per_user};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -308,14 +307,11 @@ fn worker_fetcher(
         limits,
         ..support::loopback_policy(&["git", "http"])
     };
-    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
-    let fetcher = Fetcher::new(policy, cache.path().to_owned())
-        .unwrap()
-        .with_options(FetcherOptions {
-            workers,
-            workers_per_namespace: per_namespace,
-            ..FetcherOptions::new(Isolation::Process(program))
-        });
+    let fetcher = support::start(FetcherSettings {
+        workers,
+        workers_per_namespace: per_namespace,
+        ..support::fetcher_settings(policy, cache.path())
+    });
     (fetcher, cache)
 }
 
@@ -680,13 +676,10 @@ async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
     // files that one worker holding them all at once could not keep under 96 MiB.
     let (_repo, daemon) = directories_of_900_kb(48);
     let cache = tempfile::tempdir().unwrap();
-    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
-    let fetcher = Fetcher::new(support::loopback_policy(&["git"]), cache.path().to_owned())
-        .unwrap()
-        .with_options(FetcherOptions {
-            worker_memory_bytes: 96 * 1024 * 1024,
-            ..FetcherOptions::new(Isolation::Process(program))
-        });
+    let fetcher = support::start(FetcherSettings {
+        worker_memory_bytes: 96 * 1024 * 1024,
+        ..support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
+    });
     let requests: Vec<SourceRequest> = (0..48)
         .map(|n| git(daemon.url(), "team-a", &format!("d{n}")))
         .collect();
@@ -714,8 +707,10 @@ async fn a_jobs_snapshots_are_handed_over_batch_by_batch_within_the_budget() {
     let (_repo, daemon) = directories_of_900_kb(40);
     let cache = tempfile::tempdir().unwrap();
     let budget: u64 = 8 * 1024 * 1024;
-    let fetcher = support::fetcher(support::loopback_policy(&["git"]), cache.path())
-        .with_snapshot_budget(budget);
+    let fetcher = support::start(FetcherSettings {
+        snapshot_budget_bytes: budget,
+        ..support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
+    });
     let requests: Vec<SourceRequest> = (0..40)
         .map(|n| git(daemon.url(), "team-a", &format!("d{n}")))
         .collect();

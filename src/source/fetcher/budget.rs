@@ -112,9 +112,7 @@ pub(super) async fn reserve(inner: &Arc<Inner>, reads: usize) -> Room {
         let freed = inner.room_freed.notified();
         {
             let mut state = lock(&inner.state);
-            let budget = inner
-                .snapshot_budget
-                .load(std::sync::atomic::Ordering::SeqCst);
+            let budget = inner.settings.snapshot_budget_bytes;
             let undelivered: u64 = state
                 .snapshots
                 .values()

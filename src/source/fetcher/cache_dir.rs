@@ -48,7 +48,7 @@ impl Inner {
                 let _reserving = lock(&self.reserving);
                 let running = self.downloads.load(Ordering::SeqCst);
                 let reserved = (running + 1).saturating_mul(self.reservation());
-                let max = self.cache_max_bytes.load(Ordering::SeqCst);
+                let max = self.settings.cache_max_bytes;
                 if self.cache_bytes.load(Ordering::SeqCst) + reserved > max {
                     self.enforce_cache_cap(current, max.saturating_sub(reserved));
                 }

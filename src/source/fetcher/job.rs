@@ -187,7 +187,7 @@ impl Job {
                     entry.fetched_from = self.commit_from;
                     entry.last_used.get_or_insert_with(Instant::now);
                     state.snapshot_bytes = state.snapshot_bytes.saturating_sub(old) + new;
-                    let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
+                    let budget = self.inner.settings.snapshot_budget_bytes;
                     let let_go = state.fit(budget);
                     self.inner.metrics.snapshot_evictions.inc_by(let_go);
                 }
@@ -234,10 +234,9 @@ impl Job {
         }
         let fingerprint = holder_fingerprint(credentials.as_ref(), tls.as_ref(), &inner.disk_key);
         let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
-        let options = lock(&inner.options).clone();
+        let settings = &inner.settings;
         // A turn at a worker first (fair between namespaces), then the repository.
-        let slots = lock(&inner.git_slots).clone();
-        let _slot = slots.acquire(self.namespaces()).await;
+        let _slot = inner.git_slots.acquire(self.namespaces()).await;
         let room = budget::reserve(&self.inner, reads.len().min(READS_PER_WORKER)).await;
         let repo_lock = lock(&inner.repo_locks)
             .entry(dir.clone())
@@ -261,9 +260,9 @@ impl Job {
             policy: (*inner.policy).clone(),
             known,
             reads: first,
-            limits: self.worker_limits(options.worker_memory_bytes),
+            limits: self.worker_limits(settings.worker_memory_bytes),
         };
-        let isolation = &options.isolation;
+        let isolation = &settings.isolation;
         let outcome = crate::source::worker::spawn::run(isolation, job.clone()).await;
         if downloading {
             inner.downloads.fetch_sub(1, Ordering::SeqCst);
@@ -339,7 +338,7 @@ impl Job {
         let inner = &self.inner;
         crate::source::disk::touch(&resolved.repo_dir);
         if resolved.downloaded {
-            let max = inner.cache_max_bytes.load(Ordering::SeqCst);
+            let max = inner.settings.cache_max_bytes;
             let reserved = inner
                 .downloads
                 .load(Ordering::SeqCst)

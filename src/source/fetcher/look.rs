@@ -1,7 +1,6 @@
 //! A lookup's side of the fetcher: which requests are due, and starting the one job
 //! that fetches their remote (on a lookup, a refresh token or a push).
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -94,7 +93,7 @@ impl Fetcher {
         {
             state.sweep(now, None);
         }
-        let budget = self.inner.snapshot_budget.load(Ordering::SeqCst);
+        let budget = self.inner.settings.snapshot_budget_bytes;
         let (known, let_go, delivered_now) = state.looked_up(&key, now, running, budget);
         self.inner.metrics.snapshot_evictions.inc_by(let_go);
         if delivered_now {
@@ -121,12 +120,11 @@ impl Fetcher {
         let after_running =
             super::after_running(state.remotes.get(&remote_key), known.as_ref(), running);
         let known = known.unwrap_or_default();
-        let push_resync = self.inner.push_resync.load(Ordering::SeqCst);
         SourceState {
             snapshot: known.snapshot,
             error: known.error,
             pending,
-            resync_within: (push_resync > 0).then_some(push_resync),
+            resync_within: self.inner.settings.push_resync_seconds,
             after_running,
         }
     }
@@ -157,12 +155,11 @@ impl Fetcher {
             Some(remote) if remote.in_flight => SnapshotEntry::awaits(known, remote),
             Some(remote) => remote.is_stale(interval) || needs_reading,
         };
-        let push_resync = self.inner.push_resync.load(Ordering::SeqCst);
         SourceState {
             snapshot: known.and_then(|k| k.snapshot.clone()),
             error: known.and_then(|k| k.error.clone()),
             pending,
-            resync_within: (push_resync > 0).then_some(push_resync),
+            resync_within: self.inner.settings.push_resync_seconds,
             after_running: super::after_running(remote, known, running),
         }
     }

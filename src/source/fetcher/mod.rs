@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 
 use super::policy::Policy;
 use super::slots::FairSlots;
-use super::worker::WorkerLimits;
-use super::worker::spawn::Isolation;
 use super::{
     FetchError, Interest, Refresh, SourceRequest, SourceState, SourceView, Sources, git, http,
 };
@@ -23,8 +21,13 @@ mod cache_dir;
 mod job;
 mod look;
 mod order;
+mod settings;
 
 use order::after_running;
+pub use settings::{
+    DEFAULT_CACHE_MAX_BYTES, DEFAULT_SNAPSHOT_BUDGET_BYTES, DEFAULT_WORKERS,
+    DEFAULT_WORKERS_PER_NAMESPACE, FetcherSettings,
+};
 
 #[derive(Default)]
 struct RemoteEntry {
@@ -206,8 +209,6 @@ struct Inner {
     repo_locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     network_fetches: AtomicU64,
     runtime: tokio::runtime::Handle,
-    /// Bytes the git cache may hold on disk (see `disk`).
-    cache_max_bytes: AtomicU64,
     /// The cache's size when last measured (after a download or an eviction).
     cache_bytes: AtomicU64,
     /// Git jobs that may download right now (each reserves disk space).
@@ -220,17 +221,12 @@ struct Inner {
     room_freed: tokio::sync::Notify,
     /// Jobs waiting for room in the snapshot budget.
     waiting_for_room: AtomicU64,
-    options: Mutex<FetcherOptions>,
-    git_slots: Mutex<Arc<FairSlots>>,
+    settings: FetcherSettings,
+    git_slots: Arc<FairSlots>,
     http_slots: Arc<FairSlots>,
-    /// Bytes the snapshots held in memory may take together.
-    snapshot_budget: AtomicU64,
     /// Keys the on-disk repositories by credential holder; kept in the cache directory
     /// so that a restarted server finds its repositories again.
     disk_key: [u8; 32],
-    /// Seconds within which parents should sync again while push receivers listen (0:
-    /// none listen).
-    push_resync: AtomicU64,
     metrics: super::metrics::SourceMetrics,
 }
 
@@ -238,43 +234,10 @@ struct Inner {
 /// becomes one fetch now and one when the spacing has passed.
 const PUSH_SPACING: Duration = Duration::from_secs(2);
 
-/// Default cap of the on-disk git cache.
-pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1024 * 1024 * 1024;
-/// Default bytes of fetched snapshots held in memory.
-pub const DEFAULT_SNAPSHOT_BUDGET_BYTES: u64 = 96 * 1024 * 1024;
-/// Default number of git fetch workers running at once.
-pub const DEFAULT_WORKERS: usize = 8;
-/// Default number of those one namespace may use.
-pub const DEFAULT_WORKERS_PER_NAMESPACE: usize = 2;
 /// HTTP fetches at once, and for one namespace: each holds a socket and at most one
 /// file's bytes, so they are bounded apart from the git workers.
 const HTTP_FETCHES: usize = 32;
 const HTTP_FETCHES_PER_NAMESPACE: usize = 8;
-
-/// How git jobs run and how many at once.
-#[derive(Debug, Clone)]
-pub struct FetcherOptions {
-    /// Worker processes (or, in the engine's unit tests, blocking threads).
-    pub isolation: Isolation,
-    /// Git workers at once.
-    pub workers: usize,
-    /// Git workers one namespace may use at once.
-    pub workers_per_namespace: usize,
-    /// Address-space limit of each worker.
-    pub worker_memory_bytes: u64,
-}
-
-impl FetcherOptions {
-    /// Defaults with workers re-executing `isolation`'s program.
-    pub fn new(isolation: Isolation) -> FetcherOptions {
-        FetcherOptions {
-            isolation,
-            workers: DEFAULT_WORKERS,
-            workers_per_namespace: DEFAULT_WORKERS_PER_NAMESPACE,
-            worker_memory_bytes: WorkerLimits::DEFAULT_MEMORY_BYTES,
-        }
-    }
-}
 
 /// Cheap to clone; all clones share one cache.
 #[derive(Clone)]
@@ -283,23 +246,26 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    /// Must be called inside a Tokio runtime: jobs are spawned on it. Git jobs run in
-    /// worker processes of this program (see [`Fetcher::with_options`]).
-    pub fn new(policy: Policy, cache_dir: PathBuf) -> Result<Fetcher, FetchError> {
+    /// Starts the engine: must be called inside a Tokio runtime, on which jobs are
+    /// spawned. Git jobs run as `settings.isolation` says.
+    ///
+    /// # Errors
+    /// No runtime runs, the cache directory's key cannot be read or written, or the HTTP
+    /// client cannot be built from the policy.
+    pub fn start(settings: FetcherSettings) -> Result<Fetcher, FetchError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             FetchError::Other("the source fetcher needs a Tokio runtime".to_owned())
         })?;
-        let options = FetcherOptions::new(Isolation::current_exe()?);
-        let disk_key = super::disk::key(&cache_dir)?;
+        let disk_key = super::disk::key(&settings.cache_dir)?;
         // What a restarted server's cache already holds (nothing is removed here).
         let (_, cached_bytes) =
-            super::disk::enforce_cap(&cache_dir.join("git"), u64::MAX, |_| None::<()>);
-        let policy = Arc::new(policy);
+            super::disk::enforce_cap(&settings.cache_dir.join("git"), u64::MAX, |_| None::<()>);
+        let policy = Arc::new(settings.policy.clone());
         Ok(Fetcher {
             inner: Arc::new(Inner {
                 client: http::client(policy.clone(), None)?,
                 policy,
-                cache_dir,
+                cache_dir: settings.cache_dir.clone(),
                 state: Mutex::new(State::default()),
                 repo_locks: Mutex::new(HashMap::new()),
                 network_fetches: AtomicU64::new(0),
@@ -307,65 +273,21 @@ impl Fetcher {
                 room_freed: tokio::sync::Notify::new(),
                 waiting_for_room: AtomicU64::new(0),
                 runtime,
-                cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
                 cache_bytes: AtomicU64::new(cached_bytes),
-                snapshot_budget: AtomicU64::new(DEFAULT_SNAPSHOT_BUDGET_BYTES),
                 downloads: AtomicU64::new(0),
                 reserving: Mutex::new(()),
-                git_slots: Mutex::new(FairSlots::new(
-                    options.workers,
-                    options.workers_per_namespace,
-                )),
-                options: Mutex::new(options),
+                git_slots: FairSlots::new(settings.workers, settings.workers_per_namespace),
                 http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
                 disk_key,
-                push_resync: AtomicU64::new(0),
-                metrics: super::metrics::SourceMetrics::default(),
+                metrics: super::metrics::SourceMetrics::new(settings.max_remote_series),
+                settings,
             }),
         })
     }
 
-    /// How git jobs run and how many at once; set before the first lookup.
-    #[must_use]
-    pub fn with_options(self, options: FetcherOptions) -> Fetcher {
-        *lock(&self.inner.git_slots) =
-            FairSlots::new(options.workers, options.workers_per_namespace);
-        *lock(&self.inner.options) = options;
-        self
-    }
-
-    /// Push receivers listen: every lookup asks parents to sync again within `seconds`,
-    /// so that a push is seen within that time whatever a parent's interval.
-    #[must_use]
-    pub fn with_push_resync(self, seconds: u64) -> Fetcher {
-        self.inner.push_resync.store(seconds, Ordering::SeqCst);
-        self
-    }
-
     /// Git jobs (running, waiting for a worker).
     pub fn git_load(&self) -> (usize, usize) {
-        lock(&self.inner.git_slots).load()
-    }
-
-    /// Caps the on-disk git cache (default [`DEFAULT_CACHE_MAX_BYTES`]).
-    #[must_use]
-    pub fn with_cache_max_bytes(self, bytes: u64) -> Fetcher {
-        self.inner.cache_max_bytes.store(bytes, Ordering::SeqCst);
-        self
-    }
-
-    /// Caps the bytes of snapshots held in memory (default
-    /// [`DEFAULT_SNAPSHOT_BUDGET_BYTES`]).
-    #[must_use]
-    pub fn with_snapshot_budget(self, bytes: u64) -> Fetcher {
-        self.inner.snapshot_budget.store(bytes, Ordering::SeqCst);
-        self
-    }
-
-    /// Keeps per-remote metric series for at most `most` remotes.
-    pub fn with_max_remote_series(self, most: usize) -> Fetcher {
-        self.inner.metrics.set_max_remotes(most);
-        self
+        self.inner.git_slots.load()
     }
 
     /// Bytes of the snapshots held in memory now.
@@ -491,7 +413,7 @@ impl Sources for Fetcher {
                 cache_bytes: inner.cache_bytes.load(Ordering::SeqCst),
                 snapshot_bytes,
                 snapshot_room: (reserved, inner.waiting_for_room.load(Ordering::SeqCst)),
-                git_jobs: lock(&inner.git_slots).load(),
+                git_jobs: inner.git_slots.load(),
                 remote_series: inner.metrics.remote_series(),
             }
         })));
@@ -567,16 +489,34 @@ mod tests {
     }
 
     fn fetcher(cache: &Path) -> Fetcher {
+        fetcher_within(cache, super::DEFAULT_SNAPSHOT_BUDGET_BYTES)
+    }
+
+    /// An engine reading `file://` remotes, holding snapshots within `budget` bytes.
+    fn fetcher_within(cache: &Path, budget: u64) -> Fetcher {
         let policy = Policy {
             extra_schemes: BTreeSet::from(["file".to_owned()]),
             allow_private_addresses: true,
             ..Policy::default()
         };
-        // The test binary cannot be re-executed as a worker; the integration tests run
-        // real workers.
-        Fetcher::new(policy, cache.to_owned())
-            .unwrap_or_else(|e| panic!("fetcher: {e}"))
-            .with_options(FetcherOptions::new(Isolation::InProcess))
+        start(FetcherSettings {
+            snapshot_budget_bytes: budget,
+            ..settings(policy, cache)
+        })
+    }
+
+    /// The test binary cannot be re-executed as a worker; the integration tests run
+    /// real workers.
+    fn settings(policy: Policy, cache: &Path) -> FetcherSettings {
+        FetcherSettings::new(
+            policy,
+            cache.to_owned(),
+            crate::source::worker::spawn::Isolation::InProcess,
+        )
+    }
+
+    fn start(settings: FetcherSettings) -> Fetcher {
+        Fetcher::start(settings).unwrap_or_else(|e| panic!("fetcher: {e}"))
     }
 
     fn request(url: &str, path: &str) -> SourceRequest {
@@ -760,7 +700,7 @@ mod tests {
     #[tokio::test]
     async fn snapshots_stay_within_their_budget_and_are_read_again_only_when_needed() {
         let (_repo, cache, wanted) = three_100k_files();
-        let sources = fetcher(cache.path()).with_snapshot_budget(250 * 1024);
+        let sources = fetcher_within(cache.path(), 250 * 1024);
         let mut revisions = Vec::new();
         for one in &wanted {
             let _ = sources.lookup(one, HOUR);
@@ -799,7 +739,7 @@ mod tests {
     async fn what_is_made_of_a_snapshot_weighs_in_the_budget() {
         let (_repo, cache, wanted) = three_100k_files();
         let budget = 250 * 1024;
-        let sources = fetcher(cache.path()).with_snapshot_budget(budget);
+        let sources = fetcher_within(cache.path(), budget);
         let _ = sources.lookup(&wanted[0], HOUR);
         sources.idle().await;
         let a = sources.lookup(&wanted[0], HOUR).snapshot;
@@ -841,10 +781,10 @@ mod tests {
             ..Policy::default()
         };
         let budget = 150 * 1024;
-        let sources = Fetcher::new(policy, cache.path().to_owned())
-            .unwrap_or_else(|e| panic!("fetcher: {e}"))
-            .with_options(FetcherOptions::new(Isolation::InProcess))
-            .with_snapshot_budget(budget);
+        let sources = start(FetcherSettings {
+            snapshot_budget_bytes: budget,
+            ..settings(policy, cache.path())
+        });
         let _ = sources.lookup(&wanted[0], HOUR);
         sources.idle().await;
         assert!(sources.snapshot_bytes() > 100 * 1024, "a is held");

@@ -107,12 +107,28 @@ pub fn fetcher(
     policy: metahooks::source::policy::Policy,
     cache: &std::path::Path,
 ) -> metahooks::source::fetcher::Fetcher {
-    use metahooks::source::fetcher::{Fetcher, FetcherOptions};
+    start(fetcher_settings(policy, cache))
+}
+
+/// The engine's defaults, with workers that run this package's `metahooks` binary.
+pub fn fetcher_settings(
+    policy: metahooks::source::policy::Policy,
+    cache: &std::path::Path,
+) -> metahooks::source::fetcher::FetcherSettings {
     use metahooks::source::worker::spawn::Isolation;
     let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
-    Fetcher::new(policy, cache.to_owned())
-        .expect("fetcher")
-        .with_options(FetcherOptions::new(Isolation::Process(program)))
+    metahooks::source::fetcher::FetcherSettings::new(
+        policy,
+        cache.to_owned(),
+        Isolation::Process(program),
+    )
+}
+
+/// Starts an engine with `settings`.
+pub fn start(
+    settings: metahooks::source::fetcher::FetcherSettings,
+) -> metahooks::source::fetcher::Fetcher {
+    metahooks::source::fetcher::Fetcher::start(settings).expect("fetcher")
 }
 
 /// Sources on loopback: the given extra schemes and private addresses allowed.
