@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use super::Segment::{Index, Key};
+use super::problem::{DefaultProblem, Problem};
 use super::{Checker, METHODS, Segment, render};
 use crate::controllers::apimock::verdict::Generation;
 
@@ -20,8 +21,8 @@ impl<'a> Walk<'a> {
     fn within<const N: usize>(
         &mut self,
         segments: [Segment<'a>; N],
-        visit: impl FnOnce(&mut Walk<'a>) -> Result<(), String>,
-    ) -> Result<(), String> {
+        visit: impl FnOnce(&mut Walk<'a>) -> Result<(), Problem>,
+    ) -> Result<(), Problem> {
         let depth = self.path.len();
         self.path.extend(segments);
         let result = visit(self);
@@ -38,7 +39,7 @@ impl<'a> Checker<'a> {
     /// that nothing it walks refers to) the oracle accepts the document, and so do we:
     /// the first such mismatch is returned as a warning. A schema checked by the first
     /// walk is not checked again by the second.
-    pub(super) fn schemas(&self) -> Result<Option<String>, String> {
+    pub(super) fn schemas(&self) -> Result<Option<Problem>, Problem> {
         let mut walk = Walk {
             visited: BTreeSet::new(),
             path: Vec::new(),
@@ -57,7 +58,7 @@ impl<'a> Checker<'a> {
 
     /// The schemas openapi-spec-validator does not walk: request bodies, component
     /// parameters, Swagger 2.0 definitions and parameters.
-    fn unwalked_schemas(&self, walk: &mut Walk<'a>) -> Result<(), String> {
+    fn unwalked_schemas(&self, walk: &mut Walk<'a>) -> Result<(), Problem> {
         let paths = self.root.get("paths").and_then(Value::as_object);
         for (template, item) in paths.into_iter().flatten() {
             for method in METHODS {
@@ -89,7 +90,7 @@ impl<'a> Checker<'a> {
         keys: [&'static str; N],
         schema_of: impl Fn(&'a Value) -> Option<&'a Value>,
         walk: &mut Walk<'a>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Problem> {
         let map = keys
             .iter()
             .try_fold(self.root, |value, key| value.get(key))
@@ -107,7 +108,7 @@ impl<'a> Checker<'a> {
     /// The schemas of a path item's parameters (the path item's, then each operation's),
     /// then of its operations' responses, each named by where it is
     /// (`paths → /a → get → parameters → 0`).
-    fn operation_schemas(&self, item: &'a Value, walk: &mut Walk<'a>) -> Result<(), String> {
+    fn operation_schemas(&self, item: &'a Value, walk: &mut Walk<'a>) -> Result<(), Problem> {
         self.parameter_schemas(item.get("parameters"), walk)?;
         for method in METHODS {
             if let Some(operation) = item.get(method) {
@@ -134,7 +135,7 @@ impl<'a> Checker<'a> {
         &self,
         list: Option<&'a Value>,
         walk: &mut Walk<'a>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Problem> {
         let Some(list) = list.and_then(Value::as_array) else {
             return Ok(());
         };
@@ -150,7 +151,7 @@ impl<'a> Checker<'a> {
     }
 
     /// A request body's or response's schema (Swagger 2.0) and those of its media types.
-    fn body_schemas(&self, body: &'a Value, walk: &mut Walk<'a>) -> Result<(), String> {
+    fn body_schemas(&self, body: &'a Value, walk: &mut Walk<'a>) -> Result<(), Problem> {
         let body = self.deref(body);
         if let Some(schema) = body.get("schema") {
             walk.within([Key("schema")], |walk| self.schema(schema, walk))?;
@@ -166,7 +167,7 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    fn schema(&self, schema: &'a Value, walk: &mut Walk<'a>) -> Result<(), String> {
+    fn schema(&self, schema: &'a Value, walk: &mut Walk<'a>) -> Result<(), Problem> {
         let schema = self.deref(schema);
         if !walk.visited.insert(std::ptr::from_ref(schema)) {
             return Ok(());
@@ -177,8 +178,10 @@ impl<'a> Checker<'a> {
         if let Some(default) = object.get("default") {
             let nullable = object.get("nullable").and_then(Value::as_bool) == Some(true);
             if !(default.is_null() && nullable) {
-                check_default(object, default).map_err(|problem| {
-                    format!("at {}: default {default} {problem}", render(&walk.path))
+                check_default(object, default).map_err(|problem| Problem::Default {
+                    at: render(&walk.path),
+                    default: default.clone(),
+                    problem,
                 })?;
             }
         }
@@ -205,14 +208,13 @@ impl<'a> Checker<'a> {
     }
 }
 
-fn check_default(schema: &Map<String, Value>, default: &Value) -> Result<(), String> {
+fn check_default(schema: &Map<String, Value>, default: &Value) -> Result<(), DefaultProblem> {
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
         && !allowed.contains(default)
     {
-        return Err(format!(
-            "is not one of the enum values {}",
-            Value::Array(allowed.clone())
-        ));
+        return Err(DefaultProblem::NotInEnum {
+            allowed: allowed.clone(),
+        });
     }
     let types: Vec<&str> = match schema.get("type") {
         Some(Value::String(one)) => vec![one.as_str()],
@@ -234,6 +236,8 @@ fn check_default(schema: &Map<String, Value>, default: &Value) -> Result<(), Str
     if fits {
         Ok(())
     } else {
-        Err(format!("is not of type {}", types.join(" or ")))
+        Err(DefaultProblem::WrongType {
+            types: types.into_iter().map(str::to_owned).collect(),
+        })
     }
 }

@@ -5,49 +5,51 @@ use std::sync::LazyLock;
 
 use serde_json::Value;
 
+use super::problem::{KNOWN_DIALECTS, Problem};
 use crate::controllers::apimock::verdict::Generation;
 
-static SWAGGER2: LazyLock<Result<jsonschema::Validator, String>> =
+static SWAGGER2: LazyLock<Result<jsonschema::Validator, LoadError>> =
     LazyLock::new(|| compile(include_str!("../metaschemas/v2.0.json")));
-static OPENAPI30: LazyLock<Result<jsonschema::Validator, String>> =
+static OPENAPI30: LazyLock<Result<jsonschema::Validator, LoadError>> =
     LazyLock::new(|| compile(include_str!("../metaschemas/v3.0.json")));
-static OPENAPI31: LazyLock<Result<jsonschema::Validator, String>> =
+static OPENAPI31: LazyLock<Result<jsonschema::Validator, LoadError>> =
     LazyLock::new(|| compile(include_str!("../metaschemas/v3.1.json")));
 
-fn compile(text: &str) -> Result<jsonschema::Validator, String> {
-    let schema: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    jsonschema::options()
+/// Why a meta-schema built into the program did not load (a broken build, never input).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LoadError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Schema(#[from] jsonschema::ValidationError<'static>),
+}
+
+fn compile(text: &str) -> Result<jsonschema::Validator, LoadError> {
+    let schema: Value = serde_json::from_str(text)?;
+    Ok(jsonschema::options()
         .should_validate_formats(false)
-        .build(&schema)
-        .map_err(|e| e.to_string())
+        .build(&schema)?)
 }
 
 /// The compiled meta-schema of `generation`, or why it failed to load.
 pub(super) fn validator(
     generation: Generation,
-) -> Result<&'static jsonschema::Validator, &'static str> {
+) -> Result<&'static jsonschema::Validator, &'static LoadError> {
     let compiled = match generation {
         Generation::Swagger2 => &*SWAGGER2,
         Generation::OpenApi30 => &*OPENAPI30,
         Generation::OpenApi31 => &*OPENAPI31,
     };
-    compiled.as_ref().map_err(String::as_str)
+    compiled.as_ref()
 }
 
-/// JSON Schema dialects a 3.1 document may declare for its schemas; anything else
-/// leaves the meaning of every schema in it undefined.
-const KNOWN_DIALECTS: [&str; 3] = [
-    "https://spec.openapis.org/oas/3.1/dialect/base",
-    "https://json-schema.org/draft/2020-12/schema",
-    "https://json-schema.org/draft/2019-09/schema",
-];
-
-pub(super) fn check_dialect(document: &Value) -> Result<(), String> {
+pub(super) fn check_dialect(document: &Value) -> Result<(), Problem> {
     match document.get("jsonSchemaDialect").and_then(Value::as_str) {
-        Some(dialect) if !KNOWN_DIALECTS.contains(&dialect.trim_end_matches('#')) => Err(format!(
-            "at jsonSchemaDialect: '{dialect}' is not a JSON Schema dialect metahooks knows ({})",
-            KNOWN_DIALECTS.join(", ")
-        )),
+        Some(dialect) if !KNOWN_DIALECTS.contains(&dialect.trim_end_matches('#')) => {
+            Err(Problem::UnknownDialect {
+                dialect: dialect.to_owned(),
+            })
+        }
         _ => Ok(()),
     }
 }

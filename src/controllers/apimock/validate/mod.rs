@@ -17,12 +17,14 @@
 mod defaults;
 mod metaschema;
 mod paths;
+mod problem;
 mod refs;
 
 use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
 
+use self::problem::Problem;
 pub(super) use self::refs::percent_decode;
 use super::verdict::{Generation, Invalid};
 use crate::controllers::common::reason::Reason;
@@ -42,7 +44,7 @@ pub fn validate(document: &Value, generation: Generation) -> Result<Option<Strin
         Generation::OpenApi31 => "OpenAPI 3.1",
     };
     let fail =
-        |message: String| Invalid::new(REASON, format!("not a valid {label} document: {message}"));
+        |problem: Problem| Invalid::new(REASON, format!("not a valid {label} document: {problem}"));
     let validator = metaschema::validator(generation).map_err(|e| {
         Invalid::new(
             Reason::ValidatorUnavailable,
@@ -53,7 +55,7 @@ pub fn validate(document: &Value, generation: Generation) -> Result<Option<Strin
     if !validator.is_valid(document)
         && let Err(error) = validator.validate(document)
     {
-        return Err(fail(metaschema::explain(&error)));
+        return Err(fail(Problem::MetaSchema(metaschema::explain(&error))));
     }
     if generation == Generation::OpenApi31 {
         metaschema::check_dialect(document).map_err(fail)?;
@@ -69,7 +71,8 @@ pub fn validate(document: &Value, generation: Generation) -> Result<Option<Strin
         .references(document, &mut Vec::new())
         .map_err(fail)?;
     checker.paths().map_err(fail)?;
-    checker.schemas().map_err(fail)
+    let warning = checker.schemas().map_err(fail)?;
+    Ok(warning.map(|problem| problem.to_string()))
 }
 
 #[derive(Clone, Copy)]

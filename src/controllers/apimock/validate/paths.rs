@@ -5,10 +5,11 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use super::problem::Problem;
 use super::{Checker, METHODS};
 
 impl<'a> Checker<'a> {
-    pub(super) fn paths(&mut self) -> Result<(), String> {
+    pub(super) fn paths(&mut self) -> Result<(), Problem> {
         let Some(paths) = self.root.get("paths").and_then(Value::as_object) else {
             return Ok(());
         };
@@ -36,17 +37,19 @@ impl<'a> Checker<'a> {
     fn operation(
         &mut self,
         template: &str,
-        method: &str,
+        method: &'static str,
         operation: &'a Value,
         shared: Option<&'a Value>,
         in_template: &BTreeSet<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Problem> {
         if let Some(id) = operation.get("operationId").and_then(Value::as_str)
             && !self.operation_ids.insert(id)
         {
-            return Err(format!(
-                "operationId '{id}' of {method} {template} is used by another operation too"
-            ));
+            return Err(Problem::RepeatedOperationId {
+                id: id.to_owned(),
+                method,
+                template: template.to_owned(),
+            });
         }
         let own = operation.get("parameters");
         if let Some(own) = own {
@@ -67,14 +70,18 @@ impl<'a> Checker<'a> {
             }
         }
         if !unknown && let Some(missing) = in_template.difference(&declared).next() {
-            return Err(format!(
-                "{method} {template}: path parameter '{missing}' appears in the path but is not declared with `in: path`"
-            ));
+            return Err(Problem::UndeclaredPathParameter {
+                method,
+                template: template.to_owned(),
+                name: (*missing).to_owned(),
+            });
         }
         if let Some(extra) = declared.difference(in_template).next() {
-            return Err(format!(
-                "{method} {template}: path parameter '{extra}' is declared but does not appear in the path"
-            ));
+            return Err(Problem::PathParameterNotInPath {
+                method,
+                template: template.to_owned(),
+                name: (*extra).to_owned(),
+            });
         }
         Ok(())
     }
@@ -83,8 +90,8 @@ impl<'a> Checker<'a> {
         &self,
         list: &'a Value,
         template: &str,
-        owner: &str,
-    ) -> Result<(), String> {
+        owner: &'static str,
+    ) -> Result<(), Problem> {
         let mut seen = BTreeSet::new();
         for parameter in list.as_array().into_iter().flatten() {
             let parameter = self.deref(parameter);
@@ -97,9 +104,12 @@ impl<'a> Checker<'a> {
                 continue;
             };
             if !seen.insert((name, location)) {
-                return Err(format!(
-                    "{owner} of {template}: parameter '{name}' in {location} is declared twice"
-                ));
+                return Err(Problem::RepeatedParameter {
+                    owner,
+                    template: template.to_owned(),
+                    name: name.to_owned(),
+                    location: location.to_owned(),
+                });
             }
         }
         Ok(())

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use super::problem::{Problem, ReferenceProblem};
 use super::{Checker, Segment, render};
 
 /// What an external `$ref` resolves to here: an object with no known fields.
@@ -19,13 +20,16 @@ impl<'a> Checker<'a> {
         &self,
         value: &'a Value,
         path: &mut Vec<Segment<'a>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Problem> {
         match value {
             Value::Object(object) => {
                 if let Some(Value::String(target)) = object.get("$ref") {
-                    self.reaches_a_value(target).map_err(|problem| {
-                        format!("at {}: $ref '{target}' {problem}", render(path))
-                    })?;
+                    self.reaches_a_value(target)
+                        .map_err(|problem| Problem::Reference {
+                            at: render(path),
+                            target: target.clone(),
+                            problem,
+                        })?;
                 }
                 for (key, child) in object {
                     path.push(Segment::Key(key));
@@ -52,7 +56,7 @@ impl<'a> Checker<'a> {
     /// in something that is not itself a `$ref` (`P0: {$ref: P1}`, `P1: {$ref: P0}` names
     /// nothing). A schema that refers to itself *inside* `properties` or `items` is fine:
     /// only the `$ref` at the top of each target is followed.
-    fn reaches_a_value(&self, first: &'a str) -> Result<(), String> {
+    fn reaches_a_value(&self, first: &'a str) -> Result<(), ReferenceProblem> {
         let mut chain: Vec<&'a str> = Vec::new();
         // The chain's links as a set too: a chain thousands of links long must not cost a
         // scan of itself per link.
@@ -63,17 +67,19 @@ impl<'a> Checker<'a> {
                 break;
             }
             if !on_chain.insert(target) {
-                return Err(format!(
-                    "is a cycle of references that never reaches a value ({} → {target})",
-                    chain.join(" → ")
-                ));
+                return Err(ReferenceProblem::Cycle {
+                    chain: chain.iter().map(|&link| link.to_owned()).collect(),
+                    back_to: target.to_owned(),
+                });
             }
             chain.push(target);
             let value = self.resolve(target).map_err(|problem| {
                 if chain.len() == 1 {
                     problem
                 } else {
-                    format!("leads to '{target}', which {problem}")
+                    ReferenceProblem::LeadsToNothing {
+                        target: target.to_owned(),
+                    }
                 }
             })?;
             match value.get("$ref") {
@@ -85,7 +91,7 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    fn resolve(&self, target: &str) -> Result<&'a Value, String> {
+    fn resolve(&self, target: &str) -> Result<&'a Value, ReferenceProblem> {
         let Some(fragment) = target.strip_prefix('#') else {
             // Another file or URL: the mock server resolves it at start-up (Prism fetches
             // URLs; a bundle's files are checked by `bundle`), so it is not ours to judge
@@ -98,7 +104,7 @@ impl<'a> Checker<'a> {
         } else {
             Cow::Borrowed(fragment)
         };
-        pointer(self.root, &decoded).ok_or_else(|| "points at nothing in this document".to_owned())
+        pointer(self.root, &decoded).ok_or(ReferenceProblem::PointsAtNothing)
     }
 
     /// Follows a `$ref` chain to the object it names: the end, or the last link that
