@@ -194,7 +194,7 @@ impl ApiMockHooks {
             return Err((invalid(Reason::InvalidName, message), false));
         }
         let spec = spec::parse_spec(parent)
-            .map_err(|problem| (invalid(Reason::InvalidSpec, problem), true))?;
+            .map_err(|problem| (invalid(Reason::InvalidSpec, problem.to_string()), true))?;
         let checked =
             bounds::check_optional("spec.image", spec.image.as_deref(), bounds::IMAGE_BYTES)
                 .and_then(|()| exposure::check(&spec, &self.policy, namespace));

@@ -14,6 +14,7 @@ use crate::controllers::common::problem::Problem;
 use crate::controllers::common::source_spec::{
     GitFields, HttpSource, SecretRef, SourceSecrets, git_location,
 };
+use crate::controllers::common::spec::SpecError;
 use crate::source::Location;
 
 /// An OpenAPI document served by a mock server.
@@ -129,18 +130,19 @@ impl MockSpec {
     /// A seed must be a short printable word: it becomes a command-line argument.
     ///
     /// # Errors
-    /// A sentence naming `spec.mock.seed` and what is wrong with it.
-    pub fn check(&self) -> Result<(), String> {
+    /// `spec.mock.seed` and what is wrong with it.
+    pub fn check(&self) -> Result<(), SpecError> {
         if let Some(seed) = &self.seed {
             let printable = seed
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
             let starts_well = seed.starts_with(|c: char| c.is_ascii_alphanumeric());
             if seed.len() > 64 || !printable || !starts_well {
-                return Err(
-                    "spec.mock.seed: use 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+                return Err(SpecError::Field {
+                    field: "spec.mock.seed".to_owned(),
+                    problem: "use 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit"
                         .to_owned(),
-                );
+                });
             }
         }
         Ok(())
@@ -424,7 +426,7 @@ pub struct DefinitionStatus {
 }
 
 /// Reads the spec of a parent object, naming the field that is wrong.
-pub fn parse_spec(parent: &Value) -> Result<ApiMockSpec, String> {
+pub fn parse_spec(parent: &Value) -> Result<ApiMockSpec, SpecError> {
     let spec: ApiMockSpec = crate::controllers::common::spec::parse(parent)?;
     if let Some(mock) = &spec.mock {
         mock.check()?;
@@ -464,10 +466,13 @@ mod mock_tests {
             |seed: &str| serde_json::json!({"spec": {"definition": "x", "mock": {"seed": seed}}});
         assert!(parse_spec(&spec("abc-1.2_3")).is_ok());
         for bad in ["", "two words", "--errors", &"x".repeat(65)] {
-            let error = parse_spec(&spec(bad)).err().unwrap_or_default();
+            let error = parse_spec(&spec(bad))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(error.starts_with("spec.mock.seed"), "{bad:?}: {error}");
         }
         let unknown = serde_json::json!({"spec": {"definition": "x", "mock": {"dynamc": true}}});
-        assert!(parse_spec(&unknown).is_err_and(|e| e.contains("spec.mock")));
+        assert!(parse_spec(&unknown).is_err_and(|e| e.to_string().contains("spec.mock")));
     }
 }

@@ -15,8 +15,44 @@ pub struct EnvLineError {
     /// The 1-based line.
     pub line: usize,
     /// What is wrong with it.
-    pub problem: String,
+    pub problem: LineProblem,
 }
+
+/// What is wrong with a line of an env file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineProblem {
+    /// Neither blank, a comment nor `KEY=VALUE`.
+    #[error("expected KEY=VALUE, found {:?}", shorten(.line))]
+    NotAPair {
+        /// The line as written.
+        line: String,
+    },
+    /// The name cannot be an environment variable's.
+    #[error(
+        "{} is not a usable variable name (letters, digits and '_', not starting with a digit)",
+        quoted(.name)
+    )]
+    BadName {
+        /// The name as written.
+        name: String,
+    },
+    /// The value cannot be given to a container.
+    #[error("the value of {} {problem}", quoted(.name))]
+    BadValue {
+        /// The variable's name.
+        name: String,
+        /// What the value holds.
+        problem: ControlCharacter,
+    },
+}
+
+/// A value holds a control character (tab aside), which a container cannot be given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "holds the control character U+{:04X}, which a container cannot be given",
+    u32::from(*.0)
+)]
+pub struct ControlCharacter(pub char);
 
 /// The variables of an env file, in name order (later definitions win, as in a shell).
 pub fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvLineError> {
@@ -34,24 +70,28 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvLineError> {
         let Some((name, value)) = line.split_once('=') else {
             return Err(EnvLineError {
                 line: line_number,
-                problem: format!("expected KEY=VALUE, found {:?}", shorten(raw)),
+                problem: LineProblem::NotAPair {
+                    line: raw.to_owned(),
+                },
             });
         };
         let name = name.trim_end();
         if !is_env_name(name) {
             return Err(EnvLineError {
                 line: line_number,
-                problem: format!(
-                    "{} is not a usable variable name (letters, digits and '_', not starting with a digit)",
-                    quoted(name)
-                ),
+                problem: LineProblem::BadName {
+                    name: name.to_owned(),
+                },
             });
         }
         let value = unquote(value.trim());
         if let Err(problem) = check_env_value(&value) {
             return Err(EnvLineError {
                 line: line_number,
-                problem: format!("the value of {} {problem}", quoted(name)),
+                problem: LineProblem::BadValue {
+                    name: name.to_owned(),
+                    problem,
+                },
             });
         }
         vars.insert(name.to_owned(), value);
@@ -63,13 +103,10 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvLineError> {
 /// other control characters (tab aside) are refused by runtimes or garble logs.
 ///
 /// # Errors
-/// The value holds a control character; the message names it.
-pub fn check_env_value(value: &str) -> Result<(), String> {
+/// The first control character the value holds.
+pub fn check_env_value(value: &str) -> Result<(), ControlCharacter> {
     match value.chars().find(|c| c.is_control() && *c != '\t') {
-        Some(c) => Err(format!(
-            "holds the control character U+{:04X}, which a container cannot be given",
-            u32::from(c)
-        )),
+        Some(c) => Err(ControlCharacter(c)),
         None => Ok(()),
     }
 }
@@ -126,7 +163,14 @@ mod tests {
     fn control_characters_in_values_are_refused() {
         let error = parse("A=1\nB=x\u{0}y\n").unwrap_err();
         assert_eq!(error.line, 2);
-        assert!(error.problem.contains("U+0000"), "{error}");
+        assert_eq!(
+            error.problem,
+            LineProblem::BadValue {
+                name: "B".to_owned(),
+                problem: ControlCharacter('\u{0}')
+            }
+        );
+        assert!(error.to_string().contains("U+0000"), "{error}");
         assert!(parse("C=\u{1b}[31m\n").is_err());
         assert_eq!(parse("T=a\tb\n").unwrap()["T"], "a\tb");
     }
@@ -141,9 +185,10 @@ mod tests {
             let Err(error) = parse(&text) else {
                 panic!("refused");
             };
-            assert!(error.problem.len() < 500, "{}", error.problem);
+            let problem = error.problem.to_string();
+            assert!(problem.len() < 500, "{problem}");
             let note = format!("… ({length} characters in all)");
-            assert!(error.problem.contains(&note), "{}", error.problem);
+            assert!(problem.contains(&note), "{problem}");
         }
     }
 }

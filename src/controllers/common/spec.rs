@@ -4,11 +4,25 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// The typed `spec` of `parent`, or a message naming the field that is wrong.
-pub fn parse<T: DeserializeOwned>(parent: &Value) -> Result<T, String> {
-    let spec = parent
-        .get("spec")
-        .ok_or_else(|| "spec is missing".to_owned())?;
+/// Why a parent's `spec` cannot be used, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The parent has no `spec` at all.
+    #[error("spec is missing")]
+    Missing,
+    /// A field of the spec is wrong.
+    #[error("{field}: {problem}")]
+    Field {
+        /// The path from the parent: `spec.mock.seed`.
+        field: String,
+        /// What is wrong, in the words of whoever wrote the YAML ([`in_plain_words`]).
+        problem: String,
+    },
+}
+
+/// The typed `spec` of `parent`, or which field is wrong and why.
+pub fn parse<T: DeserializeOwned>(parent: &Value) -> Result<T, SpecError> {
+    let spec = parent.get("spec").ok_or(SpecError::Missing)?;
     // Without path tracking first (it allocates per key); again with it to say where.
     if let Ok(parsed) = T::deserialize(spec) {
         return Ok(parsed);
@@ -16,11 +30,12 @@ pub fn parse<T: DeserializeOwned>(parent: &Value) -> Result<T, String> {
     serde_path_to_error::deserialize(spec).map_err(|error| {
         let path = error.path().to_string();
         let problem = in_plain_words(&error.into_inner().to_string());
-        if path == "." {
-            format!("spec: {problem}")
+        let field = if path == "." {
+            "spec".to_owned()
         } else {
-            format!("spec.{path}: {problem}")
-        }
+            format!("spec.{path}")
+        };
+        SpecError::Field { field, problem }
     })
 }
 
@@ -103,17 +118,24 @@ mod tests {
         );
         assert_eq!(super::in_plain_words("expected i32x"), "expected i32x");
         let error = super::parse::<Spec>(&json!({"spec": {"replicas": "two"}})).unwrap_err();
-        assert!(error.ends_with("expected an integer"), "{error}");
+        assert!(
+            error.to_string().ends_with("expected an integer"),
+            "{error}"
+        );
     }
 
     #[test]
     fn names_the_wrong_field() {
         assert!(super::parse::<Spec>(&json!({"spec": {"replicas": 2}})).is_ok());
         let error = super::parse::<Spec>(&json!({"spec": {"replicas": "two"}})).unwrap_err();
-        assert!(error.starts_with("spec.replicas: "), "{error}");
+        let super::SpecError::Field { field, problem } = error else {
+            panic!("{error}");
+        };
+        assert_eq!(field, "spec.replicas");
+        assert!(problem.starts_with("invalid type: string"), "{problem}");
         assert_eq!(
-            super::parse::<Spec>(&json!({})).unwrap_err(),
-            "spec is missing"
+            super::parse::<Spec>(&json!({})).err(),
+            Some(super::SpecError::Missing)
         );
     }
 }

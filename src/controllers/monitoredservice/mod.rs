@@ -143,7 +143,7 @@ impl MonitoredServiceHooks {
         let spec = spec::parse_spec(&call.request.parent).map_err(|problem| {
             Box::new(Facts::invalid_spec(
                 Reason::InvalidSpec,
-                problem,
+                problem.to_string(),
                 call.running(),
                 call.pods(),
             ))

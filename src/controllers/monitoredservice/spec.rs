@@ -16,6 +16,7 @@ use crate::controllers::common::envfile;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reason::Reason;
 pub use crate::controllers::common::source_spec::{GitSource, HttpSource, SecretRef};
+use crate::controllers::common::spec::SpecError;
 
 /// A service whose configuration lives in git or an HTTP file; config changes roll it.
 #[derive(CustomResource, Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
@@ -198,7 +199,7 @@ impl MonitoredServiceSpec {
 }
 
 /// Reads the spec of a parent object, naming the field that is wrong.
-pub fn parse_spec(parent: &Value) -> Result<MonitoredServiceSpec, String> {
+pub fn parse_spec(parent: &Value) -> Result<MonitoredServiceSpec, SpecError> {
     crate::controllers::common::spec::parse(parent)
 }
 
