@@ -28,11 +28,118 @@ pub enum Binding {
     Allowed {
         /// The prefixes read.
         prefixes: Vec<UrlPrefix>,
-        /// Each line that was not, quoted as written, with why.
-        unread: Vec<String>,
+        /// Each line that was not, as written, with why.
+        unread: Vec<UnreadLine>,
     },
-    /// The credentials go nowhere; the sentence says why.
-    Refused(String),
+    /// The credentials go nowhere, and why.
+    Refused(Refusal),
+}
+
+/// Why a Secret's credentials go nowhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    /// Credentials built without a Secret's binding.
+    #[error("no URLs are allowed")]
+    Unbound,
+    /// The cluster's own identity.
+    #[error("Secret {name:?} is a {SERVICE_ACCOUNT_TOKEN} Secret, which is never sent to a source")]
+    ServiceAccountToken {
+        /// The Secret.
+        name: String,
+    },
+    /// The owner listed nothing.
+    #[error(
+        "Secret {name:?} has no annotation {ALLOWED_URLS}; its owner allows URLs with: kubectl annotate secret {name} {ALLOWED_URLS}=https://host/path/"
+    )]
+    NoAnnotation {
+        /// The Secret.
+        name: String,
+    },
+    /// More lines than are read.
+    #[error(
+        "annotation {ALLOWED_URLS} of Secret {name:?} lists {count} prefixes; at most {MAX_PREFIXES} are read"
+    )]
+    TooManyPrefixes {
+        /// The Secret.
+        name: String,
+        /// The lines it lists.
+        count: usize,
+    },
+    /// Every line was unreadable.
+    #[error("annotation {ALLOWED_URLS} of Secret {name:?} lists no usable prefix ({})", joined(.unread))]
+    NoUsablePrefix {
+        /// The Secret.
+        name: String,
+        /// Each line, with why it was not read.
+        unread: Vec<UnreadLine>,
+    },
+}
+
+/// A line of the annotation that was not read, as its owner wrote it (but for a
+/// password, which is never repeated: a status is read by more people than the Secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("line {line:?} was not read: {problem}")]
+pub struct UnreadLine {
+    /// The line, its password masked.
+    pub line: String,
+    /// Why it was not read.
+    pub problem: LineProblem,
+}
+
+/// Why a line of the annotation is not a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum LineProblem {
+    /// The url crate's words.
+    #[error("it is not a URL: {0}")]
+    NotAUrl(String),
+    /// No host to compare.
+    #[error("it names no host")]
+    NoHost,
+    /// A password, which a prefix never carries.
+    #[error("it carries a password; list the address without it")]
+    Password,
+    /// A user outside ssh.
+    #[error("it names a user, which only an ssh address may; list the {scheme} URL without it")]
+    UserOutsideSsh {
+        /// The line's scheme.
+        scheme: String,
+    },
+    /// A query or fragment, which a prefix never has.
+    #[error("it has a query or fragment; list a path prefix")]
+    QueryOrFragment,
+}
+
+/// Why a URL may not be given a Secret's credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum NotCovered {
+    /// The credentials go nowhere.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The URL does not parse (the url crate's words).
+    #[error("the URL is not valid: {0}")]
+    InvalidUrl(String),
+    /// No prefix covers the URL.
+    #[error("the URL is not under any prefix its annotation {ALLOWED_URLS} lists{}", unread_note(.unread))]
+    NotUnderAnyPrefix {
+        /// The lines that were not read, which might have been meant to cover it.
+        unread: Vec<UnreadLine>,
+    },
+}
+
+fn joined(unread: &[UnreadLine]) -> String {
+    unread
+        .iter()
+        .map(UnreadLine::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn unread_note(unread: &[UnreadLine]) -> String {
+    if unread.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", joined(unread))
+    }
 }
 
 /// One allowed prefix, parsed once.
@@ -51,14 +158,14 @@ impl Binding {
     /// The binding of Secret `name` given its `type` and the annotation's value.
     pub fn read(name: &str, secret_type: Option<&str>, annotation: Option<&str>) -> Binding {
         if secret_type == Some(SERVICE_ACCOUNT_TOKEN) {
-            return Binding::Refused(format!(
-                "Secret {name:?} is a {SERVICE_ACCOUNT_TOKEN} Secret, which is never sent to a source"
-            ));
+            return Binding::Refused(Refusal::ServiceAccountToken {
+                name: name.to_owned(),
+            });
         }
         let Some(annotation) = annotation.map(str::trim).filter(|a| !a.is_empty()) else {
-            return Binding::Refused(format!(
-                "Secret {name:?} has no annotation {ALLOWED_URLS}; its owner allows URLs with: kubectl annotate secret {name} {ALLOWED_URLS}=https://host/path/"
-            ));
+            return Binding::Refused(Refusal::NoAnnotation {
+                name: name.to_owned(),
+            });
         };
         let entries: Vec<&str> = annotation
             .split(['\n', ','])
@@ -66,47 +173,44 @@ impl Binding {
             .filter(|e| !e.is_empty())
             .collect();
         if entries.len() > MAX_PREFIXES {
-            return Binding::Refused(format!(
-                "annotation {ALLOWED_URLS} of Secret {name:?} lists {} prefixes; at most {MAX_PREFIXES} are read",
-                entries.len()
-            ));
+            return Binding::Refused(Refusal::TooManyPrefixes {
+                name: name.to_owned(),
+                count: entries.len(),
+            });
         }
         let mut prefixes = Vec::with_capacity(entries.len());
         let mut unread = Vec::new();
         for entry in entries {
             match UrlPrefix::parse(entry) {
                 Ok(prefix) => prefixes.push(prefix),
-                Err(problem) => unread.push(format!(
-                    "line {:?} was not read: {problem}",
-                    as_written(entry)
-                )),
+                Err(problem) => unread.push(UnreadLine {
+                    line: as_written(entry),
+                    problem,
+                }),
             }
         }
         if prefixes.is_empty() {
-            return Binding::Refused(format!(
-                "annotation {ALLOWED_URLS} of Secret {name:?} lists no usable prefix ({})",
-                unread.join("; ")
-            ));
+            return Binding::Refused(Refusal::NoUsablePrefix {
+                name: name.to_owned(),
+                unread,
+            });
         }
         Binding::Allowed { prefixes, unread }
     }
 
     /// Ok when `url` is under one of the allowed prefixes; else why not.
-    pub fn check(&self, url: &str) -> Result<(), String> {
+    pub fn check(&self, url: &str) -> Result<(), NotCovered> {
         match self {
-            Binding::Refused(why) => Err(why.clone()),
+            Binding::Refused(why) => Err(why.clone().into()),
             Binding::Allowed { prefixes, unread } => {
                 let parsed =
-                    parse_address(url).map_err(|e| format!("the URL is not valid: {e}"))?;
+                    parse_address(url).map_err(|e| NotCovered::InvalidUrl(e.to_string()))?;
                 if prefixes.iter().any(|prefix| prefix.covers(&parsed)) {
                     return Ok(());
                 }
-                let mut why =
-                    format!("the URL is not under any prefix its annotation {ALLOWED_URLS} lists");
-                if !unread.is_empty() {
-                    why.push_str(&format!(" ({})", unread.join("; ")));
-                }
-                Err(why)
+                Err(NotCovered::NotUnderAnyPrefix {
+                    unread: unread.clone(),
+                })
             }
         }
     }
@@ -131,28 +235,27 @@ fn parse_address(text: &str) -> Result<url::Url, url::ParseError> {
 }
 
 impl UrlPrefix {
-    /// One line of the annotation. Messages say what is wrong without quoting the line
-    /// (the caller quotes it as written).
-    fn parse(text: &str) -> Result<UrlPrefix, String> {
-        let parsed = parse_address(text).map_err(|e| format!("it is not a URL: {e}"))?;
+    /// One line of the annotation (the caller keeps the line with the problem).
+    fn parse(text: &str) -> Result<UrlPrefix, LineProblem> {
+        let parsed = parse_address(text).map_err(|e| LineProblem::NotAUrl(e.to_string()))?;
         let host = parsed.host_str().unwrap_or_default();
         if host.is_empty() && parsed.scheme() != "file" {
-            return Err("it names no host".to_owned());
+            return Err(LineProblem::NoHost);
         }
         if parsed.password().is_some() {
-            return Err("it carries a password; list the address without it".to_owned());
+            return Err(LineProblem::Password);
         }
         let user = match (parsed.username(), parsed.scheme()) {
             ("", _) => None,
             (user, "ssh") => Some(user.to_owned()),
             (_, scheme) => {
-                return Err(format!(
-                    "it names a user, which only an ssh address may; list the {scheme} URL without it"
-                ));
+                return Err(LineProblem::UserOutsideSsh {
+                    scheme: scheme.to_owned(),
+                });
             }
         };
         if parsed.query().is_some() || parsed.fragment().is_some() {
-            return Err("it has a query or fragment; list a path prefix".to_owned());
+            return Err(LineProblem::QueryOrFragment);
         }
         Ok(UrlPrefix {
             scheme: parsed.scheme().to_owned(),
@@ -237,7 +340,10 @@ mod tests {
     fn no_annotation_a_bad_entry_or_a_service_account_token_refuses_everything() {
         let none = Binding::read("creds", None, None);
         let why = none.check("https://a.example.com/").unwrap_err();
-        assert!(why.contains("kubectl annotate secret creds"), "{why}");
+        assert!(
+            why.to_string().contains("kubectl annotate secret creds"),
+            "{why}"
+        );
         let token = Binding::read(
             "sa",
             Some(SERVICE_ACCOUNT_TOKEN),
@@ -245,9 +351,11 @@ mod tests {
         );
         assert!(token.check("https://a.example.com/").is_err());
         let userinfo = allowed("https://user:pw@a.example.com/");
-        assert!(matches!(userinfo, Binding::Refused(ref why) if !why.contains("pw")));
+        assert!(matches!(userinfo, Binding::Refused(ref why) if !why.to_string().contains("pw")));
         let nothing = allowed("ftp//nothing");
-        assert!(matches!(nothing, Binding::Refused(ref why) if why.contains("not a URL")));
+        assert!(
+            matches!(nothing, Binding::Refused(ref why) if why.to_string().contains("not a URL"))
+        );
     }
 
     /// SSH addresses as people write them, and as the forges print them.
@@ -292,7 +400,8 @@ mod tests {
         );
         let why = binding
             .check("https://elsewhere.example.com/app.git")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains(r#"line "https://user@git.example.com/x/" was not read: it names a user"#),
             "{why}"

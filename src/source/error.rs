@@ -14,7 +14,7 @@ pub enum FetchError {
     CredentialsNotAllowed {
         secret: String,
         url: String,
-        why: String,
+        why: super::binding::NotCovered,
     },
     #[error("authentication failed for {url}")]
     AuthFailed { url: String },

@@ -98,7 +98,7 @@ impl Default for Credentials {
     fn default() -> Credentials {
         Credentials {
             secret: String::new(),
-            binding: binding::Binding::Refused("no URLs are allowed".to_owned()),
+            binding: binding::Binding::Refused(binding::Refusal::Unbound),
             username: None,
             password: None,
             token: None,

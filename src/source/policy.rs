@@ -198,10 +198,17 @@ impl HostPattern {
     }
 }
 
-impl std::str::FromStr for HostPattern {
-    type Err = String;
+/// An `--allow-host` value that is not a host name or `*.name` pattern.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a host name or *.name pattern (letters, digits, '-' and '.'; '*' only as the first label)"
+)]
+pub struct NotAHostPattern(pub String);
 
-    fn from_str(raw: &str) -> Result<HostPattern, String> {
+impl std::str::FromStr for HostPattern {
+    type Err = NotAHostPattern;
+
+    fn from_str(raw: &str) -> Result<HostPattern, NotAHostPattern> {
         let lowered = raw.trim_end_matches('.').to_ascii_lowercase();
         let (wildcard, name) = match lowered.strip_prefix("*.") {
             Some(name) => (true, name.to_owned()),
@@ -215,18 +222,16 @@ impl std::str::FromStr for HostPattern {
                 && !label.ends_with('-')
         };
         if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
-            return Err(format!(
-                "{raw:?} is not a host name or *.name pattern (letters, digits, '-' and '.'; '*' only as the first label)"
-            ));
+            return Err(NotAHostPattern(raw.to_owned()));
         }
         Ok(HostPattern { name, wildcard })
     }
 }
 
 impl TryFrom<String> for HostPattern {
-    type Error = String;
+    type Error = NotAHostPattern;
 
-    fn try_from(raw: String) -> Result<HostPattern, String> {
+    fn try_from(raw: String) -> Result<HostPattern, NotAHostPattern> {
         raw.parse()
     }
 }

@@ -274,7 +274,7 @@ mod tests {
     fn material(ca: Option<&str>, cert: Option<&str>, key: Option<&str>) -> TlsMaterial {
         TlsMaterial {
             secret: "tls".to_owned(),
-            binding: Binding::Refused(String::new()),
+            binding: Binding::Refused(crate::source::binding::Refusal::Unbound),
             ca_pem: ca.map(str::to_owned),
             cert_pem: cert.map(str::to_owned),
             key_pem: key.map(str::to_owned),

@@ -402,7 +402,9 @@ mod tests {
     ) -> crate::source::tls::TlsMaterial {
         crate::source::tls::TlsMaterial {
             secret: "tls".to_owned(),
-            binding: crate::source::binding::Binding::Refused(String::new()),
+            binding: crate::source::binding::Binding::Refused(
+                crate::source::binding::Refusal::Unbound,
+            ),
             ca_pem: ca.map(str::to_owned),
             cert_pem: client.map(|c| c.0.clone()),
             key_pem: client.map(|c| c.1.clone()),
