@@ -35,8 +35,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     let documents = read_inputs(&args.files)?;
     let mut input = sort_documents(documents).map_err(|e| anyhow::anyhow!(e))?;
     if input.registrations.is_empty() {
-        input.registrations =
-            built_in_registrations(&input.kinds).map_err(|e| anyhow::anyhow!(e))?;
+        input.registrations = built_in_registrations(&input.kinds)?;
     }
     let transport = transport(args)?;
     let mut emulator = Emulator::with_transport(transport, input.registrations);
@@ -131,13 +130,13 @@ pub const BUILT_IN_REGISTRATIONS: [&str; 4] = [
 ///
 /// # Errors
 /// Only if a shipped manifest is broken (a build defect).
-pub fn built_in_registrations(kinds: &Kinds) -> Result<Vec<Registration>, String> {
+pub fn built_in_registrations(kinds: &Kinds) -> anyhow::Result<Vec<Registration>> {
     let mut found = Vec::new();
     for text in BUILT_IN_REGISTRATIONS {
         let documents: Vec<Value> =
-            crate::yaml::documents(text).map_err(|e| format!("built-in registration: {e}"))?;
+            crate::yaml::documents(text).context("built-in registration")?;
         for document in documents.into_iter().filter(|d| !d.is_null()) {
-            found.push(Registration::parse(document, kinds)?);
+            found.push(Registration::parse(document, kinds).map_err(anyhow::Error::msg)?);
         }
     }
     Ok(found)

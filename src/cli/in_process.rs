@@ -25,7 +25,7 @@ impl InProcess for OwnReplica {
         now: jiff::Timestamp,
     ) -> BoxFuture<'a, Result<(u16, Vec<u8>), String>> {
         Box::pin(async move {
-            let (controller, hook) = hook_of(path)?;
+            let (controller, hook) = hook_of(path).map_err(|e| e.to_string())?;
             let ctx = self.registry.context(now);
             let outcome = self.registry.call(controller, hook, &body, &ctx);
             Ok(match outcome.result {
@@ -49,15 +49,23 @@ impl InProcess for OwnReplica {
     }
 }
 
+/// A hook path this server does not serve.
+#[derive(Debug, thiserror::Error)]
+enum BadHookPath {
+    #[error("hook path {0:?} is not /<controller>/<hook>")]
+    NoHook(String),
+    #[error("hook path {0:?} does not end in sync, finalize or customize")]
+    UnknownHook(String),
+}
+
 /// `/apimock/sync` → ("apimock", Sync).
-fn hook_of(path: &str) -> Result<(&str, Hook), String> {
+fn hook_of(path: &str) -> Result<(&str, Hook), BadHookPath> {
     let trimmed = path.trim_matches('/');
     let (controller, hook) = trimmed
         .rsplit_once('/')
         .map(|(prefix, hook)| (prefix.rsplit('/').next().unwrap_or(prefix), hook))
-        .ok_or_else(|| format!("hook path {path:?} is not /<controller>/<hook>"))?;
-    let hook = Hook::from_segment(hook)
-        .ok_or_else(|| format!("hook path {path:?} does not end in sync, finalize or customize"))?;
+        .ok_or_else(|| BadHookPath::NoHook(path.to_owned()))?;
+    let hook = Hook::from_segment(hook).ok_or_else(|| BadHookPath::UnknownHook(path.to_owned()))?;
     Ok((controller, hook))
 }
 

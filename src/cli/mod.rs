@@ -299,13 +299,16 @@ pub struct ControllerArgs {
     pub metrics_max_remotes: usize,
 }
 
+/// A `--require` value that is not `condition=TYPE`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: write condition=TYPE, e.g. --require condition=Ready")]
+pub struct NotACondition(String);
+
 /// `condition=TYPE` → TYPE.
-fn required_condition(text: &str) -> Result<String, String> {
+fn required_condition(text: &str) -> Result<String, NotACondition> {
     match text.split_once('=') {
         Some(("condition", kind)) if !kind.trim().is_empty() => Ok(kind.trim().to_owned()),
-        _ => Err(format!(
-            "{text:?}: write condition=TYPE, e.g. --require condition=Ready"
-        )),
+        _ => Err(NotACondition(text.to_owned())),
     }
 }
 
@@ -436,17 +439,28 @@ pub enum OutputFormat {
 
 /// `HOST:PORT` where HOST is an address or a name (`localhost:8080`); a name is resolved
 /// once, at start-up, to its first address.
-fn listen_address(text: &str) -> Result<SocketAddr, String> {
+fn listen_address(text: &str) -> Result<SocketAddr, ListenAddressError> {
     use std::net::ToSocketAddrs;
     if let Ok(address) = text.parse::<SocketAddr>() {
         return Ok(address);
     }
     let mut addresses = text
         .to_socket_addrs()
-        .map_err(|e| format!("expected HOST:PORT such as 0.0.0.0:8080 or localhost:8080 ({e})"))?;
+        .map_err(ListenAddressError::NotHostPort)?;
     addresses
         .next()
-        .ok_or_else(|| format!("{text} resolves to no address"))
+        .ok_or_else(|| ListenAddressError::NoAddress(text.to_owned()))
+}
+
+/// A listen address that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenAddressError {
+    /// Neither an address nor a name that resolves (the resolver's words).
+    #[error("expected HOST:PORT such as 0.0.0.0:8080 or localhost:8080 ({0})")]
+    NotHostPort(std::io::Error),
+    /// The name resolves to nothing.
+    #[error("{0} resolves to no address")]
+    NoAddress(String),
 }
 
 #[cfg(test)]
@@ -497,6 +511,10 @@ mod tests {
         let local = listen_address("localhost:8080").unwrap_or_else(|e| panic!("{e}"));
         assert!(local.ip().is_loopback() && local.port() == 8080);
         let error = listen_address("8080").unwrap_err();
-        assert!(error.contains("HOST:PORT"), "{error}");
+        assert!(
+            matches!(error, ListenAddressError::NotHostPort(_)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("HOST:PORT"), "{error}");
     }
 }
