@@ -237,7 +237,7 @@ async fn a_definition_from_git_rolls_only_when_a_reached_file_changes() {
         ("docs/readme.md", "second\n"),
         ("api/schemas/unused.yaml", "type: integer\n"),
     ]);
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     let seen = revision.clone();
     settle(&mut h, "unrelated commit", move |e| {
         shop(e)["status"]["revision"] != seen.as_str()
@@ -256,7 +256,7 @@ async fn a_definition_from_git_rolls_only_when_a_reached_file_changes() {
         "api/schemas/item.yaml",
         "type: object\nproperties:\n  id: {type: integer}\n  name: {type: string}\n",
     )]);
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     let before = first.clone();
     settle(&mut h, "schema commit", move |e| {
         shop_hash(e).is_some_and(|hash| hash != before)
@@ -276,7 +276,7 @@ async fn a_definition_from_git_rolls_only_when_a_reached_file_changes() {
         "api/openapi.yaml",
         &ROOT.replace("schemas/item.yaml", "schemas/gone.yaml"),
     )]);
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "broken reference", |e| {
         shop(e)["status"]["phase"] == "Error"
     })

@@ -134,7 +134,7 @@ async fn a_configsync_secret_annotation_takes_effect_despite_the_customize_cache
     let mut target = h.emulator.objects[&key].clone();
     target["metadata"]["annotations"]["configsync.metahooks.io/secret"] = json!("creds");
     h.emulator.objects.insert(key.clone(), target);
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     h.emulator.converge(20).await.unwrap();
     h.fetcher.idle().await;
     h.emulator.converge(20).await.unwrap();
@@ -326,12 +326,12 @@ async fn two_replicas_roll_forward_once_per_commit_and_never_back() {
     assert_eq!(seen.len(), 1, "first config rolled out once: {seen:?}");
     // A push; only replica A's interval has passed, so B still holds the old commit.
     repo.commit(&[("app.env", "V=2\n")]);
-    a.fetcher.expire();
+    a.fetcher.expire().await;
     run(&mut emulator, &a.fetcher, &b.fetcher, &mut seen, 12, &hash).await;
     assert_eq!(seen.len(), 2, "one roll per commit, never back: {seen:?}");
     // The next push reaches B first.
     repo.commit(&[("app.env", "V=3\n")]);
-    b.fetcher.expire();
+    b.fetcher.expire().await;
     run(&mut emulator, &a.fetcher, &b.fetcher, &mut seen, 12, &hash).await;
     assert_eq!(seen.len(), 3, "one roll per commit, never back: {seen:?}");
 }
@@ -362,19 +362,19 @@ async fn a_commit_dated_ahead_does_not_freeze_the_source() {
     // A commit dated a day ahead, then an ordinary one: each rolls in turn, on whichever
     // replica fetched it first.
     repo.commit_dated_ahead(&[("app.env", "V=2\n")], 86_400);
-    a.fetcher.expire();
+    a.fetcher.expire().await;
     rounds(&mut emulator, fa, fb).await;
     assert_eq!(config(&emulator), Some(json!("2")));
     repo.commit(&[("app.env", "V=3\n")]);
-    b.fetcher.expire();
+    b.fetcher.expire().await;
     rounds(&mut emulator, fa, fb).await;
     assert_eq!(
         config(&emulator),
         Some(json!("3")),
         "the commit after a future-dated one rolls"
     );
-    a.fetcher.expire();
-    b.fetcher.expire();
+    a.fetcher.expire().await;
+    b.fetcher.expire().await;
     rounds(&mut emulator, fa, fb).await;
     assert_eq!(config(&emulator), Some(json!("3")), "and stays");
     let parent = emulator

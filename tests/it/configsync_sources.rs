@@ -66,7 +66,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
         let annotations = json!({"configsync.metahooks.io/git-url": daemon.url(), "configsync.metahooks.io/path": "production", "unrelated": "kept"});
         let base = format!("server {{ listen 80; }} # {kind}\n");
         repo.commit(&[("production/site.conf", base.as_str())]);
-        fetcher.expire();
+        fetcher.expire().await;
         emulator.objects.clear();
         emulator.apply(workload(kind, annotations.clone()));
         settle(&mut emulator, &fetcher, "first sync", |e| {
@@ -118,7 +118,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
 
         // A change in git reaches the ConfigMap.
         repo.commit(&[("production/site.conf", "server { listen 8080; }\n")]);
-        fetcher.expire();
+        fetcher.expire().await;
         settle(&mut emulator, &fetcher, "change", |e| {
             e.get("v1", "ConfigMap", "team-a", "web-configsync")
                 .unwrap()["data"]["site.conf"]
@@ -132,7 +132,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
 
         // Source down: the error is reported on the target, the ConfigMap stays.
         daemon.stop();
-        fetcher.expire();
+        fetcher.expire().await;
         settle(&mut emulator, &fetcher, "failure", |e| {
             annotation(&target(e, kind), "configsync.metahooks.io/error").is_some()
         })
@@ -149,7 +149,7 @@ async fn configsync_follows_git_and_cleans_up_on_opt_out() {
             "server { listen 8080; }\n"
         );
         daemon.restart();
-        fetcher.expire();
+        fetcher.expire().await;
         settle(&mut emulator, &fetcher, "recovery", |e| {
             annotation(&target(e, kind), "configsync.metahooks.io/error").is_none()
         })

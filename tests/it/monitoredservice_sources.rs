@@ -107,7 +107,7 @@ async fn git_changes_roll_the_deployment_and_failures_keep_it() {
 
     // A change to the watched file: after the next fetch the pods roll.
     repo.commit(&[("app/settings.env", "GREETING=bonjour\n")]);
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "second revision", |e| {
         hash(e, "web").as_deref() != Some(h1.as_str())
     })
@@ -130,7 +130,7 @@ async fn git_changes_roll_the_deployment_and_failures_keep_it() {
     // A commit elsewhere in the repository changes the revision but not the config.
     repo.commit(&[("other/readme.txt", "still unrelated\n")]);
     let before = parent(&h.emulator, "web")["status"]["revision"].clone();
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "unrelated commit", |e| {
         parent(e, "web")["status"]["revision"] != before
     })
@@ -147,7 +147,7 @@ async fn git_changes_roll_the_deployment_and_failures_keep_it() {
 
     // Server down: Fetched=False, everything keeps running as it was.
     daemon.stop();
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "fetch failure", |e| {
         condition(parent(e, "web"), "Fetched").0 == "False"
     })
@@ -165,7 +165,7 @@ async fn git_changes_roll_the_deployment_and_failures_keep_it() {
 
     // Back up: recovers without a rollout.
     daemon.restart();
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "recovery", |e| {
         condition(parent(e, "web"), "Fetched").0 == "True"
     })
@@ -227,7 +227,7 @@ async fn config_monitor_sample_over_http() {
         StatusCode::NOT_FOUND,
         "<html>gone</html>",
     );
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "404", |e| {
         condition(parent(e, name), "Fetched").0 == "False"
     })
@@ -240,7 +240,7 @@ async fn config_monitor_sample_over_http() {
 
     // An invalid env file is reported with its line and nothing rolls.
     files.set("/test_service/config", StatusCode::OK, "A=1\nnot a pair\n");
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "invalid env", |e| {
         condition(parent(e, name), "ConfigValid").0 == "False"
     })
@@ -326,7 +326,7 @@ async fn credentials_from_a_secret_over_smart_http() {
     );
 
     h.emulator.apply(secret("s3cret"));
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     settle(&mut h, "auth success", |e| hash(e, "private").is_some()).await;
     assert_eq!(
         h.emulator
@@ -502,7 +502,7 @@ async fn two_hundred_parents_on_five_repositories_fetch_five_times_per_interval(
     h.fetcher.idle().await;
     assert_eq!(h.fetcher.network_fetches(), 5);
     // The next interval: each repository once more, whatever the number of parents.
-    h.fetcher.expire();
+    h.fetcher.expire().await;
     h.emulator.round().await.unwrap();
     h.fetcher.idle().await;
     assert_eq!(h.fetcher.network_fetches(), 10);

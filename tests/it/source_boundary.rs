@@ -498,7 +498,7 @@ async fn a_blob_bomb_is_refused_from_its_header_without_inflating_it() {
         assert_eq!(error.reason(), "TooLarge", "{path:?}: {error}");
     }
     // The cached bomb is refused the same way when read again (a restart re-reads it).
-    fetcher.expire();
+    fetcher.expire().await;
     let again = settled(&fetcher, &git(daemon.url(), "team-a", "app.env")).await;
     assert_eq!(again.error.map(|e| e.reason()), Some("TooLarge"));
     // The small file beside it is read as usual.

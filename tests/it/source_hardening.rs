@@ -192,7 +192,7 @@ async fn requests_nobody_asks_for_are_forgotten() {
         assert!(state.snapshot.is_some());
     }
     assert_eq!(fetcher.tracked(), (2, 2));
-    fetcher.forget_unasked(Duration::ZERO);
+    fetcher.forget_unasked(Duration::ZERO).await;
     assert_eq!(
         fetcher.tracked(),
         (0, 0),
@@ -209,7 +209,7 @@ async fn an_unchanged_commit_is_not_read_again() {
     let fetcher = support::fetcher(loopback_policy(), cache.path());
     let request = git_request(&daemon.url(), None, "app.env");
     let first = settled(&fetcher, &request).await.snapshot.unwrap();
-    fetcher.expire();
+    fetcher.expire().await;
     let polls_before = fetcher.network_fetches();
     let second = settled(&fetcher, &request).await.snapshot.unwrap();
     assert_eq!(
@@ -222,7 +222,7 @@ async fn an_unchanged_commit_is_not_read_again() {
         "the same commit keeps the same snapshot"
     );
     repo.commit(&[("app.env", "A=2\n")]);
-    fetcher.expire();
+    fetcher.expire().await;
     let third = settled(&fetcher, &request).await.snapshot.unwrap();
     assert!(!Arc::ptr_eq(&second, &third));
 }
@@ -341,7 +341,7 @@ async fn the_disk_cache_stays_under_its_cap() {
     assert_eq!(repos(), 1, "the older repository was evicted");
     // The evicted one is fetched again when asked for.
     first.commit(&[("a.env", "A=2\n")]);
-    fetcher.expire();
+    fetcher.expire().await;
     let _ = fetcher.lookup(&a, Duration::from_secs(60));
     fetcher.idle().await;
     let again = settled(&fetcher, &a).await;

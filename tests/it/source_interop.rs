@@ -335,7 +335,7 @@ async fn origins_that_keep_alive_speak_http_1_0_chunk_compress_or_redirect_are_f
             listed.error
         );
         repo.commit(&[("app.env", "V=2\n")]);
-        fetcher.expire();
+        fetcher.expire().await;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while text(&fetcher, &main).as_deref() != Some("V=2\n") {
             assert!(

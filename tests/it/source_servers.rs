@@ -378,7 +378,7 @@ async fn exercise(
         "{label}: a directory"
     );
     repo.commit(&[("app.env", "V=2\n")]);
-    fetcher.expire();
+    fetcher.expire().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let files = fetched(fetcher, &main).await;

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Inner, SnapshotEntry, State, lock};
+use super::writer::{Command, Waiter};
+use super::{Inner, SnapshotEntry, State};
 
 /// What a snapshot costs to hold: its files' bytes and names, and some bookkeeping.
 pub(super) fn snapshot_bytes(snapshot: &crate::source::Snapshot) -> u64 {
@@ -79,18 +80,18 @@ impl SnapshotEntry {
     }
 }
 
-/// Room reserved in the snapshot budget; given back when dropped.
+/// Room reserved in the snapshot budget (or asked for); given back when dropped.
 pub(super) struct Room {
     inner: Arc<Inner>,
-    bytes: u64,
+    name: u64,
 }
 
 impl Drop for Room {
     fn drop(&mut self) {
-        let mut state = lock(&self.inner.state);
-        state.reserved = state.reserved.saturating_sub(self.bytes);
-        drop(state);
-        self.inner.room_freed.notify_waiters();
+        let _ = self
+            .inner
+            .commands
+            .send(Command::GiveBack { room: self.name });
     }
 }
 
@@ -102,51 +103,25 @@ pub(super) fn bytes_per_read(inner: &Inner) -> u64 {
 }
 
 /// Waits until `reads` snapshots fit beside what is held undelivered and what other
-/// jobs have reserved (or until nothing else is held or reserved, so one job always
-/// runs), and reserves their room.
+/// jobs have reserved (the writer grants room in order: [`super::writer`]), and holds
+/// their room until dropped.
 pub(super) async fn reserve(inner: &Arc<Inner>, reads: usize) -> Room {
     let bytes = bytes_per_read(inner).saturating_mul(reads as u64);
     let give_up = Instant::now() + Duration::from_secs(2 * inner.policy.limits.timeout_seconds);
-    let mut waiting = None;
-    loop {
-        let freed = inner.room_freed.notified();
-        {
-            let mut state = lock(&inner.state);
-            let budget = inner.settings.snapshot_budget_bytes;
-            let undelivered: u64 = state
-                .snapshots
-                .values()
-                .filter(|entry| entry.snapshot.is_some() && !entry.delivered)
-                .map(|entry| entry.weight())
-                .sum();
-            let taken = undelivered.saturating_add(state.reserved);
-            if taken == 0 || taken.saturating_add(bytes) <= budget || Instant::now() >= give_up {
-                state.reserved = state.reserved.saturating_add(bytes);
-                return Room {
-                    inner: inner.clone(),
-                    bytes,
-                };
-            }
-        }
-        waiting.get_or_insert_with(|| Waiting::count(inner));
-        // Woken when a parent takes a snapshot or a job gives room back; the timeout
-        // also lets the give-up time pass.
-        let _ = tokio::time::timeout(Duration::from_millis(200), freed).await;
+    let room = Room {
+        inner: inner.clone(),
+        name: inner.next_room.fetch_add(1, Ordering::SeqCst),
+    };
+    let (granted, answer) = tokio::sync::oneshot::channel();
+    let asked = inner.commands.send(Command::Reserve(Waiter {
+        room: room.name,
+        bytes,
+        give_up,
+        granted,
+    }));
+    if asked.is_ok() {
+        // A writer gone with its runtime answers nothing; the job goes on then.
+        let _ = answer.await;
     }
-}
-
-/// Counts a job as waiting for room while it lives.
-struct Waiting(Arc<Inner>);
-
-impl Waiting {
-    fn count(inner: &Arc<Inner>) -> Waiting {
-        inner.waiting_for_room.fetch_add(1, Ordering::SeqCst);
-        Waiting(inner.clone())
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.0.waiting_for_room.fetch_sub(1, Ordering::SeqCst);
-    }
+    room
 }

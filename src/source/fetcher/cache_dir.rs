@@ -1,6 +1,7 @@
 //! How the fetcher keeps its on-disk cache in bounds: a `file://` URL may not read it,
 //! and fetches reserve room before they write.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,15 @@ impl Inner {
         }
     }
 
+    /// The lock of the cache repository at `dir`: git work on it is serialised
+    /// (libgit2 locks refs on disk), and it is never evicted while held.
+    pub(super) fn repo_lock(&self, dir: &std::path::Path) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.repo_locks)
+            .entry(dir.to_owned())
+            .or_default()
+            .clone()
+    }
+
     /// Evicts least recently used repositories beyond `max`, never `current` or one
     /// whose lock is held, and forgets what was resolved in the evicted ones.
     pub(super) fn enforce_cache_cap(&self, current: &std::path::Path, max: u64) {
@@ -85,15 +95,8 @@ impl Inner {
             return;
         }
         self.metrics.cache_evictions.inc_by(removed.len() as u64);
-        let mut state = lock(&self.state);
-        for remote in state.remotes.values_mut() {
-            if remote
-                .resolved
-                .as_ref()
-                .is_some_and(|r| removed.contains(&r.repo_dir))
-            {
-                remote.resolved = None;
-            }
-        }
+        let _ = self
+            .commands
+            .send(super::writer::Command::Evicted { repo_dirs: removed });
     }
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::budget::{self, snapshot_bytes};
-use super::{Inner, lock};
+use super::Inner;
+use super::budget;
+use super::writer::{Command, Ended};
 use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
 use crate::source::{FetchError, Location, SourceRequest, git, http};
 
@@ -30,23 +31,32 @@ pub(super) struct Job {
 }
 
 pub(super) struct InFlight {
-    pub(super) inner: Arc<Inner>,
-    pub(super) remote_key: String,
-    /// Cleared when the job ends normally and resets the mark itself, under the lock
-    /// (after that, a newer job may already own the mark).
-    pub(super) armed: std::sync::atomic::AtomicBool,
+    inner: Arc<Inner>,
+    remote_key: String,
+    /// Cleared when the job ends normally and says so itself.
+    armed: bool,
+}
+
+impl InFlight {
+    pub(super) fn new(inner: Arc<Inner>, remote_key: &str) -> InFlight {
+        InFlight {
+            inner,
+            remote_key: remote_key.to_owned(),
+            armed: true,
+        }
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if !self.armed.load(Ordering::SeqCst) {
-            return;
+        if self.armed {
+            let _ = self.inner.commands.send(Command::Finished(Ended {
+                remote_key: std::mem::take(&mut self.remote_key),
+                resolved: None,
+                network: false,
+                commit_from: None,
+            }));
         }
-        if let Some(remote) = lock(&self.inner.state).remotes.get_mut(&self.remote_key) {
-            remote.in_flight = false;
-            remote.refresh.job_ended();
-        }
-        self.inner.job_ended.notify_waiters();
     }
 }
 
@@ -153,9 +163,9 @@ impl Job {
         }
     }
 
-    /// Stores what the job brought for the requests still asked for, as it arrives (so
-    /// a parent can take its snapshot before the job ends, and the budget can let go of
-    /// delivered ones); returns each read's outcome (None: fine).
+    /// Hands what the job brought to the writer, as it arrives (so a parent can take
+    /// its snapshot before the job ends, and the budget can let go of delivered ones);
+    /// returns each read's outcome (None: fine).
     fn store(&self, results: Results) -> Vec<Option<FetchError>> {
         let outcomes = results
             .iter()
@@ -164,60 +174,23 @@ impl Job {
                 Fetched::Fresh(_) | Fetched::Unchanged => None,
             })
             .collect();
-        let mut state = lock(&self.inner.state);
-        for (key, result) in results {
-            // A request forgotten while the job ran stays forgotten.
-            let asked = state
-                .remotes
-                .get(&self.remote_key)
-                .is_some_and(|r| r.requests.contains_key(&key));
-            if !asked {
-                continue;
-            }
-            let entry = state.snapshots.entry(key).or_default();
-            entry.answered_by = self.commit_from;
-            match result {
-                Fetched::Fresh(snapshot) => {
-                    let (old, new) = (entry.weight(), snapshot_bytes(&snapshot));
-                    (entry.bytes, entry.derived) = (new, 0);
-                    entry.snapshot = Some(Arc::new(snapshot));
-                    entry.error = None;
-                    entry.let_go = None;
-                    entry.delivered = false;
-                    entry.fetched_from = self.commit_from;
-                    entry.last_used.get_or_insert_with(Instant::now);
-                    state.snapshot_bytes = state.snapshot_bytes.saturating_sub(old) + new;
-                    let budget = self.inner.settings.snapshot_budget_bytes;
-                    let let_go = state.fit(budget);
-                    self.inner.metrics.snapshot_evictions.inc_by(let_go);
-                }
-                Fetched::Unchanged => {
-                    entry.error = None;
-                    entry.fetched_from = self.commit_from;
-                }
-                Fetched::Failed(error) => entry.error = Some(error),
-            }
-        }
+        let _ = self.inner.commands.send(Command::Stored {
+            remote_key: self.remote_key.clone(),
+            commit_from: self.commit_from,
+            results,
+        });
         outcomes
     }
 
-    /// Clears the remote's in-flight mark and keeps the commit it resolved (waking
-    /// whoever waits for jobs to end).
-    fn finish(&self, resolved: Option<git::Resolved>) {
-        let mut state = lock(&self.inner.state);
-        if let Some(remote) = state.remotes.get_mut(&self.remote_key) {
-            remote.in_flight = false;
-            remote.refresh.job_ended();
-            if resolved.is_some() {
-                remote.resolved = resolved;
-                if self.use_network {
-                    remote.resolved_from = self.commit_from;
-                }
-            }
-        }
-        self.guard.armed.store(false, Ordering::SeqCst);
-        drop(state);
-        self.inner.job_ended.notify_waiters();
+    /// Tells the writer the job ended, with the commit it resolved.
+    fn finish(mut self, resolved: Option<git::Resolved>) {
+        self.guard.armed = false;
+        let _ = self.inner.commands.send(Command::Finished(Ended {
+            remote_key: self.remote_key.clone(),
+            resolved,
+            network: self.use_network,
+            commit_from: self.commit_from,
+        }));
     }
 
     async fn run_git(
@@ -238,11 +211,7 @@ impl Job {
         // A turn at a worker first (fair between namespaces), then the repository.
         let _slot = inner.git_slots.acquire(self.namespaces()).await;
         let room = budget::reserve(&self.inner, reads.len().min(READS_PER_WORKER)).await;
-        let repo_lock = lock(&inner.repo_locks)
-            .entry(dir.clone())
-            .or_default()
-            .clone();
-        let repo_guard = repo_lock.lock().await;
+        let repo_guard = inner.repo_lock(&dir).lock_owned().await;
         let known = self.resolved.clone().filter(|_| !self.use_network);
         let downloading = known.is_none();
         if downloading {

@@ -1,13 +1,15 @@
-//! The background writer of the source cache. `lookup` never waits: it answers from the
-//! cache and, when a remote has not been fetched within the asked interval, starts one
-//! job for it. A job fetches the remote once (git: list refs, download only a new
-//! commit; HTTP: one GET) and then refreshes every request that shares it. A failed job
-//! records its error next to the last good snapshot, which stays in use.
+//! The source engine. Lookups never wait: they read what the engine holds. What calls,
+//! push receivers and jobs ask for goes to one writer task as messages ([`writer`]),
+//! which records interests and, when a remote has not been fetched within the asked
+//! interval, starts one job for it. A job fetches the remote once (git: list refs,
+//! download only a new commit; HTTP: one GET) and then refreshes every request that
+//! shares it. A failed job records its error next to the last good snapshot, which
+//! stays in use.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use super::policy::Policy;
@@ -22,6 +24,7 @@ mod job;
 mod look;
 mod order;
 mod settings;
+mod writer;
 
 use order::after_running;
 pub use settings::{
@@ -171,6 +174,8 @@ struct State {
     snapshot_bytes: u64,
     /// Bytes of the budget running jobs have reserved for what they bring ([`budget`]).
     reserved: u64,
+    /// Jobs waiting for room in the budget.
+    waiting_for_room: u64,
 }
 
 impl State {
@@ -204,7 +209,12 @@ struct Inner {
     policy: Arc<Policy>,
     cache_dir: PathBuf,
     client: reqwest::Client,
-    state: Mutex<State>,
+    /// Written by the writer task alone ([`writer`]); read by lookups and gauges.
+    state: RwLock<State>,
+    /// What the writer task is asked to do.
+    commands: tokio::sync::mpsc::UnboundedSender<writer::Command>,
+    /// Names of rooms jobs reserve in the snapshot budget ([`budget`]).
+    next_room: AtomicU64,
     /// Serialises git work per cache repository (libgit2 locks refs on disk).
     repo_locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     network_fetches: AtomicU64,
@@ -215,12 +225,6 @@ struct Inner {
     downloads: AtomicU64,
     /// Held while a job checks and takes its disk reservation.
     reserving: Mutex<()>,
-    /// Told whenever a job ends, for [`Fetcher::idle`].
-    job_ended: tokio::sync::Notify,
-    /// Told when a parent takes a snapshot or a job gives its room back ([`budget`]).
-    room_freed: tokio::sync::Notify,
-    /// Jobs waiting for room in the snapshot budget.
-    waiting_for_room: AtomicU64,
     settings: FetcherSettings,
     git_slots: Arc<FairSlots>,
     http_slots: Arc<FairSlots>,
@@ -261,28 +265,29 @@ impl Fetcher {
         let (_, cached_bytes) =
             super::disk::enforce_cap(&settings.cache_dir.join("git"), u64::MAX, |_| None::<()>);
         let policy = Arc::new(settings.policy.clone());
-        Ok(Fetcher {
-            inner: Arc::new(Inner {
-                client: http::client(policy.clone(), None)?,
-                policy,
-                cache_dir: settings.cache_dir.clone(),
-                state: Mutex::new(State::default()),
-                repo_locks: Mutex::new(HashMap::new()),
-                network_fetches: AtomicU64::new(0),
-                job_ended: tokio::sync::Notify::new(),
-                room_freed: tokio::sync::Notify::new(),
-                waiting_for_room: AtomicU64::new(0),
-                runtime,
-                cache_bytes: AtomicU64::new(cached_bytes),
-                downloads: AtomicU64::new(0),
-                reserving: Mutex::new(()),
-                git_slots: FairSlots::new(settings.workers, settings.workers_per_namespace),
-                http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
-                disk_key,
-                metrics: super::metrics::SourceMetrics::new(settings.max_remote_series),
-                settings,
-            }),
-        })
+        let (commands, received) = tokio::sync::mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            client: http::client(policy.clone(), None)?,
+            policy,
+            cache_dir: settings.cache_dir.clone(),
+            state: RwLock::new(State::default()),
+            commands,
+            next_room: AtomicU64::new(0),
+            repo_locks: Mutex::new(HashMap::new()),
+            network_fetches: AtomicU64::new(0),
+            runtime,
+            cache_bytes: AtomicU64::new(cached_bytes),
+            downloads: AtomicU64::new(0),
+            reserving: Mutex::new(()),
+            git_slots: FairSlots::new(settings.workers, settings.workers_per_namespace),
+            http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
+            disk_key,
+            metrics: super::metrics::SourceMetrics::new(settings.max_remote_series),
+            settings,
+        });
+        let writer = writer::Writer::new(Arc::downgrade(&inner), received);
+        inner.runtime.spawn(writer.run());
+        Ok(Fetcher { inner })
     }
 
     /// Git jobs (running, waiting for a worker).
@@ -292,12 +297,12 @@ impl Fetcher {
 
     /// Bytes of the snapshots held in memory now.
     pub fn snapshot_bytes(&self) -> u64 {
-        lock(&self.inner.state).snapshot_bytes
+        read(&self.inner.state).snapshot_bytes
     }
 
     /// Jobs waiting for room in the snapshot budget before they fetch.
     pub fn jobs_waiting_for_room(&self) -> u64 {
-        self.inner.waiting_for_room.load(Ordering::SeqCst)
+        read(&self.inner.state).waiting_for_room
     }
 
     /// Remote fetches that went to the network so far (git ref listings and HTTP GETs).
@@ -307,47 +312,78 @@ impl Fetcher {
 
     /// Treats every remote as due: the next lookup fetches again. What time passing does;
     /// tests use it instead of sleeping through the 10 s minimum interval.
-    pub fn expire(&self) {
-        for remote in lock(&self.inner.state).remotes.values_mut() {
-            remote.started = None;
-        }
+    pub async fn expire(&self) {
+        self.ask(|done| writer::Command::Expire { done }).await;
     }
 
     /// Forgets every request not asked for within `max_age`, as the periodic sweep does
     /// after a few intervals. Tests use it instead of waiting for the intervals to pass.
-    pub fn forget_unasked(&self, max_age: Duration) {
-        lock(&self.inner.state).sweep(Instant::now(), Some(max_age));
+    pub async fn forget_unasked(&self, max_age: Duration) {
+        self.ask(|done| writer::Command::Forget { max_age, done })
+            .await;
     }
 
     /// Requests and snapshots held in memory (for tests and metrics).
     pub fn tracked(&self) -> (usize, usize) {
-        let state = lock(&self.inner.state);
+        let state = read(&self.inner.state);
         let requests = state.remotes.values().map(|r| r.requests.len()).sum();
         (requests, state.snapshots.len())
     }
 
-    /// Waits until no job is running (for `render`, which prints the settled answer).
+    /// Waits until everything asked so far is applied and no job runs (for `render`,
+    /// which prints the settled answer).
     pub async fn idle(&self) {
-        loop {
-            // Registered before the check, so a job that ends in between still wakes us.
-            let ended = self.inner.job_ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            let busy = lock(&self.inner.state)
-                .remotes
-                .values()
-                .any(|r| r.in_flight);
-            if !busy {
-                return;
-            }
-            ended.await;
+        self.ask(|done| writer::Command::Idle { done }).await;
+    }
+
+    /// Sends `command` to the writer and waits for its answer (at once when the writer
+    /// has gone with the runtime).
+    async fn ask(&self, command: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> writer::Command) {
+        let (done, answered) = tokio::sync::oneshot::channel();
+        if self.inner.commands.send(command(done)).is_ok() {
+            let _ = answered.await;
         }
+    }
+
+    /// Records that a parent asked for `request` (see [`writer::Wanted`]).
+    fn ask_for(
+        &self,
+        request: &SourceRequest,
+        interval: Duration,
+        running: Option<&str>,
+        fetch_now: Option<&str>,
+    ) {
+        self.send(writer::Command::Want(Box::new(writer::Wanted {
+            request: request.clone(),
+            interval,
+            running: running.map(str::to_owned),
+            fetch_now: fetch_now.map(str::to_owned),
+        })));
+    }
+
+    fn send(&self, command: writer::Command) {
+        // Fails only once the runtime that ran the writer has shut down.
+        let _ = self.inner.commands.send(command);
     }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The engine's state as readers see it.
+fn read(state: &RwLock<State>) -> RwLockReadGuard<'_, State> {
+    state
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The engine's state as the writer changes it (nowhere else).
+fn write(state: &RwLock<State>) -> RwLockWriteGuard<'_, State> {
+    state
+        .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -362,7 +398,7 @@ impl SourceView for Fetcher {
     }
 
     fn token(&self, request: &SourceRequest, token: &str) -> Refresh {
-        let state = lock(&self.inner.state);
+        let state = read(&self.inner.state);
         if let Some(remote) = state.remotes.get(&request.remote_key()) {
             if remote.refresh.handled.iter().any(|t| t == token) {
                 return Refresh::Handled;
@@ -383,7 +419,7 @@ impl SourceView for Fetcher {
 impl Sources for Fetcher {
     fn want(&self, interests: &[Interest]) {
         for interest in interests {
-            let _ = self.look(
+            self.ask_for(
                 &interest.request,
                 interest.interval,
                 interest.running.as_deref(),
@@ -392,27 +428,41 @@ impl Sources for Fetcher {
             if interest.behind {
                 // Another replica may run a newer copy: this one's is refreshed now, as
                 // often as pushes are at most.
-                let _ = self.look(&interest.request, PUSH_SPACING, None, None);
+                self.ask_for(&interest.request, PUSH_SPACING, None, None);
             }
         }
     }
 
+    /// Marks every remote of `repository` pushed: each idle one past the push spacing
+    /// is fetched now, the others when the spacing has passed.
     fn pushed(&self, repository: &str) -> usize {
-        self.push(repository)
+        let remotes = read(&self.inner.state)
+            .remotes
+            .values()
+            .filter_map(|remote| remote.requests.values().next())
+            .filter(|asked| {
+                let url = asked.request.location.url();
+                super::repository::normalise(url).as_deref() == Some(repository)
+            })
+            .count();
+        self.send(writer::Command::Push {
+            repository: repository.to_owned(),
+        });
+        remotes
     }
 
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         self.inner.metrics.register(registry);
         let inner = self.inner.clone();
         registry.register_collector(Box::new(super::metrics::EngineGaugesFn(move || {
-            let (snapshot_bytes, reserved) = {
-                let state = lock(&inner.state);
-                (state.snapshot_bytes, state.reserved)
+            let (snapshot_bytes, reserved, waiting) = {
+                let state = read(&inner.state);
+                (state.snapshot_bytes, state.reserved, state.waiting_for_room)
             };
             super::metrics::Gauges {
                 cache_bytes: inner.cache_bytes.load(Ordering::SeqCst),
                 snapshot_bytes,
-                snapshot_room: (reserved, inner.waiting_for_room.load(Ordering::SeqCst)),
+                snapshot_room: (reserved, waiting),
                 git_jobs: inner.git_slots.load(),
                 remote_series: inner.metrics.remote_series(),
             }
@@ -428,7 +478,7 @@ impl Fetcher {
         interval: Duration,
         running: Option<&str>,
     ) -> SourceState {
-        let _ = self.look(request, interval, running, None);
+        self.ask_for(request, interval, running, None);
         self.read(request, interval, running)
     }
 
@@ -437,7 +487,7 @@ impl Fetcher {
         if self.token(request, token) == Refresh::Handled {
             return Refresh::Handled;
         }
-        let _ = self.look(request, interval, None, Some(token));
+        self.ask_for(request, interval, None, Some(token));
         self.token(request, token)
     }
 }
@@ -560,7 +610,7 @@ mod tests {
         repo.commit("a.env", "A=2\n");
         assert!(!sources.lookup(&a, HOUR).pending);
         assert_eq!(sources.network_fetches(), before);
-        sources.expire();
+        sources.expire().await;
         let _ = sources.lookup(&a, HOUR);
         sources.idle().await;
         let fresh = sources.lookup(&a, HOUR);
@@ -597,7 +647,7 @@ mod tests {
         );
         assert!(!sources.state(&a, HOUR, Some(elsewhere)).after_running);
         // The next fetch started after that: its copy is at least as new.
-        sources.expire();
+        sources.expire().await;
         let _ = sources.lookup_holding(&a, HOUR, Some(elsewhere));
         sources.idle().await;
         assert!(sources.state(&a, HOUR, Some(elsewhere)).after_running);
@@ -652,7 +702,7 @@ mod tests {
         let moved = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         std::fs::rename(repo.dir.path(), moved.path().join("gone"))
             .unwrap_or_else(|e| panic!("{e}"));
-        sources.expire();
+        sources.expire().await;
         let _ = sources.lookup(&wanted, HOUR);
         sources.idle().await;
         let after = sources.lookup(&wanted, HOUR);
@@ -752,8 +802,9 @@ mod tests {
         let weigh = |s: &String| s.len() as u64;
         let _ = a.derived.remember(key, weigh, || "c".repeat(100 * 1024));
         drop(a);
-        // Counted from a's next lookup on.
+        // Counted from a's next lookup on, once the writer has applied it.
         let _ = sources.lookup(&wanted[0], HOUR);
+        sources.idle().await;
         assert_eq!(sources.snapshot_bytes(), alone + 100 * 1024 + 128);
         // b does not fit beside a and its conversion (200 KiB and more): a, delivered and
         // least recently asked, is let go with what was made of it.
