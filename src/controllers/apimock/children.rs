@@ -23,6 +23,7 @@ use serde_json::Value;
 use super::bundle::Bundle;
 use super::definition::Format;
 use super::spec::{ApiMockSpec, ExternalTrafficPolicy, MockSpec, ServiceType};
+use crate::controllers::common::held_files;
 use crate::controllers::common::names::{self, child_labels};
 use crate::controllers::common::restricted;
 use crate::error::HookError;
@@ -30,16 +31,6 @@ use crate::error::HookError;
 /// Pod-template annotation holding the definition's SHA-256: an edit changes the
 /// template, so the Deployment rolls (APIrator never restarted the pods of an edited mock).
 pub const DEFINITION_HASH_ANNOTATION: &str = "apimock.metahooks.io/definition-sha256";
-/// On the ConfigMap of a definition read from a source: the source's revision, so a
-/// replica that has not fetched yet still reports what runs.
-pub const REVISION_ANNOTATION: &str = "apimock.metahooks.io/revision";
-/// On the ConfigMap of a definition read from git: when the commit was made, so replicas
-/// agree which of two copies of a ref is the newer one.
-pub const SOURCE_TIME_ANNOTATION: &str = "apimock.metahooks.io/source-time";
-/// On the ConfigMap of a multi-file definition: the root document's path.
-pub const ROOT_ANNOTATION: &str = "apimock.metahooks.io/root";
-/// On the ConfigMap of a multi-file definition: key → path, for the keys that differ.
-pub const PATHS_ANNOTATION: &str = "apimock.metahooks.io/paths";
 /// Asks cert-manager (its ingress-shim, with the default issuer) for the Ingress's
 /// certificate; set for `ingress.certManager: true`.
 pub const TLS_ACME_ANNOTATION: &str = "kubernetes.io/tls-acme";
@@ -138,37 +129,34 @@ fn to_value<T: Serialize>(object: &T) -> Result<Value, HookError> {
         .map_err(|e| HookError::Internal(format!("cannot serialise a child object: {e}")))
 }
 
-/// The ConfigMap holding the served definition.
+/// The ConfigMap holding the served definition, with what reads it back
+/// ([`held_files::APIMOCK`]): the source's revision (so a replica that has not fetched
+/// yet still reports what runs), when the source made it (so replicas agree which of two
+/// copies of a ref is newer), and a multi-file definition's root and renamed paths.
 pub fn config_map(plan: &Plan<'_>) -> ConfigMap {
-    let mut annotations = BTreeMap::new();
-    if let Some(revision) = plan.revision {
-        annotations.insert(REVISION_ANNOTATION.to_owned(), revision.to_owned());
-    }
-    if let Some(at) = plan
-        .made_at
-        .and_then(|at| jiff::Timestamp::from_second(at).ok())
-    {
-        annotations.insert(SOURCE_TIME_ANNOTATION.to_owned(), at.to_string());
-    }
+    let mut record = held_files::Record {
+        revision: plan.revision.map(str::to_owned),
+        source_time: plan.made_at,
+        ..held_files::Record::default()
+    };
     let data = match plan.served {
         ServedFiles::Text { text, format } => {
             BTreeMap::from([(format.file_name().to_owned(), text.to_owned())])
         }
         ServedFiles::Bundle(bundle) => {
-            annotations.insert(ROOT_ANNOTATION.to_owned(), bundle.root.clone());
-            let renamed: BTreeMap<String, &str> =
-                bundle.keys().filter(|(key, path)| key != path).collect();
-            if !renamed.is_empty() {
-                // A map of strings always serialises.
-                let paths = serde_json::to_string(&renamed).unwrap_or_default();
-                annotations.insert(PATHS_ANNOTATION.to_owned(), paths);
-            }
+            record.root = Some(bundle.root.clone());
+            record.paths = bundle
+                .keys()
+                .filter(|(key, path)| key != path)
+                .map(|(key, path)| (key, path.to_owned()))
+                .collect();
             bundle
                 .keys()
                 .filter_map(|(key, path)| Some((key, bundle.files.get(path)?.clone())))
                 .collect()
         }
     };
+    let annotations = record.annotations(&held_files::APIMOCK);
     ConfigMap {
         metadata: metadata(plan.name, Some(annotations)),
         data: Some(data),

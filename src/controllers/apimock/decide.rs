@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::children::{self, REVISION_ANNOTATION};
+use super::children;
 use super::definition::{self, Analysis};
 use super::origin::{self, Candidate};
 use super::spec::DefinitionStatus;
@@ -173,11 +173,12 @@ impl ApiMockHooks {
             return Ok(None);
         };
         let analysis = analysis_of(&candidate, ctx)?;
-        Ok(analysis.outcome.is_ok().then(|| ServedDefinition {
+        let record = held::record(config_map);
+        Ok(analysis.outcome.is_ok().then_some(ServedDefinition {
             analysis,
             candidate,
-            revision: held::annotation(config_map, REVISION_ANNOTATION).map(str::to_owned),
-            made_at: held::made_at(config_map),
+            revision: record.revision,
+            made_at: record.source_time,
         }))
     }
 }
@@ -236,7 +237,7 @@ fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>, after_running: b
     else {
         return false;
     };
-    held::annotation(config_map, REVISION_ANNOTATION)
+    held::revision(config_map)
         .is_some_and(|running| running_is_newer(fresh_revision, running, after_running))
 }
 

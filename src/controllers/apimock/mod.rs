@@ -108,7 +108,7 @@ impl ApiMockHooks {
         let running = request
             .children
             .find("ConfigMap", "v1", None, name)
-            .and_then(|held| held::annotation(held, children::REVISION_ANNOTATION));
+            .and_then(held::revision);
         let reading = origin::read(&origin, &request.related, namespace, running, reads);
         let decision = self.decide(&call, &reading, ctx)?;
         let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, reads);

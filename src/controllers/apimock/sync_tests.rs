@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::children::{DEFINITION_HASH_ANNOTATION, REVISION_ANNOTATION, ROOT_ANNOTATION};
+use super::children::DEFINITION_HASH_ANNOTATION;
+use crate::controllers::common::held_files::APIMOCK;
 use crate::controllers::fixtures::{Harness, Request, child, children, condition};
 use crate::protocol::Hook;
 use crate::source::FetchError;
@@ -79,7 +80,7 @@ fn a_fetched_file_is_served_like_the_same_text_inline() {
     let config_map = child(&fetched, "ConfigMap");
     assert_eq!(config_map["data"], child(&inline, "ConfigMap")["data"]);
     assert_eq!(
-        config_map["metadata"]["annotations"][REVISION_ANNOTATION],
+        config_map["metadata"]["annotations"][APIMOCK.revision],
         "main@sha1:aaa"
     );
     assert_eq!(fetched["resyncAfterSeconds"], 60);
@@ -116,7 +117,7 @@ fn a_directory_is_bundled_and_mounted_file_by_file() {
         ["openapi.yaml", "paths__orders.yaml", "schemas__item.yaml"]
     );
     assert_eq!(
-        config_map["metadata"]["annotations"][ROOT_ANNOTATION],
+        config_map["metadata"]["annotations"][APIMOCK.root],
         "openapi.yaml"
     );
     let pod = &child(&answer, "Deployment")["spec"]["template"]["spec"];

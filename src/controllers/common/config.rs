@@ -11,21 +11,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::held_files::{self, CONFIG, Record};
 use super::problem::Problem;
 use super::{envfile, file_keys};
 use crate::controllers::common::reason::Reason;
 use crate::hash::sha256_hex;
 use crate::source::{Content, Snapshot};
-
-/// On the ConfigMap: the source revision of the config it holds.
-pub const REVISION_ANNOTATION: &str = "config.metahooks.io/revision";
-/// On the ConfigMap: `env` or `files`, so the config can be read back in its format.
-pub const FORMAT_ANNOTATION: &str = "config.metahooks.io/format";
-/// On the ConfigMap: key → file path under the mount, for the keys that differ (JSON).
-pub const PATHS_ANNOTATION: &str = "config.metahooks.io/paths";
-/// When the source made this revision (git: committer time, RFC 3339). Replicas compare
-/// it with their own copy so that none of them rolls the service back to an older one.
-pub const SOURCE_TIME_ANNOTATION: &str = "config.metahooks.io/source-time";
 
 // How a configuration reaches the pods: KEY=VALUE lines become container environment,
 // files are mounted. No doc comments: on a CRD enum they would replace the field's own
@@ -109,26 +100,14 @@ impl Config {
     /// What a ConfigMap records about the config it holds, so it can be read back
     /// (revision, format, and nested paths when they differ from the keys).
     pub fn annotations(&self) -> BTreeMap<String, String> {
-        let mut annotations = BTreeMap::from([
-            (REVISION_ANNOTATION.to_owned(), self.revision.clone()),
-            (
-                FORMAT_ANNOTATION.to_owned(),
-                format_name(self.format).to_owned(),
-            ),
-        ]);
-        if let Some(at) = self
-            .source_time
-            .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
-        {
-            annotations.insert(SOURCE_TIME_ANNOTATION.to_owned(), at.to_string());
+        Record {
+            revision: Some(self.revision.clone()),
+            source_time: self.source_time,
+            paths: self.paths.clone(),
+            root: None,
+            format: Some(format_name(self.format).to_owned()),
         }
-        if !self.paths.is_empty() {
-            annotations.insert(
-                PATHS_ANNOTATION.to_owned(),
-                serde_json::to_string(&self.paths).unwrap_or_default(),
-            );
-        }
-        annotations
+        .annotations(&CONFIG)
     }
 
     /// ConfigMap `binaryData`, absent when empty.
@@ -182,49 +161,25 @@ impl Config {
 
     /// The config an observed ConfigMap holds, read back through its annotations.
     pub fn from_config_map(config_map: &Value) -> Config {
-        let annotation = |key: &str| {
-            config_map
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(key))
-                .and_then(Value::as_str)
-        };
-        let strings = |field: &str| -> BTreeMap<String, String> {
-            config_map
-                .get(field)
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let binary = strings("binaryData")
+        let record = Record::read(config_map, &CONFIG);
+        let binary = held_files::strings(config_map, "binaryData")
             .into_iter()
-            .filter_map(|(k, v)| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(v)
-                    .ok()
-                    .map(|b| (k, b))
+            .filter_map(|(key, text)| {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(text);
+                Some((key, bytes.ok()?))
             })
             .collect();
         Config::new(ConfigContent {
-            format: match annotation(FORMAT_ANNOTATION) {
+            format: match record.format.as_deref() {
                 Some("env") => Some(ConfigFormat::Env),
                 Some("files") => Some(ConfigFormat::Files),
                 _ => None,
             },
-            data: strings("data"),
+            data: held_files::strings(config_map, "data"),
             binary,
-            paths: annotation(PATHS_ANNOTATION)
-                .and_then(|p| serde_json::from_str(p).ok())
-                .unwrap_or_default(),
-            revision: annotation(REVISION_ANNOTATION)
-                .unwrap_or("unknown")
-                .to_owned(),
-            source_time: annotation(SOURCE_TIME_ANNOTATION)
-                .and_then(|at| at.parse::<jiff::Timestamp>().ok())
-                .map(|at| at.as_second()),
+            paths: record.paths,
+            revision: record.revision.unwrap_or_else(|| "unknown".to_owned()),
+            source_time: record.source_time,
         })
     }
 }

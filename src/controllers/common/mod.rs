@@ -5,6 +5,7 @@ pub mod conditions;
 pub mod config;
 pub mod envfile;
 pub mod file_keys;
+pub mod held_files;
 pub mod keep;
 pub mod memo;
 pub mod names;
