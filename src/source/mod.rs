@@ -20,6 +20,7 @@ pub mod fake;
 pub mod fetcher;
 pub mod git;
 pub mod http;
+pub mod key;
 pub mod known_hosts;
 pub mod metrics;
 pub mod policy;
@@ -34,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::error::FetchError;
+pub use self::key::{RemoteKey, SourceKey};
 
 /// Where configuration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -217,33 +219,42 @@ pub struct SourceRequest {
 }
 
 impl SourceRequest {
-    /// Cache key of the snapshot (includes the path and a credential fingerprint).
-    pub fn key(&self) -> String {
-        match &self.location {
-            Location::Git { path, .. } => format!("{}|{path}", self.remote_key()),
-            Location::Http { .. } => self.remote_key(),
+    /// Key of the snapshot: the remote's key and, for git, the path.
+    pub fn key(&self) -> SourceKey {
+        SourceKey {
+            remote: self.remote_key(),
+            path: match &self.location {
+                Location::Git { path, .. } => Some(path.clone()),
+                Location::Http { .. } => None,
+            },
         }
     }
 
     /// Key of the remote fetch shared by every request for the same url+ref+credentials.
-    pub fn remote_key(&self) -> String {
-        let mut fingerprint = self
+    pub fn remote_key(&self) -> RemoteKey {
+        let mut holder = self
             .credentials
             .as_ref()
             .map(Credentials::fingerprint)
             .unwrap_or_default();
         if let Some(tls) = &self.tls {
-            fingerprint.push('+');
-            fingerprint.push_str(&tls.fingerprint());
+            holder.push('+');
+            holder.push_str(&tls.fingerprint());
         }
         match &self.location {
-            Location::Git { url, reference, .. } => {
-                format!(
-                    "git|{url}|{}|{fingerprint}",
-                    reference.as_deref().unwrap_or("")
-                )
-            }
-            Location::Http { url } => format!("http|{url}|{fingerprint}"),
+            Location::Git { url, reference, .. } => RemoteKey {
+                protocol: key::Protocol::Git,
+                url: url.clone(),
+                // An empty ref asks for the default branch, as none does.
+                reference: reference.clone().filter(|r| !r.is_empty()),
+                holder,
+            },
+            Location::Http { url } => RemoteKey {
+                protocol: key::Protocol::Http,
+                url: url.clone(),
+                reference: None,
+                holder,
+            },
         }
     }
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::writer::{Command, Waiter};
-use super::{Inner, SnapshotEntry, State};
+use super::{Inner, SnapshotEntry, SourceKey, State};
 
 /// What a snapshot costs to hold: its files' bytes and names, and some bookkeeping.
 pub(super) fn snapshot_bytes(snapshot: &crate::source::Snapshot) -> u64 {
@@ -64,7 +64,7 @@ impl State {
     }
 
     /// Counts what has been made of `key`'s snapshot since it was last counted.
-    pub(super) fn reweigh(&mut self, key: &str) {
+    pub(super) fn reweigh(&mut self, key: &SourceKey) {
         if let Some((before, now)) = self.snapshots.get_mut(key).map(SnapshotEntry::reweigh) {
             self.snapshot_bytes = self.snapshot_bytes.saturating_sub(before) + now;
         }

@@ -10,14 +10,14 @@ use super::Inner;
 use super::budget;
 use super::writer::{Command, Ended};
 use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
-use crate::source::{FetchError, Location, SourceRequest, git, http};
+use crate::source::{FetchError, Location, RemoteKey, SourceKey, SourceRequest, git, http};
 
 pub(super) struct Job {
     pub(super) inner: Arc<Inner>,
     /// Clears the remote's in-flight mark however the job ends (a panic included), so a
     /// remote can never be stuck "in flight" with no job behind it.
     pub(super) guard: InFlight,
-    pub(super) remote_key: String,
+    pub(super) remote_key: RemoteKey,
     pub(super) requests: Vec<SourceRequest>,
     pub(super) use_network: bool,
     pub(super) resolved: Option<git::Resolved>,
@@ -25,23 +25,23 @@ pub(super) struct Job {
     /// when it asks the remote).
     pub(super) commit_from: Option<Instant>,
     /// Revisions of the snapshots the requests already have (key → revision).
-    pub(super) current: HashMap<String, String>,
+    pub(super) current: HashMap<SourceKey, String>,
     /// The shortest poll period of the remote's requests (for the metrics' alerting).
     pub(super) interval: Duration,
 }
 
 pub(super) struct InFlight {
     inner: Arc<Inner>,
-    remote_key: String,
+    remote_key: RemoteKey,
     /// Cleared when the job ends normally and says so itself.
     armed: bool,
 }
 
 impl InFlight {
-    pub(super) fn new(inner: Arc<Inner>, remote_key: &str) -> InFlight {
+    pub(super) fn new(inner: Arc<Inner>, remote_key: &RemoteKey) -> InFlight {
         InFlight {
             inner,
-            remote_key: remote_key.to_owned(),
+            remote_key: remote_key.clone(),
             armed: true,
         }
     }
@@ -51,7 +51,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if self.armed {
             let _ = self.inner.commands.send(Command::Finished(Ended {
-                remote_key: std::mem::take(&mut self.remote_key),
+                remote_key: self.remote_key.clone(),
                 resolved: None,
                 network: false,
                 commit_from: None,
@@ -60,7 +60,7 @@ impl Drop for InFlight {
     }
 }
 
-pub(super) type Results = Vec<(String, Fetched)>;
+pub(super) type Results = Vec<(SourceKey, Fetched)>;
 
 /// Paths one worker reads at most (each within the config size limit): a worker's memory
 /// follows one batch, however many paths parents name on one remote. Further paths are

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{
     Asked, Fetcher, MAX_WANTED_TOKENS, PUSH_SPACING, RemoteEntry, SnapshotEntry, State, read,
 };
-use crate::source::{FetchError, SourceRequest, SourceState};
+use crate::source::{FetchError, SourceKey, SourceRequest, SourceState};
 
 impl Fetcher {
     /// What the engine holds for `request`, without asking for anything: `pending` when a
@@ -74,7 +74,7 @@ impl State {
     /// and not held), and how many snapshots were let go.
     pub(super) fn looked_up(
         &mut self,
-        key: &str,
+        key: &SourceKey,
         now: Instant,
         running: Option<&str>,
         budget: u64,
@@ -144,7 +144,7 @@ impl RemoteEntry {
     /// Records that a parent asked for `request` now (and for a fetch now, with `refresh`).
     pub(super) fn asked(
         &mut self,
-        key: String,
+        key: SourceKey,
         request: &SourceRequest,
         now: Instant,
         interval: Duration,

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use super::policy::Policy;
 use super::slots::FairSlots;
 use super::{
-    FetchError, Interest, Refresh, SourceRequest, SourceState, SourceView, Sources, git, http,
+    FetchError, Interest, Refresh, RemoteKey, SourceKey, SourceRequest, SourceState, SourceView,
+    Sources, git, http,
 };
 
 mod budget;
@@ -34,7 +35,7 @@ pub use settings::{
 
 #[derive(Default)]
 struct RemoteEntry {
-    requests: HashMap<String, Asked>,
+    requests: HashMap<SourceKey, Asked>,
     started: Option<Instant>,
     in_flight: bool,
     /// The running job asks the remote (false: it only reads new paths of the commit
@@ -167,8 +168,8 @@ impl SnapshotEntry {
 
 #[derive(Default)]
 struct State {
-    remotes: HashMap<String, RemoteEntry>,
-    snapshots: HashMap<String, SnapshotEntry>,
+    remotes: HashMap<RemoteKey, RemoteEntry>,
+    snapshots: HashMap<SourceKey, SnapshotEntry>,
     last_sweep: Option<Instant>,
     /// Bytes of every snapshot held.
     snapshot_bytes: u64,

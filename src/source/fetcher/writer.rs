@@ -17,9 +17,9 @@ use tracing::Instrument;
 
 use super::budget::snapshot_bytes;
 use super::job::{InFlight, Job, Results};
-use super::{Inner, PUSH_SPACING, SWEEP_EVERY, SnapshotEntry, State, look, write};
+use super::{Inner, PUSH_SPACING, SWEEP_EVERY, SnapshotEntry, State, look, read, write};
 use crate::source::worker::Fetched;
-use crate::source::{Location, SourceRequest, git};
+use crate::source::{Location, RemoteKey, SourceRequest, git};
 
 /// What may change the engine's state.
 pub(super) enum Command {
@@ -28,10 +28,10 @@ pub(super) enum Command {
     /// A push receiver heard that `repository` changed.
     Push { repository: String },
     /// The push spacing of a remote a push named has passed.
-    PushDue { remote_key: String },
+    PushDue { remote_key: RemoteKey },
     /// A job brought these results for its requests.
     Stored {
-        remote_key: String,
+        remote_key: RemoteKey,
         commit_from: Option<Instant>,
         results: Results,
     },
@@ -55,7 +55,7 @@ pub(super) enum Command {
     Idle { done: oneshot::Sender<()> },
 }
 
-/// Commands applied under one hold of the state, at most: readers wait for no more.
+/// Commands applied before waiting jobs and idle waiters are looked at again.
 const BATCH: usize = 64;
 
 /// How often waiting jobs are looked at when nothing else happens (their deadline).
@@ -73,7 +73,7 @@ pub(super) struct Wanted {
 /// A job that ended on `remote_key`; `resolved` is the commit it fetched or read, if
 /// any, and `network` whether it asked the remote (in a fetch started at `commit_from`).
 pub(super) struct Ended {
-    pub(super) remote_key: String,
+    pub(super) remote_key: RemoteKey,
     pub(super) resolved: Option<git::Resolved>,
     pub(super) network: bool,
     pub(super) commit_from: Option<Instant>,
@@ -126,20 +126,30 @@ impl Writer {
             let Some(inner) = self.inner.upgrade() else {
                 return;
             };
-            let mut state = write(&inner.state);
             if let Some(command) = next {
-                self.apply(&inner, &mut state, command);
+                // Each command under a hold of its own: a lookup waits for one at most.
+                self.apply(&inner, &mut write(&inner.state), command);
                 for _ in 1..BATCH {
                     match self.commands.try_recv() {
-                        Ok(command) => self.apply(&inner, &mut state, command),
+                        Ok(command) => self.apply(&inner, &mut write(&inner.state), command),
                         Err(_) => break,
                     }
                 }
             }
-            self.grant(&inner, &mut state);
-            if !state.remotes.values().any(|remote| remote.in_flight) {
-                for done in self.idle.drain(..) {
-                    let _ = done.send(());
+            // Only with jobs waiting (or the gauge still counting some): it weighs
+            // every snapshot.
+            if !self.waiting.is_empty() || read(&inner.state).waiting_for_room != 0 {
+                self.grant(&inner, &mut write(&inner.state));
+            }
+            if !self.idle.is_empty() {
+                let busy = read(&inner.state)
+                    .remotes
+                    .values()
+                    .any(|remote| remote.in_flight);
+                if !busy {
+                    for done in self.idle.drain(..) {
+                        let _ = done.send(());
+                    }
                 }
             }
         }
@@ -260,7 +270,7 @@ fn want(
 }
 
 /// The push spacing of `remote_key` has passed: its fetch starts unless one runs.
-fn push_due(inner: &Arc<Inner>, state: &mut State, remote_key: &str) {
+fn push_due(inner: &Arc<Inner>, state: &mut State, remote_key: &RemoteKey) {
     let Some(remote) = state.remotes.get_mut(remote_key) else {
         return;
     };
@@ -329,7 +339,7 @@ fn push(inner: &Arc<Inner>, state: &mut State, repository: &str) {
 fn start_job(
     inner: &Arc<Inner>,
     state: &mut State,
-    remote_key: &str,
+    remote_key: &RemoteKey,
     request: &SourceRequest,
     interval: Duration,
     stale: bool,
@@ -392,7 +402,7 @@ fn job_span(request: &SourceRequest) -> tracing::Span {
 fn store(
     inner: &Inner,
     state: &mut State,
-    remote_key: &str,
+    remote_key: &RemoteKey,
     commit_from: Option<Instant>,
     results: Results,
 ) {

@@ -48,7 +48,7 @@ pub struct GitJob {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Read {
     /// The request's cache key.
-    pub key: String,
+    pub key: crate::source::SourceKey,
     /// File or directory in the repository.
     pub path: String,
     /// The revision the request already has (nothing is read again for it).
@@ -88,7 +88,7 @@ pub struct GitOutcome {
     /// The resolved commit.
     pub resolved: Result<git::Resolved, FetchError>,
     /// Each read's outcome, by cache key.
-    pub results: Vec<(String, Fetched)>,
+    pub results: Vec<(crate::source::SourceKey, Fetched)>,
 }
 
 impl GitOutcome {
@@ -102,7 +102,10 @@ impl GitOutcome {
 }
 
 /// Every one of `reads` failed with `error`.
-pub fn failed_reads(reads: &[Read], error: &FetchError) -> Vec<(String, Fetched)> {
+pub fn failed_reads(
+    reads: &[Read],
+    error: &FetchError,
+) -> Vec<(crate::source::SourceKey, Fetched)> {
     reads
         .iter()
         .map(|read| (read.key.clone(), Fetched::Failed(error.clone())))
