@@ -55,9 +55,6 @@ pub(super) enum Command {
     Idle { done: oneshot::Sender<()> },
 }
 
-/// Commands applied before waiting jobs and idle waiters are looked at again.
-const BATCH: usize = 64;
-
 /// How often waiting jobs are looked at when nothing else happens (their deadline).
 const WAITING_TICK: Duration = Duration::from_millis(200);
 
@@ -127,14 +124,7 @@ impl Writer {
                 return;
             };
             if let Some(command) = next {
-                // Each command under a hold of its own: a lookup waits for one at most.
                 self.apply(&inner, &mut write(&inner.state), command);
-                for _ in 1..BATCH {
-                    match self.commands.try_recv() {
-                        Ok(command) => self.apply(&inner, &mut write(&inner.state), command),
-                        Err(_) => break,
-                    }
-                }
             }
             // Only with jobs waiting (or the gauge still counting some): it weighs
             // every snapshot.
@@ -152,6 +142,11 @@ impl Writer {
                     }
                 }
             }
+            drop(inner);
+            // One command at a time, each under a hold of its own: a lookup waits for one
+            // at most, and hook calls on this worker thread for none (a burst of
+            // commands would otherwise run to its end before them).
+            tokio::task::yield_now().await;
         }
     }
 
@@ -248,7 +243,7 @@ fn want(
         return;
     }
     let key = request.key();
-    let remote_key = request.remote_key();
+    let remote_key = key.remote.clone();
     let now = Instant::now();
     if state
         .last_sweep
