@@ -22,6 +22,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzz_surfaces;
 pub mod hash;
+pub mod http_error;
 pub mod receivers;
 pub mod server;
 pub mod source;

@@ -32,9 +32,7 @@ impl InProcess for OwnReplica {
                 Ok(bytes) => (200, bytes),
                 Err(error) => (
                     error.status_code().as_u16(),
-                    serde_json::json!({"error": error.to_string()})
-                        .to_string()
-                        .into_bytes(),
+                    crate::http_error::body(&error),
                 ),
             })
         })

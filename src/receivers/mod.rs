@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::controllers::common::memo::Memo;
+use crate::http_error::HttpError;
 use crate::source::Sources;
 use verify::Forge;
 
@@ -144,7 +145,7 @@ enum Refused {
     Timeout,
 }
 
-impl Refused {
+impl HttpError for Refused {
     fn status(&self) -> StatusCode {
         match self {
             Refused::UnknownForge(_) => StatusCode::NOT_FOUND,
@@ -173,7 +174,7 @@ impl IntoResponse for Refused {
     fn into_response(self) -> Response {
         let (status, reason, message) = (self.status(), self.reason(), self.to_string());
         tracing::warn!(status = status.as_u16(), reason, %message, "push refused");
-        (status, Json(json!({"reason": reason, "message": message}))).into_response()
+        crate::http_error::answer(&self)
     }
 }
 

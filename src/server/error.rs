@@ -1,12 +1,13 @@
-//! Why a hook call got no answer, and the one place that becomes an HTTP reply: a status
-//! code and `{"error": "<sentence>"}`, which Metacontroller copies into the parent's
-//! Warning event.
+//! Why a hook call got no answer: its status, reason and headers, answered through
+//! [`crate::http_error`] (`{"error": "<sentence>", ...}`, which Metacontroller copies
+//! into the parent's Warning event).
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use thiserror::Error;
 
 use crate::error::HookError;
+use crate::http_error::HttpError;
 
 /// What stopped a call: the controller's reason, or the server's bounds.
 #[derive(Debug, Error)]
@@ -78,27 +79,34 @@ impl HookError {
     }
 }
 
+impl HttpError for HookError {
+    fn status(&self) -> StatusCode {
+        self.status_code()
+    }
+
+    fn reason(&self) -> &'static str {
+        HookError::reason(self)
+    }
+}
+
 impl IntoResponse for HookError {
     fn into_response(self) -> Response {
         CallError::Hook(self).into_response()
     }
 }
 
-impl IntoResponse for CallError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.to_string() }).to_string();
-        let mut response = (
-            self.status_code(),
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            body,
-        )
-            .into_response();
-        let headers = response.headers_mut();
+impl HttpError for CallError {
+    fn status(&self) -> StatusCode {
+        self.status_code()
+    }
+
+    fn reason(&self) -> &'static str {
+        CallError::reason(self)
+    }
+
+    // Metacontroller re-queues after Retry-After; without it, it retries at once.
+    fn retry_after_seconds(&self) -> Option<u64> {
         match self {
-            // Metacontroller re-queues after Retry-After; without it, it retries at once.
             CallError::Overloaded {
                 retry_after_seconds,
                 ..
@@ -106,17 +114,18 @@ impl IntoResponse for CallError {
             | CallError::BodiesOverBudget {
                 retry_after_seconds,
                 ..
-            } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds));
-            }
-            CallError::Unauthorized => {
-                headers.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"metahooks\""),
-                );
-            }
-            _ => {}
+            } => Some(*retry_after_seconds),
+            _ => None,
         }
-        response
+    }
+
+    fn challenge(&self) -> Option<&'static str> {
+        matches!(self, CallError::Unauthorized).then_some("Bearer realm=\"metahooks\"")
+    }
+}
+
+impl IntoResponse for CallError {
+    fn into_response(self) -> Response {
+        crate::http_error::answer(&self)
     }
 }
