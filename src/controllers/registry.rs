@@ -13,7 +13,7 @@ use super::common::reading::SourceUse;
 use super::common::steps::Steps;
 use super::{CompositeHooks, Context, ControllerSettings, DecoratorHooks};
 use super::{ParentRef, ParentType, apimock, common, configsync, monitoredservice};
-use crate::error::HookError;
+use crate::error::{BadRequest, Fault, HookError};
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, DecoratorRequest, DecoratorResponse,
     Hook, ObjectMap, TypeKey, object_name,
@@ -279,13 +279,7 @@ impl Registry {
         let root = request.root();
         let parent = ParentRef::of(root);
         if !root.is_object() {
-            return Err(failed(
-                parent,
-                HookError::BadRequest(
-                    "request has no parent object: this does not look like a Metacontroller hook call"
-                        .to_owned(),
-                ),
-            ));
+            return Err(failed(parent, HookError::BadRequest(BadRequest::NoParent)));
         }
         if let Entry::Composite(hooks) = entry
             && let expected = hooks.parent_types()
@@ -296,10 +290,12 @@ impl Registry {
             let kinds: Vec<&str> = expected.iter().map(|(_, kind)| *kind).collect();
             return Err(failed(
                 parent,
-                HookError::BadRequest(format!(
-                    "/{controller}/{hook} answers for {} parents, and this call is for a {kind}: the controller registration points at the wrong hook URL",
-                    kinds.join(" or ")
-                )),
+                HookError::BadRequest(BadRequest::WrongParentKind {
+                    controller: controller.to_string(),
+                    hook: hook.to_string(),
+                    expected: kinds,
+                    kind: kind.to_owned(),
+                }),
             ));
         }
         Ok(Prepared {
@@ -369,9 +365,7 @@ impl Prepared {
                 let changes = decorator(&answer.response, r);
                 Answered::of(&answer.response, answer.sources, changes)
             }),
-            _ => Err(HookError::Internal(
-                "a request was parsed for another kind of controller".to_owned(),
-            )),
+            _ => Err(HookError::Internal(Fault::WrongController)),
         };
         let Answered {
             bytes,
@@ -405,8 +399,7 @@ impl Answered {
         sources: Vec<SourceUse>,
         changes: Option<Changes>,
     ) -> Answered {
-        let bytes = serde_json::to_vec(response)
-            .map_err(|e| HookError::Internal(format!("cannot serialise the response: {e}")));
+        let bytes = serde_json::to_vec(response).map_err(Fault::serialise("the response"));
         Answered {
             bytes,
             sources,
@@ -426,20 +419,14 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
     }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let located: Result<T, _> = serde_path_to_error::deserialize(&mut deserializer);
-    let error = match located {
-        Ok(_) => match deserializer.end() {
-            Err(trailing) => format!("request body is not a hook request: {trailing}"),
-            Ok(()) => "request body is not a hook request".to_owned(),
-        },
+    let (at, problem) = match located {
+        Ok(_) => (None, deserializer.end().err().map(|e| e.to_string())),
         Err(error) => {
             let path = error.path().to_string();
             let inner = common::spec::in_plain_words(&error.into_inner().to_string());
-            if path == "." || path.is_empty() {
-                format!("request body is not a hook request: {inner}")
-            } else {
-                format!("request body is not a hook request: at {path}: {inner}")
-            }
+            let at = (path != "." && !path.is_empty()).then_some(path);
+            (at, Some(inner))
         }
     };
-    Err(HookError::BadRequest(error))
+    Err(BadRequest::NotAHookRequest { at, problem }.into())
 }

@@ -73,7 +73,7 @@ impl HookError {
         match self {
             HookError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HookError::NotFound { .. } => StatusCode::NOT_FOUND,
-            HookError::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
+            HookError::Saturated => StatusCode::SERVICE_UNAVAILABLE,
             HookError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

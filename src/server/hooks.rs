@@ -26,7 +26,7 @@ use super::answers::{CallHasher, CallKey, Remembered, RouteKey, route_key};
 use super::error::CallError;
 use super::{HookState, millis};
 use crate::controllers::{CallOutcome, Changes, ParentRef, Registry};
-use crate::error::HookError;
+use crate::error::{BadRequest, Fault, HookError};
 use crate::protocol::Hook;
 
 /// A hook this server has, resolved once when the router is built: each gets a path of
@@ -442,7 +442,7 @@ async fn read_body(
             Err(CallError::TooLarge { limit })
         }
         Ok(Err(error)) => {
-            Err(HookError::BadRequest(format!("cannot read the request body: {error}")).into())
+            Err(HookError::BadRequest(BadRequest::Unreadable(error.to_string())).into())
         }
         Err(_) => Err(CallError::SlowBody {
             timeout_ms: millis(timeout),
@@ -481,10 +481,7 @@ async fn compute(
         Ok(Ok(None)) | Err(_) => Err(CallError::DeadlineExceeded {
             deadline_ms: millis(state.limits.deadline),
         }),
-        Ok(Err(_panicked)) => Err(HookError::Internal(
-            "the hook server hit an internal fault while computing the answer".to_owned(),
-        )
-        .into()),
+        Ok(Err(_panicked)) => Err(HookError::Internal(Fault::Panicked).into()),
     }
 }
 

@@ -229,10 +229,7 @@ pub fn hook_router(state: Arc<HookState>) -> Router {
 /// dropped connection and never a 200.
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
     tracing::error!("hook computation panicked");
-    HookError::Internal(
-        "the hook server hit an internal fault while computing the answer".to_owned(),
-    )
-    .into_response()
+    HookError::Internal(crate::error::Fault::Panicked).into_response()
 }
 
 /// Hooks are POST only; anything else gets a JSON 405 that says so.

@@ -125,8 +125,7 @@ pub fn build(plan: &Plan<'_>) -> Result<Vec<Value>, HookError> {
 }
 
 fn to_value<T: Serialize>(object: &T) -> Result<Value, HookError> {
-    serde_json::to_value(object)
-        .map_err(|e| HookError::Internal(format!("cannot serialise a child object: {e}")))
+    serde_json::to_value(object).map_err(crate::error::Fault::serialise("a child object"))
 }
 
 /// The ConfigMap holding the served definition, with what reads it back

@@ -270,8 +270,5 @@ pub(super) fn definition_status(analysis: &Analysis) -> Option<DefinitionStatus>
 /// No heavy-validation slot came free before the call's deadline (the server has answered
 /// 503 by then; this only stops work nobody waits for).
 fn saturated() -> HookError {
-    HookError::Saturated(
-        "every slot for validating large definitions stayed busy until the deadline; retry later"
-            .to_owned(),
-    )
+    HookError::Saturated
 }

@@ -413,8 +413,7 @@ fn config_map(target: &str, config: &Config) -> Result<Value, HookError> {
         binary_data: config.binary_data(),
         ..ConfigMap::default()
     };
-    serde_json::to_value(object)
-        .map_err(|e| HookError::Internal(format!("cannot serialise the ConfigMap: {e}")))
+    serde_json::to_value(object).map_err(crate::error::Fault::serialise("the ConfigMap"))
 }
 
 #[cfg(test)]

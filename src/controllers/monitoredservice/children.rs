@@ -66,9 +66,8 @@ pub fn build(
     spec: &MonitoredServiceSpec,
     config: Option<&Config>,
 ) -> Result<Vec<Value>, HookError> {
-    let to_value = |v: Result<Value, serde_json::Error>| {
-        v.map_err(|e| HookError::Internal(format!("cannot serialise a child: {e}")))
-    };
+    let to_value =
+        |v: Result<Value, serde_json::Error>| v.map_err(crate::error::Fault::serialise("a child"));
     let mut children = Vec::new();
     if let Some(config) = config {
         children.push(to_value(serde_json::to_value(config_map(name, config)))?);

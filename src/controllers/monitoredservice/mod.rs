@@ -76,8 +76,9 @@ fn converted_weight(converted: &Converted) -> u64 {
 /// 1 MiB of content: a warm sync reuses the conversion and its hash). Kept with the
 /// snapshot, so it counts in the snapshot budget and goes with the snapshot.
 fn convert(snapshot: &Snapshot, format: Option<ConfigFormat>) -> Result<Arc<Converted>, HookError> {
-    let inputs = crate::hash::digest_of(&format)
-        .map_err(|e| HookError::Internal(format!("cannot key a converted config: {e}")))?;
+    let inputs = crate::hash::digest_of(&format).map_err(crate::error::Fault::serialise(
+        "the key of a converted config",
+    ))?;
     let key = DerivedKey {
         step: "conversion",
         inputs,
