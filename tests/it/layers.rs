@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["server"],
     &["controllers"],
     &["source"],
-    &["error", "yaml", "telemetry"],
+    &["error", "http_error", "yaml", "telemetry"],
     &["hash", "protocol", "apiserver", "emulate"],
 ];
 
