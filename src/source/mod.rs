@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod policy;
 pub mod proxy;
 pub mod repository;
+pub mod revision;
 pub mod slots;
 pub mod tls;
 pub mod worker;
@@ -36,6 +37,7 @@ use std::time::Duration;
 
 pub use self::error::FetchError;
 pub use self::key::{RemoteKey, SourceKey};
+pub use self::revision::Revision;
 
 /// Where configuration comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -313,7 +315,7 @@ impl Content {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     /// `<ref>@sha1:<commit>` for git, `sha256:<hash>` for HTTP.
-    pub revision: String,
+    pub revision: Revision,
     /// Files by path relative to the requested path (a single file is keyed by its name).
     pub files: BTreeMap<String, Content>,
     /// True when the request named one file (not a directory).
@@ -336,7 +338,7 @@ impl Snapshot {
         made_at: Option<i64>,
     ) -> Snapshot {
         Snapshot {
-            revision,
+            revision: Revision::new(revision),
             files,
             single_file,
             made_at,
@@ -383,7 +385,7 @@ impl SourceState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
     /// The revision of the snapshot held (None: none held).
-    pub revision: Option<String>,
+    pub revision: Option<Revision>,
     /// The latest fetch's error.
     pub error: Option<FetchError>,
     /// Whether a fetch ran or was due.

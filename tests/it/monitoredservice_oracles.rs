@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use metahooks::controllers::common::config::{Config, ConfigContent, ConfigFormat};
 use metahooks::controllers::monitoredservice::children::build;
 use metahooks::controllers::monitoredservice::spec::parse_spec;
+use metahooks::source::Revision;
 use serde_json::{Value, json};
 
 fn emitted() -> Vec<Value> {
@@ -23,7 +24,7 @@ fn emitted() -> Vec<Value> {
     let env = Config::new(ConfigContent {
         format: Some(ConfigFormat::Env),
         data: BTreeMap::from([("GREETING".into(), "hi".into())]),
-        revision: "main@sha1:0123".into(),
+        revision: Revision::new("main@sha1:0123"),
         ..ConfigContent::default()
     });
     let files = Config::new(ConfigContent {
@@ -34,7 +35,7 @@ fn emitted() -> Vec<Value> {
         ]),
         binary: BTreeMap::from([("logo.bin".into(), vec![0x89, 0xff, 0x00])]),
         paths: BTreeMap::from([("nested__db.ini".into(), "nested/db.ini".into())]),
-        revision: "sha256:ab".into(),
+        revision: Revision::new("sha256:ab"),
         ..ConfigContent::default()
     });
     for config in [env, files] {

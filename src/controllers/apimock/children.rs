@@ -59,7 +59,7 @@ pub struct Plan<'a> {
     /// Hash of what is served (pod-template annotation).
     pub sha256: &'a str,
     /// The source's revision of what is served, for definitions read from a source.
-    pub revision: Option<&'a str>,
+    pub revision: Option<&'a crate::source::Revision>,
     /// When the source made that revision (seconds since the epoch; git only).
     pub made_at: Option<i64>,
     /// The mock-server image.
@@ -134,7 +134,7 @@ fn to_value<T: Serialize>(object: &T) -> Result<Value, HookError> {
 /// copies of a ref is newer), and a multi-file definition's root and renamed paths.
 pub fn config_map(plan: &Plan<'_>) -> ConfigMap {
     let mut record = held_files::Record {
-        revision: plan.revision.map(str::to_owned),
+        revision: plan.revision.cloned(),
         source_time: plan.made_at,
         ..held_files::Record::default()
     };

@@ -27,7 +27,7 @@ pub(super) struct Decision<'r> {
 pub(super) struct ServedDefinition<'r> {
     pub(super) analysis: Arc<Analysis>,
     pub(super) candidate: Candidate<'r>,
-    pub(super) revision: Option<String>,
+    pub(super) revision: Option<crate::source::Revision>,
     pub(super) made_at: Option<i64>,
 }
 
@@ -238,7 +238,7 @@ fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>, after_running: b
         return false;
     };
     held::revision(config_map)
-        .is_some_and(|running| running_is_newer(fresh_revision, running, after_running))
+        .is_some_and(|running| running_is_newer(fresh_revision, &running, after_running))
 }
 
 pub(super) fn valid_message(summary: &definition::Summary) -> String {

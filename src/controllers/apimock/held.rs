@@ -9,15 +9,17 @@ use super::bundle::Bundle;
 use super::definition::Format;
 use super::origin::Candidate;
 use crate::controllers::common::held_files::{self, APIMOCK, Record};
+use crate::source::Revision;
 
 /// What the ConfigMap records beside the definition (revision, source time, root).
 pub fn record(config_map: &Value) -> Record {
     Record::read(config_map, &APIMOCK)
 }
 
-/// The source's revision of the held definition, if it came from a source.
-pub fn revision(config_map: &Value) -> Option<&str> {
-    held_files::annotation(config_map, APIMOCK.revision)
+/// The source's revision of the held definition, if it came from a source (and the
+/// annotation holds text a revision can be).
+pub fn revision(config_map: &Value) -> Option<Revision> {
+    held_files::annotation(config_map, APIMOCK.revision).and_then(Revision::read)
 }
 
 /// The held definition: one document under `openapi.yaml`/`openapi.json`, or the root

@@ -109,6 +109,7 @@ impl ApiMockHooks {
             .children
             .find("ConfigMap", "v1", None, name)
             .and_then(held::revision);
+        let running = running.as_deref();
         let reading = origin::read(&origin, &request.related, namespace, running, reads);
         let decision = self.decide(&call, &reading, ctx)?;
         let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, reads);
@@ -118,7 +119,10 @@ impl ApiMockHooks {
                 awaiting: fetched.reason == Reason::FetchPending && decision.served.is_none(),
                 fetched,
                 description,
-                revision: decision.served.as_ref().and_then(|s| s.revision.clone()),
+                revision: decision
+                    .served
+                    .as_ref()
+                    .and_then(|s| s.revision.as_ref().map(ToString::to_string)),
             });
         let Some(served) = decision.served else {
             // Nothing valid to build from: whatever exists stays as it is.
@@ -145,7 +149,7 @@ impl ApiMockHooks {
             spec,
             served: served.files(),
             sha256: &served.analysis.sha256,
-            revision: served.revision.as_deref(),
+            revision: served.revision.as_ref(),
             made_at: served.made_at,
             image: spec
                 .image

@@ -17,7 +17,7 @@ use crate::controllers::common::reason::Reason;
 use crate::controllers::common::source_spec::{self, HttpSource};
 use crate::protocol::ObjectMap;
 use crate::source::derived::DerivedKey;
-use crate::source::{Content, Location, Snapshot, SourceRequest, redact_url};
+use crate::source::{Content, Location, Revision, Snapshot, SourceRequest, redact_url};
 
 /// The spec's answer to "where is the definition?".
 pub enum Origin<'s> {
@@ -45,7 +45,7 @@ pub struct Reading<'r> {
     pub fetched: Option<Decided>,
     /// The definition to validate and serve, or why what was read cannot be one.
     pub candidate: Option<Result<Candidate<'r>, Invalid>>,
-    pub revision: Option<String>,
+    pub revision: Option<Revision>,
     /// When the source made that revision (git only).
     pub made_at: Option<i64>,
     /// The engine fetched this revision after it heard what the parent runs

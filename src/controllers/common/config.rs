@@ -16,7 +16,7 @@ use super::problem::Problem;
 use super::{envfile, file_keys};
 use crate::controllers::common::reason::Reason;
 use crate::hash::sha256_hex;
-use crate::source::{Content, Snapshot};
+use crate::source::{Content, Revision, Snapshot};
 
 // How a configuration reaches the pods: KEY=VALUE lines become container environment,
 // files are mounted. No doc comments: on a CRD enum they would replace the field's own
@@ -50,7 +50,7 @@ pub struct ConfigContent {
     /// ConfigMap key → file path under the mount (files format, nested paths only).
     pub paths: BTreeMap<String, String>,
     /// The source's revision of this content.
-    pub revision: String,
+    pub revision: Revision,
     /// When the source made `revision` (seconds since the epoch); not part of the hash.
     pub source_time: Option<i64>,
 }
@@ -178,7 +178,7 @@ impl Config {
             data: held_files::strings(config_map, "data"),
             binary,
             paths: record.paths,
-            revision: record.revision.unwrap_or_else(|| "unknown".to_owned()),
+            revision: record.revision.unwrap_or_else(|| Revision::new("unknown")),
             source_time: record.source_time,
         })
     }

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::source::Revision;
+
 /// The annotation names of one controller's ConfigMaps.
 #[derive(Debug, Clone, Copy)]
 pub struct AnnotationSet {
@@ -46,7 +48,7 @@ pub const CONFIG: AnnotationSet = AnnotationSet {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Record {
     /// The source's revision of the files.
-    pub revision: Option<String>,
+    pub revision: Option<Revision>,
     /// When the source made it (seconds since the epoch).
     pub source_time: Option<i64>,
     /// ConfigMap key → path under the mount, for the keys that differ.
@@ -63,7 +65,7 @@ impl Record {
         let mut annotations = BTreeMap::new();
         let mut put = |name: &str, value: String| annotations.insert(name.to_owned(), value);
         if let Some(revision) = &self.revision {
-            put(set.revision, revision.clone());
+            put(set.revision, revision.to_string());
         }
         if let (Some(name), Some(format)) = (set.format, &self.format) {
             put(name, format.clone());
@@ -92,7 +94,7 @@ impl Record {
     pub fn read(config_map: &Value, set: &AnnotationSet) -> Record {
         let annotation = |name: &str| annotation(config_map, name).map(str::to_owned);
         Record {
-            revision: annotation(set.revision),
+            revision: annotation(set.revision).and_then(|text| Revision::read(&text)),
             source_time: annotation(set.source_time)
                 .and_then(|at| at.parse::<jiff::Timestamp>().ok())
                 .map(|at| at.as_second()),
@@ -133,7 +135,7 @@ mod tests {
     #[test]
     fn a_record_reads_back_through_each_set() {
         let record = Record {
-            revision: Some("main@sha1:abc".to_owned()),
+            revision: Some(Revision::new("main@sha1:abc")),
             source_time: Some(1_700_000_000),
             paths: BTreeMap::from([("a__b.yaml".to_owned(), "a/b.yaml".to_owned())]),
             root: Some("root.yaml".to_owned()),

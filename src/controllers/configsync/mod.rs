@@ -375,7 +375,7 @@ fn answer(
     name: &str,
     resync: u64,
 ) -> Result<DecoratorResponse, HookError> {
-    let revision = served.as_ref().or(observed).map(|c| c.revision.clone());
+    let revision = served.as_ref().or(observed).map(|c| c.revision.to_string());
     let annotations =
         BTreeMap::from([(REVISION.to_owned(), revision), (ERROR.to_owned(), problem)]);
     let attachments = served

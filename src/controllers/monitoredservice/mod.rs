@@ -458,7 +458,7 @@ mod replica_tests {
 
     fn config(revision: &str, source_time: Option<i64>) -> Config {
         Config::new(ConfigContent {
-            revision: revision.to_owned(),
+            revision: crate::source::Revision::new(revision),
             source_time,
             ..ConfigContent::default()
         })

@@ -115,7 +115,7 @@ pub fn answer(
         ready,
     ];
     let status = MonitoredServiceStatus {
-        revision: facts.config.map(|config| config.revision.clone()),
+        revision: facts.config.map(|config| config.revision.to_string()),
         config_hash: hash.map(str::to_owned),
         replicas: Some(rollout.replicas),
         ready_replicas: Some(rollout.ready_replicas),

@@ -27,7 +27,7 @@ pub(super) fn snapshot_bytes(snapshot: &crate::source::Snapshot) -> u64 {
         .iter()
         .map(|(name, content)| name.len() + content.len() + 64)
         .sum();
-    (files + snapshot.revision.len() + 128) as u64
+    (files + snapshot.revision.as_str().len() + 128) as u64
 }
 
 impl State {

@@ -25,7 +25,7 @@ pub(super) struct Job {
     /// when it asks the remote).
     pub(super) commit_from: Option<Instant>,
     /// Revisions of the snapshots the requests already have (key → revision).
-    pub(super) current: HashMap<SourceKey, String>,
+    pub(super) current: HashMap<SourceKey, crate::source::Revision>,
     /// The shortest poll period of the remote's requests (for the metrics' alerting).
     pub(super) interval: Duration,
 }

@@ -112,7 +112,7 @@ struct SnapshotEntry {
     derived: u64,
     last_used: Option<Instant>,
     /// The revision of a snapshot let go under the memory budget.
-    let_go: Option<String>,
+    let_go: Option<super::Revision>,
     /// The parent last said it runs `let_go` already (read back from its ConfigMap), so
     /// nothing needs reading again for it until the source changes.
     held: bool,
@@ -154,13 +154,13 @@ impl SnapshotEntry {
     }
 
     /// The revision the request already has, so a job need not read it again.
-    fn current_revision(&self) -> Option<&str> {
+    fn current_revision(&self) -> Option<&super::Revision> {
         if self.error.is_some() {
             return None;
         }
         match (&self.snapshot, &self.let_go) {
-            (Some(snapshot), _) => Some(snapshot.revision.as_str()),
-            (None, Some(revision)) if self.held => Some(revision.as_str()),
+            (Some(snapshot), _) => Some(&snapshot.revision),
+            (None, Some(revision)) if self.held => Some(revision),
             _ => None,
         }
     }
@@ -635,7 +635,7 @@ mod tests {
         let held = sources.lookup(&a, HOUR);
         let revision = held
             .snapshot
-            .map(|s| s.revision.clone())
+            .map(|s| s.revision.to_string())
             .unwrap_or_default();
         assert!(sources.state(&a, HOUR, Some(&revision)).after_running);
         // A parent runs a revision this engine never fetched (another replica did):

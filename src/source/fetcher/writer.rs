@@ -359,7 +359,7 @@ fn start_job(
         .iter()
         .filter_map(|r| {
             let entry = state.snapshots.get(&r.key())?;
-            Some((r.key(), entry.current_revision()?.to_owned()))
+            Some((r.key(), entry.current_revision()?.clone()))
         })
         .collect();
     let job = Job {

@@ -52,7 +52,7 @@ pub struct Read {
     /// File or directory in the repository.
     pub path: String,
     /// The revision the request already has (nothing is read again for it).
-    pub current: Option<String>,
+    pub current: Option<crate::source::Revision>,
 }
 
 /// What one worker may use.
