@@ -230,14 +230,7 @@ fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>, after_running: b
     let Some(fresh_revision) = fresh.revision.as_deref() else {
         return false;
     };
-    let Some(config_map) = call
-        .request
-        .children
-        .find("ConfigMap", "v1", None, call.name)
-    else {
-        return false;
-    };
-    held::revision(config_map)
+    held::running(&call.request.children, call.name)
         .is_some_and(|running| running_is_newer(fresh_revision, &running, after_running))
 }
 

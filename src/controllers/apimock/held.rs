@@ -9,6 +9,7 @@ use super::bundle::Bundle;
 use super::definition::Format;
 use super::origin::Candidate;
 use crate::controllers::common::held_files::{self, APIMOCK, Record};
+use crate::protocol::ObjectMap;
 use crate::source::Revision;
 
 /// What the ConfigMap records beside the definition (revision, source time, root).
@@ -16,9 +17,10 @@ pub fn record(config_map: &Value) -> Record {
     Record::read(config_map, &APIMOCK)
 }
 
-/// The source's revision of the held definition, if it came from a source (and the
-/// annotation holds text a revision can be).
-pub fn revision(config_map: &Value) -> Option<Revision> {
+/// The source's revision of the definition the observed ConfigMap of APIMock `name`
+/// holds, if it came from a source (and the annotation holds text a revision can be).
+pub fn running(children: &ObjectMap, name: &str) -> Option<Revision> {
+    let config_map = children.find("ConfigMap", "v1", None, name)?;
     held_files::annotation(config_map, APIMOCK.revision).and_then(Revision::read)
 }
 

@@ -105,25 +105,17 @@ impl ApiMockHooks {
         if let Some(outcome) = ask_for_refresh(&origin, reads, parent) {
             *asked = outcome;
         }
-        let running = request
-            .children
-            .find("ConfigMap", "v1", None, name)
-            .and_then(held::revision);
-        let running = running.as_deref();
-        let reading = origin::read(&origin, &request.related, namespace, running, reads);
+        let running = held::running(&request.children, name);
+        let reading = origin::read(
+            &origin,
+            &request.related,
+            namespace,
+            running.as_deref(),
+            reads,
+        );
         let decision = self.decide(&call, &reading, ctx)?;
         let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, reads);
-        let source = origin::describe(&origin)
-            .zip(fetched)
-            .map(|(description, fetched)| SourceFacts {
-                awaiting: fetched.reason == Reason::FetchPending && decision.served.is_none(),
-                fetched,
-                description,
-                revision: decision
-                    .served
-                    .as_ref()
-                    .and_then(|s| s.revision.as_ref().map(ToString::to_string)),
-            });
+        let source = source_facts(&origin, fetched, decision.served.as_ref());
         let Some(served) = decision.served else {
             // Nothing valid to build from: whatever exists stays as it is.
             let response = call.keep_running(decision.validated, source, false)?;
@@ -291,6 +283,22 @@ impl CompositeHooks for ApiMockHooks {
             related_resources: rules,
         })
     }
+}
+
+/// What status says of the origin: how reading it went, and the revision served.
+fn source_facts(
+    origin: &origin::Origin<'_>,
+    fetched: Option<Decided>,
+    served: Option<&decide::ServedDefinition<'_>>,
+) -> Option<SourceFacts> {
+    origin::describe(origin)
+        .zip(fetched)
+        .map(|(description, fetched)| SourceFacts {
+            awaiting: fetched.reason == Reason::FetchPending && served.is_none(),
+            fetched,
+            description,
+            revision: served.and_then(|served| served.revision.clone()),
+        })
 }
 
 /// The children an APIMock called `name` answers with: all take its name.

@@ -31,7 +31,7 @@ pub struct SourceFacts {
     /// The origin as status names it.
     pub description: String,
     /// The revision of the served definition.
-    pub revision: Option<String>,
+    pub revision: Option<crate::source::Revision>,
     /// Nothing has been read yet and nothing failed: the phase is Pending, not Error.
     pub awaiting: bool,
 }
@@ -110,7 +110,7 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
         external_url: facts.external_url,
         definition: facts.definition,
         source,
-        revision,
+        revision: revision.map(|revision| revision.to_string()),
         replicas: Some(rollout.replicas),
         ready_replicas: Some(rollout.ready_replicas),
         observed_generation: None,
