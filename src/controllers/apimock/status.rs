@@ -36,6 +36,25 @@ pub struct SourceFacts {
     pub awaiting: bool,
 }
 
+/// Bytes of `value` as compact JSON, counted without building the text (the
+/// definition in a ConfigMap is up to a MiB).
+fn serialised_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a Value to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Under Metacontroller's default client-side apply every child carries a copy of
 /// itself in an annotation, and the API server refuses more than 256 KiB of annotations
 /// on an object: a definition of ~250 KB fits in a ConfigMap but not twice. Server-side
@@ -48,7 +67,7 @@ pub fn apply_limit(children: &[Value]) -> Option<Decided> {
         if data < crate::apiserver::ANNOTATIONS_MAX_BYTES / 4 {
             return None;
         }
-        let copy = child.to_string().len();
+        let copy = serialised_len(child);
         let own = text_bytes(child.pointer("/metadata/annotations"));
         let total = copy + own + crate::apiserver::LAST_APPLIED_KEY_LEN;
         (total > crate::apiserver::ANNOTATIONS_MAX_BYTES).then(|| {
@@ -171,5 +190,20 @@ fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
             Reason::RolloutInProgress,
             "the mock Deployment is rolling out the current definition",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counted_length_is_the_length_of_the_text() {
+        let value = serde_json::json!({
+            "data": {"openapi.yaml": "a: \"quoted\"\n\tb: é ✓ \u{1}\\"},
+            "metadata": {"name": "m", "annotations": {}},
+            "n": [1, 2.5, null, true]
+        });
+        assert_eq!(serialised_len(&value), value.to_string().len());
     }
 }
