@@ -119,6 +119,29 @@ async fn a_deploy_key_fetches_when_known_hosts_lists_the_host_key() {
     }
 }
 
+/// The server is a git host, not a shell: OpenSSH's own client gets git's refs through it
+/// and nothing else, so the fetches here pass through git-shell as they would at a forge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_server_runs_git_shell_in_front_of_every_session() {
+    let Some(s) = setup("ed25519", "") else {
+        return;
+    };
+    let shell = s.server.ssh("echo reached-a-shell");
+    let said = String::from_utf8_lossy(&shell.stderr);
+    assert!(!shell.status.success(), "a shell command ran: {said}");
+    assert!(
+        !String::from_utf8_lossy(&shell.stdout).contains("reached-a-shell"),
+        "{said}"
+    );
+    assert!(said.contains("unrecognized command"), "{said}");
+
+    let git = s
+        .server
+        .ssh(&format!("git-upload-pack '{}'", s.repo.bare().display()));
+    let advertised = String::from_utf8_lossy(&git.stdout);
+    assert!(advertised.contains("refs/heads/main"), "{advertised}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_key_known_hosts_does_not_list_is_refused() {
     let Some(s) = setup("ed25519", "") else {

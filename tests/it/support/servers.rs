@@ -480,7 +480,8 @@ impl Pki {
 }
 
 /// OpenSSH's `sshd` on a loopback port, serving the repository's root to one client key
-/// (git runs `git-upload-pack` through the login shell, as on any git host). The test
+/// through `git-shell` (forced for every session, as git hosts do: only git's own
+/// commands on a quoted repository path get through, never a shell). The test
 /// holds the listening socket (port 0: no port is picked and released) and hands each
 /// connection to an `sshd -i`, as inetd would.
 pub struct SshServer {
@@ -515,6 +516,18 @@ fn keygen(path: &Path, key_type: &str, passphrase: &str) {
         "ssh-keygen: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// git's `git-shell`, from git's own exec path (where git keeps the programs it runs).
+fn git_shell() -> PathBuf {
+    let output = Command::new("git")
+        .arg("--exec-path")
+        .output()
+        .expect("git runs");
+    let exec_path = String::from_utf8(output.stdout).expect("git's exec path is UTF-8");
+    let shell = Path::new(exec_path.trim()).join("git-shell");
+    assert!(shell.exists(), "no git-shell at {}", shell.display());
+    shell
 }
 
 /// Where sshd is, or None (then the caller skips, unless oracles are required).
@@ -557,15 +570,18 @@ impl SshServer {
             .unwrap()
             .trim()
             .to_owned();
-        // The repository is reached by absolute path; the login's shell runs git.
+        // The repository is reached by absolute path; git-shell runs what the client asked
+        // for only if it is git-upload-pack (or another of git's transport commands).
         let config = format!(
             "HostKey {}\nHostKey {}\nAuthorizedKeysFile {}\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
              PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile none\n\
-             AllowUsers {user}\nLogLevel ERROR\n",
+             AllowUsers {user}\nLogLevel ERROR\n\
+             ForceCommand {} -c \"$SSH_ORIGINAL_COMMAND\"\n",
             path("host_ed25519").display(),
             path("host_ecdsa").display(),
             path("authorized_keys").display(),
+            git_shell().display(),
         );
         std::fs::write(path("sshd_config"), config).unwrap();
         // sshd run as root wants its privilege-separation directory.
@@ -609,6 +625,33 @@ impl SshServer {
             self.port,
             repo.bare().display()
         )
+    }
+
+    /// Runs `command` on this server through OpenSSH's own client with the client key.
+    pub fn ssh(&self, command: &str) -> std::process::Output {
+        let path = |name: &str| self.dir.path().join(name);
+        std::fs::write(path("client_known_hosts"), &self.known_hosts).unwrap();
+        Command::new("ssh")
+            .args([
+                "-F",
+                "none",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+            ])
+            .arg("-o")
+            .arg(format!(
+                "UserKnownHostsFile={}",
+                path("client_known_hosts").display()
+            ))
+            .arg("-i")
+            .arg(path("client"))
+            .args(["-p", &self.port.to_string()])
+            .arg(format!("{}@127.0.0.1", self.user))
+            .arg(command)
+            .output()
+            .expect("ssh runs")
     }
 
     /// A `known_hosts` line for a key this server does not hold.
