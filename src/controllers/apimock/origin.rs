@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use super::bundle::{self, Bundle};
 use super::definition::Invalid;
-use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom, GitDefinition};
+use super::spec::{ApiMockSpec, ConfigMapKeyRef, DefinitionFrom};
 use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
+use crate::controllers::common::source_spec::GitSource;
 use crate::controllers::common::source_spec::{self, HttpSource};
 use crate::protocol::ObjectMap;
 use crate::source::derived::DerivedKey;
@@ -106,7 +107,11 @@ pub fn origin<'s>(
         (Some(git), None, None) => {
             let root = git.root.as_deref();
             bounds::check_optional("spec.definitionFrom.git.root", root, bounds::PATH_BYTES)?;
-            (git.location()?, git.secrets(), root)
+            (
+                git.location("spec.definitionFrom.git")?,
+                git.secrets(),
+                root,
+            )
         }
         (None, Some(http), None) => (
             http.location("spec.definitionFrom.http")?,
@@ -152,7 +157,7 @@ pub fn secret_names(spec: &ApiMockSpec) -> Vec<String> {
     };
     from.git
         .as_ref()
-        .map(GitDefinition::secrets)
+        .map(GitSource::secrets)
         .or_else(|| from.http.as_ref().map(HttpSource::secrets))
         .map(|secrets| secrets.names())
         .unwrap_or_default()

@@ -10,12 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
-use crate::controllers::common::problem::Problem;
-use crate::controllers::common::source_spec::{
-    GitFields, HttpSource, SecretRef, SourceSecrets, git_location,
-};
+use crate::controllers::common::source_spec::{GitSource, HttpSource};
 use crate::controllers::common::spec::SpecError;
-use crate::source::Location;
 
 /// An OpenAPI document served by a mock server.
 #[derive(CustomResource, Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
@@ -156,7 +152,7 @@ pub struct DefinitionFrom {
     /// A file, or a directory holding a root document and the files its relative
     /// `$ref`s name, in a git repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub git: Option<GitDefinition>,
+    pub git: Option<GitSource>,
     /// One document over HTTP(S).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpSource>,
@@ -173,61 +169,6 @@ impl DefinitionFrom {
     /// The poll period, within the allowed range.
     pub fn interval_seconds(&self) -> u64 {
         crate::controllers::common::polling::interval_seconds(self.interval_seconds.map(u64::from))
-    }
-}
-
-/// A definition in a git repository.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GitDefinition {
-    /// Repository URL: https, or ssh (`ssh://user@host/path`, `user@host:path`) where
-    /// the server allows it.
-    #[schemars(length(max = 2048))]
-    pub url: String,
-    /// Branch, tag or commit; the remote's HEAD when unset.
-    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 255))]
-    pub reference: Option<String>,
-    /// The document, or the directory that holds it and the files it refers to
-    /// (default: the repository's root directory).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1024))]
-    pub path: Option<String>,
-    /// The root document inside a directory `path`; by default the first of
-    /// openapi.yaml, openapi.yml, openapi.json, swagger.yaml, swagger.yml, swagger.json.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1024))]
-    pub root: Option<String>,
-    /// Secret with `username`/`password` or `token` (https), or `identity` and
-    /// `known_hosts` (ssh; `password` unlocks an encrypted key).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_ref: Option<SecretRef>,
-    /// Secret with `ca.crt` (a CA trusted besides the public roots and the server's
-    /// `--source-ca-file`) and/or `tls.crt` + `tls.key` (a client certificate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cert_secret_ref: Option<SecretRef>,
-}
-
-impl GitDefinition {
-    /// The Secrets this source names.
-    pub fn secrets(&self) -> SourceSecrets<'_> {
-        SourceSecrets {
-            credentials: self.secret_ref.as_ref(),
-            certificates: self.cert_secret_ref.as_ref(),
-        }
-    }
-
-    /// Where the definition is.
-    ///
-    /// # Errors
-    /// `path` climbs out of the repository or is absolute.
-    pub fn location(&self) -> Result<Location, Problem> {
-        git_location(
-            &self.url,
-            self.reference.as_deref(),
-            self.path.as_deref(),
-            &GitFields::under("spec.definitionFrom.git"),
-        )
     }
 }
 

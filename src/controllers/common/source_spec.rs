@@ -13,7 +13,9 @@ use crate::protocol::ObjectMap;
 use crate::source::policy::check_repo_path;
 use crate::source::{Credentials, Location, SourceRequest};
 
-/// A file or directory in a git repository.
+/// A file or directory in a git repository: a MonitoredService's config or an APIMock's
+/// definition (the one type both specs use; configsync reads the same fields from
+/// annotations).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
@@ -29,6 +31,12 @@ pub struct GitSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub path: Option<String>,
+    /// APIMock only: the root document inside a directory `path`; by default the first
+    /// of openapi.yaml, openapi.yml, openapi.json, swagger.yaml, swagger.yml, swagger.json.
+    /// A MonitoredService refuses it (its config is every file under `path`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub root: Option<String>,
     /// Secret with `username`/`password` or `token` (https), or `identity` and
     /// `known_hosts` (ssh; `password` unlocks an encrypted key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,16 +72,16 @@ pub struct SecretRef {
 }
 
 impl GitSource {
-    /// Where this source is.
+    /// Where this source is; `field` names the source in messages (`spec.source.git`).
     ///
     /// # Errors
     /// `path` climbs out of the repository or is absolute ([`git_location`]).
-    pub fn location(&self) -> Result<Location, Problem> {
+    pub fn location(&self, field: &str) -> Result<Location, Problem> {
         git_location(
             &self.url,
             self.reference.as_deref(),
             self.path.as_deref(),
-            &GitFields::under("spec.source.git"),
+            &GitFields::under(field),
         )
     }
 }

@@ -400,7 +400,13 @@ fn source_request(
         .or_else(|| http.map(HttpSource::secrets))
         .unwrap_or_default();
     let location = if let Some(git) = git {
-        git.location()?
+        if git.root.is_some() {
+            return Err(Problem::new(
+                Reason::InvalidSpec,
+                "spec.source.git.root is for an APIMock's root document; a MonitoredService's config is every file under spec.source.git.path: drop root".to_owned(),
+            ));
+        }
+        git.location("spec.source.git")?
     } else if let Some(http) = http {
         http.location("spec.source.http")?
     } else if let Some(url) = legacy {

@@ -309,6 +309,27 @@ fn a_string_over_its_limit_is_refused_where_it_enters() {
     );
 }
 
+/// The git block is the one APIMock's definition uses; its `root` names an APIMock's root
+/// document and means nothing for a config, so it is refused by name, never ignored.
+#[test]
+fn a_git_root_is_refused_with_the_field_named() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    let first = harness.sync(spec(), &[]);
+    let asked = harness.sources.lookups().len();
+    let mut with_root = spec();
+    with_root["source"]["git"]["root"] = json!("openapi.yaml");
+    let refused = harness.sync(with_root, &children(&first));
+    let valid = condition(&refused, "ConfigValid");
+    assert_eq!(valid["reason"], "InvalidSpec");
+    let message = valid["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("spec.source.git.root "), "{message}");
+    assert_eq!(harness.sources.lookups().len(), asked, "nothing asked");
+    assert_eq!(hash(&refused), hash(&first), "what runs keeps running");
+}
+
 #[test]
 fn a_config_map_name_an_apimock_holds_is_reported_as_taken() {
     let harness = Harness::new();
