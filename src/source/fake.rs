@@ -2,6 +2,7 @@
 //! fresh, newer elsewhere) run without a git or HTTP server, and every source a call asks
 //! for is noted.
 
+use crate::source::Revision;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -82,7 +83,12 @@ pub fn snapshot(
 }
 
 impl SourceView for FakeSources {
-    fn state(&self, request: &SourceRequest, _: Duration, running: Option<&str>) -> SourceState {
+    fn state(
+        &self,
+        request: &SourceRequest,
+        _: Duration,
+        running: Option<&Revision>,
+    ) -> SourceState {
         let mut state = lock(&self.states)
             .get(request.location.url())
             .cloned()
@@ -90,7 +96,8 @@ impl SourceView for FakeSources {
                 pending: true,
                 ..SourceState::default()
             });
-        state.after_running = running.is_none_or(|running| !lock(&self.ahead).contains(running));
+        state.after_running =
+            running.is_none_or(|running| !lock(&self.ahead).contains(running.as_str()));
         state
     }
 }

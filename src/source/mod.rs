@@ -407,7 +407,7 @@ pub trait SourceView: Send + Sync {
         &self,
         request: &SourceRequest,
         interval: Duration,
-        running: Option<&str>,
+        running: Option<&Revision>,
     ) -> SourceState;
 
     /// Where the "fetch now" `token` of `request`'s remote stands: `Handled` once a fetch
@@ -429,7 +429,7 @@ pub struct Interest {
     /// How often the parent wants it polled.
     pub interval: Duration,
     /// The revision the parent runs (so a copy let go need not be read again for it).
-    pub running: Option<String>,
+    pub running: Option<Revision>,
     /// A "fetch now" token not handled yet.
     pub fetch_now: Option<String>,
     /// Another replica fetched a newer copy of the same ref: fetch now.
@@ -494,7 +494,7 @@ pub const REQUESTED_AT: &str = "sources.metahooks.io/requested-at";
 pub struct NoSources;
 
 impl SourceView for NoSources {
-    fn state(&self, _: &SourceRequest, _: Duration, _: Option<&str>) -> SourceState {
+    fn state(&self, _: &SourceRequest, _: Duration, _: Option<&Revision>) -> SourceState {
         SourceState {
             error: Some(FetchError::Other(
                 "this server has no source engine".to_owned(),

@@ -110,7 +110,7 @@ impl ApiMockHooks {
             &origin,
             &request.related,
             namespace,
-            running.as_deref(),
+            running.as_ref(),
             reads,
         );
         let decision = self.decide(&call, &reading, ctx)?;

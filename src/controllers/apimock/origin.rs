@@ -201,7 +201,7 @@ pub(super) fn read<'r>(
     origin: &Origin<'r>,
     related: &'r ObjectMap,
     namespace: &str,
-    running: Option<&str>,
+    running: Option<&Revision>,
     reads: &mut Reads<'_>,
 ) -> Reading<'r> {
     match origin {

@@ -4,6 +4,7 @@
 use super::conditions::{ConditionType, Decided};
 use super::reading::Reads;
 use crate::controllers::common::reason::Reason;
+use crate::source::Revision;
 use crate::source::{SourceRequest, SourceState};
 
 /// Poll period when none is given, in seconds.
@@ -35,7 +36,7 @@ pub fn resync_seconds(state: &SourceState, behind: bool, interval: u64) -> u64 {
 
 /// The `Fetched` condition for the engine's state of a source of `what` ("source",
 /// "definition"); `running` names the revision still served when the latest fetch failed.
-pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&str>) -> Decided {
+pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&Revision>) -> Decided {
     match (&state.snapshot, &state.error) {
         (_, Some(error)) => {
             let message = match running {

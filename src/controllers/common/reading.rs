@@ -4,6 +4,7 @@
 //! the server keeps them with a remembered answer, which holds only while the engine
 //! still holds what the call saw.
 
+use crate::source::Revision;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -51,7 +52,7 @@ impl SourceUse {
             let state = view.state(
                 &interest.request,
                 interest.interval,
-                interest.running.as_deref(),
+                interest.running.as_ref(),
             );
             state.seen() == *seen
         });
@@ -84,11 +85,11 @@ impl<'v> Reads<'v> {
         &mut self,
         request: &SourceRequest,
         interval: Duration,
-        running: Option<&str>,
+        running: Option<&Revision>,
     ) -> SourceState {
         let state = self.view.state(request, interval, running);
         let used = self.use_of(request, interval);
-        used.interest.running = running.map(str::to_owned);
+        used.interest.running = running.cloned();
         used.seen = Some(state.seen());
         state
     }

@@ -182,7 +182,7 @@ impl ConfigSyncHooks {
         let state = reads.lookup(
             &wanted,
             Duration::from_secs(interval),
-            observed.as_ref().map(|c| c.revision.as_str()),
+            observed.as_ref().map(|c| &c.revision),
         );
         let mut resync = polling::resync_seconds(&state, false, interval);
         if asked.pending {

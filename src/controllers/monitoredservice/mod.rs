@@ -195,7 +195,7 @@ fn answer_from_source(
     let state = reads.lookup(
         wanted,
         Duration::from_secs(interval),
-        call.running().map(|c| c.revision.as_str()),
+        call.running().map(|c| &c.revision),
     );
     let fresh = state
         .snapshot
@@ -209,11 +209,7 @@ fn answer_from_source(
         request.children.is_empty(),
     );
     let resync = polling::resync_seconds(&state, decision.behind, interval);
-    let fetched = polling::fetched_condition(
-        &state,
-        "source",
-        call.running().map(|c| c.revision.as_str()),
-    );
+    let fetched = polling::fetched_condition(&state, "source", call.running().map(|c| &c.revision));
     let fetched = match (&decision.served, decision.behind) {
         (Some(served), true) => polling::refreshing(reads, wanted, &served.revision, fetched),
         _ => fetched,

@@ -1,6 +1,7 @@
 //! What a lookup reads of the engine's state, and the rules the writer applies when a
 //! parent asks: which requests are due, delivered or held.
 
+use crate::source::Revision;
 use std::time::{Duration, Instant};
 
 use super::{
@@ -17,7 +18,7 @@ impl Fetcher {
         &self,
         request: &SourceRequest,
         interval: Duration,
-        running: Option<&str>,
+        running: Option<&Revision>,
     ) -> SourceState {
         if let Some(refused) = refused(request) {
             return refused;
@@ -26,7 +27,7 @@ impl Fetcher {
         let state = read(&self.inner.state);
         let known = state.snapshots.get(&key);
         let needs_reading = known.is_none_or(|entry| {
-            entry.snapshot.is_none() && entry.let_go.is_some() && entry.let_go.as_deref() != running
+            entry.snapshot.is_none() && entry.let_go.is_some() && entry.let_go.as_ref() != running
         });
         let remote = state.remotes.get(&request.remote_key());
         // The same verdict `look` reaches once it has started whatever job is due.
@@ -76,7 +77,7 @@ impl State {
         &mut self,
         key: &SourceKey,
         now: Instant,
-        running: Option<&str>,
+        running: Option<&Revision>,
         budget: u64,
     ) -> (bool, u64) {
         self.reweigh(key);
@@ -96,9 +97,9 @@ impl State {
 impl SnapshotEntry {
     /// The entry as a lookup at `now` sees it, marking it used, delivered, and held while
     /// the parent still runs the snapshot it let go (`running`).
-    fn looked_up(&mut self, now: Instant, running: Option<&str>) -> &SnapshotEntry {
+    fn looked_up(&mut self, now: Instant, running: Option<&Revision>) -> &SnapshotEntry {
         self.last_used = Some(now);
-        self.held = self.let_go.is_some() && self.let_go.as_deref() == running;
+        self.held = self.let_go.is_some() && self.let_go.as_ref() == running;
         self.delivered |= self.snapshot.is_some();
         self
     }

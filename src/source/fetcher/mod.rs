@@ -6,6 +6,7 @@
 //! shares it. A failed job records its error next to the last good snapshot, which
 //! stays in use.
 
+use crate::source::Revision;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +54,7 @@ struct RemoteEntry {
     resolved_from: Option<Instant>,
     /// Revisions parents said they run, each with when the engine first heard of it
     /// (the newest few): a copy fetched after that is at least as new.
-    heard: VecDeque<(String, Instant)>,
+    heard: VecDeque<(Revision, Instant)>,
 }
 
 /// Most handled "fetch now" tokens remembered per remote.
@@ -351,13 +352,13 @@ impl Fetcher {
         &self,
         request: &SourceRequest,
         interval: Duration,
-        running: Option<&str>,
+        running: Option<&Revision>,
         fetch_now: Option<&str>,
     ) {
         self.send(writer::Command::Want(Box::new(writer::Wanted {
             request: request.clone(),
             interval,
-            running: running.map(str::to_owned),
+            running: running.cloned(),
             fetch_now: fetch_now.map(str::to_owned),
         })));
     }
@@ -393,7 +394,7 @@ impl SourceView for Fetcher {
         &self,
         request: &SourceRequest,
         interval: Duration,
-        running: Option<&str>,
+        running: Option<&Revision>,
     ) -> SourceState {
         self.read(request, interval, running)
     }
@@ -423,7 +424,7 @@ impl Sources for Fetcher {
             self.ask_for(
                 &interest.request,
                 interest.interval,
-                interest.running.as_deref(),
+                interest.running.as_ref(),
                 interest.fetch_now.as_deref(),
             );
             if interest.behind {
@@ -477,7 +478,7 @@ impl Fetcher {
         &self,
         request: &SourceRequest,
         interval: Duration,
-        running: Option<&str>,
+        running: Option<&Revision>,
     ) -> SourceState {
         self.ask_for(request, interval, running, None);
         self.read(request, interval, running)
@@ -635,12 +636,12 @@ mod tests {
         let held = sources.lookup(&a, HOUR);
         let revision = held
             .snapshot
-            .map(|s| s.revision.to_string())
+            .map(|s| s.revision.clone())
             .unwrap_or_default();
         assert!(sources.state(&a, HOUR, Some(&revision)).after_running);
         // A parent runs a revision this engine never fetched (another replica did):
         // the copy here was fetched before the engine heard of it.
-        let elsewhere = "HEAD@sha1:0123456789abcdef0123456789abcdef01234567";
+        let elsewhere = &Revision::new("HEAD@sha1:0123456789abcdef0123456789abcdef01234567");
         assert!(
             !sources
                 .lookup_holding(&a, HOUR, Some(elsewhere))

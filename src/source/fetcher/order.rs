@@ -2,6 +2,7 @@
 //! revision and when the fetch behind each copy started, so a controller can tell
 //! whether its copy is at least as new as what runs without comparing commit dates.
 
+use crate::source::Revision;
 use std::time::Instant;
 
 use super::{RemoteEntry, SnapshotEntry};
@@ -13,7 +14,7 @@ const HEARD_REVISIONS: usize = 64;
 
 impl RemoteEntry {
     /// A parent says it runs `running` now.
-    pub(super) fn heard_running(&mut self, running: Option<&str>, now: Instant) {
+    pub(super) fn heard_running(&mut self, running: Option<&Revision>, now: Instant) {
         let Some(running) = running else { return };
         if self.heard.iter().any(|(revision, _)| revision == running) {
             return;
@@ -21,7 +22,7 @@ impl RemoteEntry {
         if self.heard.len() == HEARD_REVISIONS {
             self.heard.pop_front();
         }
-        self.heard.push_back((running.to_owned(), now));
+        self.heard.push_back((running.clone(), now));
     }
 }
 
@@ -32,14 +33,14 @@ impl RemoteEntry {
 pub(super) fn after_running(
     remote: Option<&RemoteEntry>,
     entry: Option<&SnapshotEntry>,
-    running: Option<&str>,
+    running: Option<&Revision>,
 ) -> bool {
     let Some(running) = running else { return true };
     let Some(entry) = entry else { return false };
     if entry
         .snapshot
         .as_ref()
-        .is_some_and(|snapshot| snapshot.revision == running)
+        .is_some_and(|snapshot| &snapshot.revision == running)
     {
         return true;
     }

@@ -7,6 +7,7 @@
 //! something and then waits for the engine to be idle ([`Command::Idle`]) sees what it
 //! asked for done.
 
+use crate::source::Revision;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -63,7 +64,7 @@ const WAITING_TICK: Duration = Duration::from_millis(200);
 pub(super) struct Wanted {
     pub(super) request: SourceRequest,
     pub(super) interval: Duration,
-    pub(super) running: Option<String>,
+    pub(super) running: Option<Revision>,
     pub(super) fetch_now: Option<String>,
 }
 
@@ -157,7 +158,7 @@ impl Writer {
                 state,
                 &wanted.request,
                 wanted.interval,
-                wanted.running.as_deref(),
+                wanted.running.as_ref(),
                 wanted.fetch_now.as_deref(),
             ),
             Command::Push { repository } => push(inner, state, &repository),
@@ -236,7 +237,7 @@ fn want(
     state: &mut State,
     request: &SourceRequest,
     interval: Duration,
-    running: Option<&str>,
+    running: Option<&Revision>,
     refresh: Option<&str>,
 ) {
     if look::binding_refusal(request).is_some() {
