@@ -109,18 +109,30 @@ impl<'a> Checker<'a> {
     /// then of its operations' responses, each named by where it is
     /// (`paths → /a → get → parameters → 0`).
     fn operation_schemas(&self, item: &'a Value, walk: &mut Walk<'a>) -> Result<(), Problem> {
-        self.parameter_schemas(item.get("parameters"), walk)?;
-        for method in METHODS {
-            if let Some(operation) = item.get(method) {
-                walk.within([Key(method)], |walk| {
-                    self.parameter_schemas(operation.get("parameters"), walk)
-                })?;
+        // One pass over the item's few keys instead of a lookup per method: this walk
+        // visits every operation of the largest definitions.
+        let mut operations: [Option<&'a Value>; METHODS.len()] = [None; METHODS.len()];
+        let mut shared = None;
+        for (key, value) in item.as_object().into_iter().flatten() {
+            if key == "parameters" {
+                shared = Some(value);
+            } else if let Some(at) = METHODS.iter().position(|method| key == method) {
+                operations[at] = Some(value);
             }
         }
-        for method in METHODS {
-            let Some(operation) = item.get(method) else {
-                continue;
-            };
+        let operations = || {
+            METHODS
+                .iter()
+                .zip(operations)
+                .filter_map(|(method, operation)| Some((*method, operation?)))
+        };
+        self.parameter_schemas(shared, walk)?;
+        for (method, operation) in operations() {
+            walk.within([Key(method)], |walk| {
+                self.parameter_schemas(operation.get("parameters"), walk)
+            })?;
+        }
+        for (method, operation) in operations() {
             let responses = operation.get("responses").and_then(Value::as_object);
             for (code, response) in responses.into_iter().flatten() {
                 walk.within([Key(method), Key("responses"), Key(code)], |walk| {
@@ -175,7 +187,8 @@ impl<'a> Checker<'a> {
         let Some(object) = schema.as_object() else {
             return Ok(());
         };
-        if let Some(default) = object.get("default") {
+        let parts = SchemaParts::of(object);
+        if let Some(default) = parts.default {
             let nullable = object.get("nullable").and_then(Value::as_bool) == Some(true);
             if !(default.is_null() && nullable) {
                 check_default(object, default).map_err(|problem| Problem::Default {
@@ -185,26 +198,48 @@ impl<'a> Checker<'a> {
                 })?;
             }
         }
-        for key in ["allOf", "anyOf", "oneOf"] {
-            for inner in object
-                .get(key)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                self.schema(inner, walk)?;
-            }
+        for inner in parts.combined.into_iter().flatten().flatten() {
+            self.schema(inner, walk)?;
         }
-        for key in ["not", "items", "additionalProperties"] {
-            if let Some(inner) = object.get(key).filter(|v| v.is_object()) {
-                self.schema(inner, walk)?;
-            }
+        for inner in parts.nested.into_iter().flatten() {
+            self.schema(inner, walk)?;
         }
-        let properties = object.get("properties").and_then(Value::as_object);
-        for (property, inner) in properties.into_iter().flatten() {
+        for (property, inner) in parts.properties.into_iter().flatten() {
             walk.within([Key(property)], |walk| self.schema(inner, walk))?;
         }
         Ok(())
+    }
+}
+
+/// The keys of a schema the walk reads, found in one pass over its keys (a schema has a
+/// few; a lookup per keyword cost more than the pass on large definitions).
+#[derive(Default)]
+struct SchemaParts<'a> {
+    default: Option<&'a Value>,
+    /// `allOf`, `anyOf`, `oneOf`'s schemas, in that order.
+    combined: [Option<&'a Vec<Value>>; 3],
+    /// `not`, `items`, `additionalProperties` when they are schemas, in that order.
+    nested: [Option<&'a Value>; 3],
+    properties: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> SchemaParts<'a> {
+    fn of(object: &'a Map<String, Value>) -> SchemaParts<'a> {
+        let mut parts = SchemaParts::default();
+        for (key, value) in object {
+            match key.as_str() {
+                "default" => parts.default = Some(value),
+                "allOf" => parts.combined[0] = value.as_array(),
+                "anyOf" => parts.combined[1] = value.as_array(),
+                "oneOf" => parts.combined[2] = value.as_array(),
+                "not" => parts.nested[0] = Some(value).filter(|v| v.is_object()),
+                "items" => parts.nested[1] = Some(value).filter(|v| v.is_object()),
+                "additionalProperties" => parts.nested[2] = Some(value).filter(|v| v.is_object()),
+                "properties" => parts.properties = value.as_object(),
+                _ => {}
+            }
+        }
+        parts
     }
 }
 
