@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::Segment::{Index, Key};
 use super::problem::{DefaultProblem, Problem};
-use super::{Checker, METHODS, Segment, render};
+use super::{Checker, PathItem, Segment, render};
 use crate::controllers::apimock::verdict::Generation;
 
 /// Schemas already checked (by address: a schema reached through several `$ref`s is
@@ -61,8 +61,8 @@ impl<'a> Checker<'a> {
     fn unwalked_schemas(&self, walk: &mut Walk<'a>) -> Result<(), Problem> {
         let paths = self.root.get("paths").and_then(Value::as_object);
         for (template, item) in paths.into_iter().flatten() {
-            for method in METHODS {
-                if let Some(body) = item.get(method).and_then(|o| o.get("requestBody")) {
+            for (method, operation) in PathItem::of(item).operations() {
+                if let Some(body) = operation.get("requestBody") {
                     walk.within(
                         [Key("paths"), Key(template), Key(method), Key("requestBody")],
                         |walk| self.body_schemas(body, walk),
@@ -109,30 +109,14 @@ impl<'a> Checker<'a> {
     /// then of its operations' responses, each named by where it is
     /// (`paths → /a → get → parameters → 0`).
     fn operation_schemas(&self, item: &'a Value, walk: &mut Walk<'a>) -> Result<(), Problem> {
-        // One pass over the item's few keys instead of a lookup per method: this walk
-        // visits every operation of the largest definitions.
-        let mut operations: [Option<&'a Value>; METHODS.len()] = [None; METHODS.len()];
-        let mut shared = None;
-        for (key, value) in item.as_object().into_iter().flatten() {
-            if key == "parameters" {
-                shared = Some(value);
-            } else if let Some(at) = METHODS.iter().position(|method| key == method) {
-                operations[at] = Some(value);
-            }
-        }
-        let operations = || {
-            METHODS
-                .iter()
-                .zip(operations)
-                .filter_map(|(method, operation)| Some((*method, operation?)))
-        };
-        self.parameter_schemas(shared, walk)?;
-        for (method, operation) in operations() {
+        let item = PathItem::of(item);
+        self.parameter_schemas(item.shared, walk)?;
+        for (method, operation) in item.operations() {
             walk.within([Key(method)], |walk| {
                 self.parameter_schemas(operation.get("parameters"), walk)
             })?;
         }
-        for (method, operation) in operations() {
+        for (method, operation) in item.operations() {
             let responses = operation.get("responses").and_then(Value::as_object);
             for (code, response) in responses.into_iter().flatten() {
                 walk.within([Key(method), Key("responses"), Key(code)], |walk| {

@@ -105,6 +105,39 @@ const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
+/// A path item's shared `parameters` and its operations, found in one pass over its few
+/// keys (a lookup per method costs more on the largest definitions, whose every path
+/// item several checks visit).
+struct PathItem<'a> {
+    shared: Option<&'a Value>,
+    operations: [Option<&'a Value>; METHODS.len()],
+}
+
+impl<'a> PathItem<'a> {
+    fn of(item: &'a Value) -> PathItem<'a> {
+        let mut read = PathItem {
+            shared: None,
+            operations: [None; METHODS.len()],
+        };
+        for (key, value) in item.as_object().into_iter().flatten() {
+            if key == "parameters" {
+                read.shared = Some(value);
+            } else if let Some(at) = METHODS.iter().position(|method| key == method) {
+                read.operations[at] = Some(value);
+            }
+        }
+        read
+    }
+
+    /// Each operation with its method, in [`METHODS`] order.
+    fn operations(&self) -> impl Iterator<Item = (&'static str, &'a Value)> + '_ {
+        METHODS
+            .iter()
+            .zip(self.operations)
+            .filter_map(|(method, operation)| Some((*method, operation?)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::problem::Problem;
-use super::{Checker, METHODS};
+use super::{Checker, PathItem};
 
 impl<'a> Checker<'a> {
     pub(super) fn paths(&mut self) -> Result<(), Problem> {
@@ -16,19 +16,16 @@ impl<'a> Checker<'a> {
         for (template, item) in paths {
             let template = template.as_str();
             let item = self.deref(item);
-            let Some(item) = item.as_object() else {
+            if !item.is_object() {
                 continue;
-            };
-            let shared = item.get("parameters");
-            if let Some(shared) = shared {
+            }
+            let item = PathItem::of(item);
+            if let Some(shared) = item.shared {
                 self.unique_parameters(shared, template, "path item")?;
             }
             let in_template = template_parameters(template);
-            for method in METHODS {
-                let Some(operation) = item.get(method) else {
-                    continue;
-                };
-                self.operation(template, method, operation, shared, &in_template)?;
+            for (method, operation) in item.operations() {
+                self.operation(template, method, operation, item.shared, &in_template)?;
             }
         }
         Ok(())
