@@ -133,13 +133,6 @@ pub fn serve_settings_with_receivers(
     Ok((settings, registry, receivers))
 }
 
-/// The shipped controllers with a source engine built from the flags. Needs a Tokio
-/// runtime (the engine spawns its fetch jobs on it).
-pub fn standard_registry(args: &ControllerArgs) -> anyhow::Result<Registry> {
-    let fetcher = source_fetcher(args)?;
-    Ok(Registry::standard(controller_settings(args)).with_sources(std::sync::Arc::new(fetcher)))
-}
-
 /// The egress proxies: `--source-proxy`, else the process environment's.
 fn proxies(args: &ControllerArgs) -> anyhow::Result<crate::source::proxy::Proxies> {
     let credentials = match &args.source_proxy_credentials_file {

@@ -57,19 +57,6 @@ where
         self.cache.insert(key, value);
     }
 
-    /// The remembered value, or `make`'s, remembered. Calls for the same key at once
-    /// make it once: the others wait for that value (quick_cache's placeholder), while
-    /// lookups of other keys go on.
-    pub fn get_or_make(&self, key: &K, make: impl FnOnce() -> V) -> V {
-        match self
-            .cache
-            .get_or_insert_with(key, || Ok::<V, std::convert::Infallible>(make()))
-        {
-            Ok(value) => value,
-            Err(never) => match never {},
-        }
-    }
-
     /// Entries held.
     pub fn len(&self) -> usize {
         self.cache.len()
@@ -116,26 +103,5 @@ mod tests {
         memo.insert(1000, "x".repeat(20_000));
         assert_eq!(memo.get(&1000), None);
         assert_eq!(memo.len(), before);
-    }
-
-    #[test]
-    fn get_or_make_makes_once_per_key() {
-        let memo: Memo<&str, usize> = Memo::entries(10);
-        let mut made = 0;
-        assert_eq!(
-            memo.get_or_make(&"a", || {
-                made += 1;
-                7
-            }),
-            7
-        );
-        assert_eq!(
-            memo.get_or_make(&"a", || {
-                made += 1;
-                8
-            }),
-            7
-        );
-        assert_eq!(made, 1);
     }
 }

@@ -474,6 +474,7 @@ impl Sources for Fetcher {
 
 impl Fetcher {
     /// Asks for `request` as a parent running `running` does, and reads it.
+    #[cfg(test)]
     pub fn lookup_holding(
         &self,
         request: &SourceRequest,
