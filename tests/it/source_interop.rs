@@ -348,3 +348,82 @@ async fn origins_that_keep_alive_speak_http_1_0_chunk_compress_or_redirect_are_f
         repo.commit(&[("app.env", "V=1\n")]);
     }
 }
+
+/// A web server that publishes a bare repository as plain files (git's old "dumb" HTTP
+/// protocol, after `git update-server-info`): answers each GET with the file, or 404.
+async fn plain_file_server(root: std::path::PathBuf) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut connection, _)) = listener.accept().await {
+            let root = root.clone();
+            tokio::spawn(async move {
+                let Some(request) = read_request(&mut connection).await else {
+                    return;
+                };
+                let line = String::from_utf8_lossy(&request);
+                let target = line.split(' ').nth(1).unwrap_or("/");
+                let path = target.split('?').next().unwrap_or("/");
+                let file = root.join(path.trim_start_matches('/'));
+                let answer = match std::fs::read(&file) {
+                    Ok(body) => {
+                        let mut answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
+                        answer.extend_from_slice(&body);
+                        answer
+                    }
+                    Err(_) => {
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            .to_vec()
+                    }
+                };
+                let _ = connection.write_all(&answer).await;
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+/// libgit2 speaks only git's smart HTTP protocol. A repository published as plain files
+/// (which `git clone` can still read) is refused with what that means, not only with
+/// the content type libgit2 names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_published_as_plain_files_is_refused_naming_the_protocol() {
+    let repo = crate::source_servers::served_repository();
+    let updated = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo.bare())
+        .arg("update-server-info")
+        .status()
+        .unwrap();
+    assert!(updated.success());
+    let base = plain_file_server(repo.root.path().to_owned()).await;
+    let url = format!("{base}/config.git");
+    let cloned = tempfile::tempdir().unwrap();
+    let clone = std::process::Command::new("git")
+        .args(["clone", "-q", &url])
+        .arg(cloned.path().join("copy"))
+        .output()
+        .unwrap();
+    assert!(
+        clone.status.success(),
+        "git itself reads the dumb protocol: {}",
+        String::from_utf8_lossy(&clone.stderr)
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let fetcher = support::fetcher(support::loopback_policy(&["http"]), cache.path());
+    let mut plain = request(&url, "main", None);
+    plain.credentials = None;
+    let state = settled(&fetcher, &plain).await;
+    assert!(state.snapshot.is_none());
+    let error = state.error.expect("the fetch fails");
+    assert_eq!(error.reason(), "Unreachable");
+    let message = error.to_string();
+    assert!(
+        message.contains("does not speak git's smart HTTP protocol"),
+        "{message}"
+    );
+}

@@ -397,9 +397,18 @@ pub(super) fn map_error(
     }
     match error.class() {
         ErrorClass::Net | ErrorClass::Http | ErrorClass::Ssl | ErrorClass::Os | ErrorClass::Ssh => {
+            // libgit2 names only the content type when an http(s) server answers with
+            // files instead of git's smart protocol; say what that means.
+            let detail = if url.starts_with("http") && message.contains("invalid content-type") {
+                format!(
+                    "{message}: the server does not speak git's smart HTTP protocol (a repository published as plain files needs git http-backend or a git host in front of it)"
+                )
+            } else {
+                message
+            };
             FetchError::Unreachable {
                 url: url.to_owned(),
-                detail: message,
+                detail,
             }
         }
         _ => FetchError::Other(format!("git error for {url}: {message}")),
