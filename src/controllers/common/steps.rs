@@ -10,7 +10,7 @@
 //! moment).
 
 use std::any::Any;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::memo::Memo;
@@ -48,7 +48,7 @@ struct Held {
 /// The server's memo of step results.
 pub struct Steps {
     results: Memo<StepKey, Held>,
-    heavy: Arc<HeavySlots>,
+    heavy: HeavySlots,
 }
 
 impl Default for Steps {
@@ -67,11 +67,7 @@ impl Steps {
         };
         Steps {
             results: Memo::weighted(4096, bytes, |_, held: &Held| held.weight),
-            heavy: Arc::new(HeavySlots {
-                used: Mutex::new(0),
-                freed: Condvar::new(),
-                capacity,
-            }),
+            heavy: HeavySlots::new(capacity),
         }
     }
 
@@ -132,46 +128,44 @@ impl Steps {
     }
 }
 
-/// A counting gate over the heavy slots.
+/// The heavy slots, as tokens in a bounded channel: a step takes one by receiving it
+/// and gives it back by sending it. The work runs on blocking compute threads, and
+/// crossbeam's channel waits with a deadline there (neither std's channels, whose
+/// receiver cannot be shared, nor tokio's semaphore, which needs its runtime to time
+/// out, do).
 struct HeavySlots {
-    used: Mutex<usize>,
-    freed: Condvar,
-    capacity: usize,
+    free: crossbeam_channel::Receiver<()>,
+    give_back: crossbeam_channel::Sender<()>,
 }
 
 /// A heavy slot, given back when dropped.
-struct HeavySlot(Arc<HeavySlots>);
+struct HeavySlot(crossbeam_channel::Sender<()>);
 
 impl HeavySlots {
-    /// Waits for a slot until `deadline` (for ever without one); None when it passed.
-    fn take(self: &Arc<Self>, deadline: Option<Instant>) -> Option<HeavySlot> {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        while *used >= self.capacity {
-            used = match deadline {
-                None => self.freed.wait(used).unwrap_or_else(|e| e.into_inner()),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    self.freed
-                        .wait_timeout(used, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
+    fn new(capacity: usize) -> HeavySlots {
+        let (give_back, free) = crossbeam_channel::bounded(capacity);
+        for _ in 0..capacity {
+            // Cannot fail: the channel holds exactly `capacity` tokens.
+            let _ = give_back.try_send(());
         }
-        *used += 1;
-        Some(HeavySlot(self.clone()))
+        HeavySlots { free, give_back }
+    }
+
+    /// Waits for a slot until `deadline` (for ever without one); None when it passed.
+    fn take(&self, deadline: Option<Instant>) -> Option<HeavySlot> {
+        let taken = match deadline {
+            None => self.free.recv().ok(),
+            Some(deadline) => self.free.recv_deadline(deadline).ok(),
+        };
+        taken.map(|()| HeavySlot(self.give_back.clone()))
     }
 }
 
 impl Drop for HeavySlot {
     fn drop(&mut self) {
-        let slots = &self.0;
-        let mut used = slots.used.lock().unwrap_or_else(|e| e.into_inner());
-        *used = used.saturating_sub(1);
-        slots.freed.notify_one();
+        // Room is certain (this token came out of the channel); a closed channel means
+        // the memo is gone and nobody waits.
+        let _ = self.0.try_send(());
     }
 }
 
