@@ -64,6 +64,9 @@ pub fn client(
             policy: policy.clone(),
         }))
         .redirect(reqwest::redirect::Policy::none())
+        // A connection per request: a proxy or server that closes after its answer
+        // (tinyproxy does) races a reused connection, and git's POSTs are not retried.
+        .pool_max_idle_per_host(0)
         // reqwest would read the environment's proxies itself; the engine's own (from
         // the same variables, or --source-proxy) are the ones used.
         .no_proxy();
@@ -99,7 +102,7 @@ fn egress(proxies: &super::proxy::Proxies) -> reqwest::Proxy {
 }
 
 /// IP-literal hosts never reach the resolver, so they are checked here.
-fn literal_check(policy: &Policy, url: &url::Url) -> Result<(), FetchError> {
+pub(crate) fn literal_check(policy: &Policy, url: &url::Url) -> Result<(), FetchError> {
     match url.host() {
         Some(url::Host::Ipv4(v4)) => policy.check_address(&v4.to_string(), v4.into()),
         Some(url::Host::Ipv6(v6)) => policy.check_address(&v6.to_string(), v6.into()),
@@ -288,7 +291,7 @@ async fn send(
 /// A failed request as a [`FetchError`]. An https connection the server closed after the
 /// handshake is how a server that wants a client certificate refuses one (TLS 1.3 sends
 /// its alert after the handshake): the certificate probe then says why, in TLS's words.
-async fn explained(
+pub(crate) async fn explained(
     error: reqwest::Error,
     target: &url::Url,
     shown: &str,
@@ -296,10 +299,20 @@ async fn explained(
     tls: Option<&TlsMaterial>,
 ) -> FetchError {
     let closed = target.scheme() == "https" && closed_after_connecting(&error);
+    // A connection that failed through an egress proxy failed at the proxy (down, or
+    // refusing the tunnel or its credentials): say which proxy.
+    let proxy = target
+        .host_str()
+        .filter(|_| error.is_connect())
+        .and_then(|host| policy.proxies.for_destination(target.scheme(), host));
     let failure = transport_error(error, shown, policy);
     let FetchError::Unreachable { url, detail } = failure else {
         return failure;
     };
+    if let Some(proxy) = proxy {
+        let detail = format!("through the proxy {}: {detail}", proxy.shown());
+        return FetchError::Unreachable { url, detail };
+    }
     if !closed {
         return FetchError::Unreachable { url, detail };
     }
@@ -345,7 +358,7 @@ fn closed_after_connecting(error: &reqwest::Error) -> bool {
     false
 }
 
-fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchError {
+pub(crate) fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchError {
     // reqwest's message names the URL as requested, user-info included; ours is redacted.
     let error = error.without_url();
     if error.is_timeout() {

@@ -28,6 +28,8 @@ pub mod proxy;
 pub mod repository;
 pub mod revision;
 pub mod slots;
+#[cfg(test)]
+pub(crate) mod test_pki;
 pub mod tls;
 pub mod worker;
 

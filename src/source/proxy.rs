@@ -96,20 +96,6 @@ impl ProxyUrl {
             format!("http://{}:{}", self.host, self.port)
         }
     }
-
-    /// The `Proxy-Authorization` header line (with its CRLF), or nothing.
-    pub fn authorization(&self) -> String {
-        use base64::Engine;
-        self.credentials
-            .as_ref()
-            .map(|c| {
-                format!(
-                    "Proxy-Authorization: Basic {}\r\n",
-                    base64::engine::general_purpose::STANDARD.encode(c)
-                )
-            })
-            .unwrap_or_default()
-    }
 }
 
 /// The proxies sources use, by destination scheme, and the hosts that go direct.
@@ -302,10 +288,6 @@ mod tests {
         assert_eq!(proxy.host, "egress");
         assert_eq!(proxy.credentials.as_deref(), Some("user:p@ss"));
         assert_eq!(proxy.shown(), "http://egress:8080");
-        assert_eq!(
-            proxy.authorization(),
-            "Proxy-Authorization: Basic dXNlcjpwQHNz\r\n"
-        );
         let from_file = Proxies::configure(
             Some("egress:8080"),
             Some("u:from-file".to_owned()),

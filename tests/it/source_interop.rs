@@ -245,7 +245,11 @@ async fn answer_quirkily(
     }
 }
 
+/// A request for `url` whose credentials' Secret allows its whole origin: the
+/// redirecting origin moves the repository within it (and credentials follow a redirect
+/// only to a URL their Secret allows).
 fn request(url: &str, reference: &str, tls: Option<TlsMaterial>) -> SourceRequest {
+    let origin = url::Url::parse(url).unwrap().join("/").unwrap();
     SourceRequest {
         location: Location::Git {
             url: url.to_owned(),
@@ -255,7 +259,7 @@ fn request(url: &str, reference: &str, tls: Option<TlsMaterial>) -> SourceReques
         namespace: "team-a".to_owned(),
         credentials: Some(Credentials {
             secret: "reader".to_owned(),
-            binding: Binding::read("reader", None, Some(url)),
+            binding: Binding::read("reader", None, Some(origin.as_str())),
             username: Some("reader".to_owned()),
             password: Some("s3cret".to_owned()),
             ..Credentials::default()

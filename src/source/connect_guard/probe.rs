@@ -49,3 +49,38 @@ pub fn probe_certificate(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::test_pki::{material, pki, tls_origin};
+
+    const NO_CONTENT: &str = "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+
+    #[test]
+    fn a_probe_hears_a_server_refuse_a_missing_client_certificate() {
+        let loose = Policy {
+            allow_private_addresses: true,
+            ..Policy::default()
+        };
+        let pki = pki();
+        let port = tls_origin(&pki, Some(&pki.ca), NO_CONTENT);
+        let url = format!("https://localhost:{port}/app.env");
+        let heard = probe_certificate(&loose, &url, Some(&material(Some(&pki.ca), None)));
+        let heard = heard.unwrap_or_else(|| panic!("the refusal is heard"));
+        assert!(
+            heard.contains("CertificateRequired") || heard.contains("certificate"),
+            "{heard}"
+        );
+        // A server that accepts the connection is no certificate problem.
+        let port = tls_origin(&pki, Some(&pki.ca), NO_CONTENT);
+        let url = format!("https://localhost:{port}/app.env");
+        let with_certificate = material(Some(&pki.ca), Some(&pki.client));
+        assert_eq!(
+            probe_certificate(&loose, &url, Some(&with_certificate)),
+            None
+        );
+        // Nor is a private address the policy refuses probed at all.
+        assert_eq!(probe_certificate(&Policy::default(), &url, None), None);
+    }
+}

@@ -17,6 +17,7 @@ use super::{Credentials, FetchError};
 
 mod read;
 mod session;
+mod smart_http;
 pub use read::extract;
 use session::*;
 
@@ -47,12 +48,13 @@ impl Resolved {
     }
 }
 
-/// Bounds libgit2's connect and read waits, so a silent server cannot hold a fetch job
-/// forever (the transfer callback only runs while data arrives). Done on first use, not
-/// at start-up: initialising libgit2 loads the system CA bundle (~40 ms), which would
-/// double the time to readiness.
+/// Sets libgit2's process-wide network settings once, before any fetch of the process:
+/// connect and read waits bounded (so a silent git:// or ssh server cannot hold a job
+/// forever; the transfer callback only runs while data arrives), and http(s) spoken by
+/// [`smart_http`]. Done on first use, not at start-up: initialising libgit2 loads the
+/// system CA bundle (~40 ms), which would double the time to readiness.
 #[allow(unsafe_code)]
-fn set_network_timeouts() {
+fn configure_network() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: these write libgit2 process globals without synchronisation. The only
@@ -61,6 +63,7 @@ fn set_network_timeouts() {
         unsafe {
             let _ = git2::opts::set_server_connect_timeout_in_milliseconds(10_000);
             let _ = git2::opts::set_server_timeout_in_milliseconds(20_000);
+            smart_http::register();
         }
     });
 }
@@ -98,7 +101,7 @@ pub fn fetch(
 ) -> Result<Resolved, FetchError> {
     let parsed = checked_url(raw_url, credentials, tls, policy)?;
     let trust = SshTrust::for_url(&parsed, raw_url, credentials)?;
-    set_network_timeouts();
+    configure_network();
     let dir = dir.to_owned();
     let repo = open_or_init(&dir, raw_url)?;
     let session = Session::connect(

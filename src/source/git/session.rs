@@ -1,5 +1,6 @@
-//! One fetch's way to the remote: the URL libgit2 is given (through the connect guard),
-//! what it may present and trust, the callbacks that bound it, and its errors in words.
+//! One fetch's way to the remote: http(s) through reqwest, git:// and ssh through the
+//! connect guard; what it may present and trust, the callbacks that bound it, and its
+//! errors in words.
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use git2::{
     FetchOptions, Oid, ProxyOptions, RemoteCallbacks, Repository,
 };
 
+use super::smart_http::SmartHttp;
 use super::{LOCAL_ALL, LOCAL_REF, is_disk_full, worker_home};
 use crate::source::connect_guard::{ConnectGuard, Phase};
 use crate::source::known_hosts::KnownHosts;
@@ -62,12 +64,13 @@ pub(super) struct Secrets<'a> {
     pub(super) ssh: Option<SshTrust>,
 }
 
-/// One fetch's way to the remote: the URL libgit2 is given (through the connect guard
-/// for every network scheme), credentials and bounds.
+/// One fetch's way to the remote: the transport or guard each network scheme goes
+/// through, the URL libgit2 is given, credentials and bounds.
 pub(super) struct Session<'a> {
     /// The URL as people see it (conditions, events, logs): without user-info.
     pub(super) shown: String,
     pub(super) remote_url: String,
+    pub(super) http: Option<SmartHttp>,
     pub(super) guard: Option<ConnectGuard>,
     pub(super) credentials: Option<&'a Credentials>,
     pub(super) ssh: Option<SshTrust>,
@@ -89,22 +92,17 @@ impl<'a> Session<'a> {
             tls,
             ssh,
         } = secrets;
-        // https is spoken by the guard (rustls, with the CAs and client certificate of
-        // the source); libgit2 talks plain http to it on loopback.
-        let tls_config = match parsed.scheme() {
-            "https" => Some(crate::source::tls::client_config(
-                policy.source_ca_pem.as_deref(),
-                tls,
-            )?),
-            _ => None,
-        };
-        // Every connection libgit2 makes (redirects included) goes through a guard that
-        // connects only to checked addresses and counts what the remote sends.
-        let guard = match parsed.scheme() {
-            "http" | "https" | "git" | "ssh" => {
-                Some(ConnectGuard::start(policy, parsed, deadline, tls_config)?)
+        // http and https are spoken by reqwest as libgit2's transport; git:// and ssh
+        // are relayed by a guard that connects only to checked addresses and counts what
+        // the remote sends.
+        let (http, guard) = match parsed.scheme() {
+            "http" | "https" => {
+                let shown = crate::source::redact_url(raw_url);
+                let http = SmartHttp::install(&shown, credentials, tls, policy, deadline)?;
+                (Some(http), None)
             }
-            _ => None,
+            "git" | "ssh" => (None, Some(ConnectGuard::start(policy, parsed, deadline)?)),
+            _ => (None, None),
         };
         let remote_url = match &guard {
             Some(guard) => guard.remote_url(parsed, raw_url),
@@ -113,6 +111,7 @@ impl<'a> Session<'a> {
         Ok(Session {
             shown: crate::source::redact_url(raw_url),
             remote_url,
+            http,
             guard,
             credentials,
             ssh,
@@ -148,18 +147,19 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// No proxy, ever: environment proxies would connect past the address policy, and
-    /// the guard stands in for the origin itself.
+    /// No proxy of libgit2's own, ever: environment proxies would connect past the
+    /// address policy (http(s) goes through the engine's egress proxy, in reqwest).
     pub(super) fn proxy(&self) -> ProxyOptions<'static> {
         ProxyOptions::new()
     }
 
-    /// What went wrong: the guard's refusal when it refused a connection, else what
-    /// libgit2 and the transfer bounds say.
+    /// What went wrong: the transport's or guard's refusal when one refused or cut a
+    /// connection, else what libgit2 and the transfer bounds say.
     pub(super) fn fail(&self, error: git2::Error) -> FetchError {
-        self.guard
+        self.http
             .as_ref()
-            .and_then(ConnectGuard::refusal)
+            .and_then(SmartHttp::refusal)
+            .or_else(|| self.guard.as_ref().and_then(ConnectGuard::refusal))
             .unwrap_or_else(|| map_error(error, &self.shown, &self.outcome, self.policy))
     }
 
@@ -386,29 +386,16 @@ pub(super) fn map_error(
             detail: message,
         };
     }
-    if error.code() == ErrorCode::Auth
-        || outcome.auth_rejected.get()
-        || message.contains("401")
-        || message.contains("403")
-    {
+    if error.code() == ErrorCode::Auth || outcome.auth_rejected.get() {
         return FetchError::AuthFailed {
             url: url.to_owned(),
         };
     }
     match error.class() {
         ErrorClass::Net | ErrorClass::Http | ErrorClass::Ssl | ErrorClass::Os | ErrorClass::Ssh => {
-            // libgit2 names only the content type when an http(s) server answers with
-            // files instead of git's smart protocol; say what that means.
-            let detail = if url.starts_with("http") && message.contains("invalid content-type") {
-                format!(
-                    "{message}: the server does not speak git's smart HTTP protocol (a repository published as plain files needs git http-backend or a git host in front of it)"
-                )
-            } else {
-                message
-            };
             FetchError::Unreachable {
                 url: url.to_owned(),
-                detail,
+                detail: message,
             }
         }
         _ => FetchError::Other(format!("git error for {url}: {message}")),
