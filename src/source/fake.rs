@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::Sources;
 use super::{Content, FetchError, Interest, Snapshot, SourceRequest, SourceState, SourceView};
+use super::{Sources, lock};
 
 /// Answers by URL; a URL nobody set is pending (a fetch in progress), as a real engine
 /// answers the first lookup of a remote.
@@ -113,10 +113,4 @@ impl Sources for FakeSources {
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

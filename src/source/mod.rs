@@ -509,3 +509,12 @@ impl SourceView for NoSources {
 impl Sources for NoSources {
     fn want(&self, _: &[Interest]) {}
 }
+
+/// Locks `mutex`, taking the data even when a thread panicked holding it: every value
+/// the engine keeps under a lock is whole between statements, so a panic elsewhere is
+/// no reason to stop serving.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

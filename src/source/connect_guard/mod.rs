@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::FetchError;
+use super::lock;
 use super::policy::Policy;
 
 mod origin;
@@ -145,12 +146,6 @@ impl Drop for ConnectGuard {
             let _ = accept.join();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {

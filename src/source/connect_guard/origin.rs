@@ -6,8 +6,9 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Phase, Shared, lock};
+use super::{Phase, Shared};
 use crate::source::FetchError;
+use crate::source::lock;
 use crate::source::policy::Policy;
 
 impl Shared {

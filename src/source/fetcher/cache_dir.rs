@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Inner, lock};
+use super::Inner;
 use crate::source::FetchError;
+use crate::source::lock;
 
 impl Inner {
     /// `file://` URLs may not read the cache itself (another tenant's repositories).

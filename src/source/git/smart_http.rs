@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use git2::transport::{Service, SmartSubtransport, SmartSubtransportStream, Transport};
@@ -20,7 +20,7 @@ use reqwest::header::{ACCEPT, CONTENT_ENCODING, CONTENT_TYPE, LOCATION, USER_AGE
 
 use crate::source::policy::Policy;
 use crate::source::tls::TlsMaterial;
-use crate::source::{Credentials, FetchError, http};
+use crate::source::{Credentials, FetchError, http, lock};
 
 /// Redirect hops the ref listing follows (all within the origin).
 const MAX_REDIRECTS: usize = 5;
@@ -119,10 +119,6 @@ impl Drop for SmartHttp {
     fn drop(&mut self) {
         CURRENT.with(|current| current.replace(None));
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 struct Subtransport {
