@@ -52,12 +52,35 @@ pub enum BoundedError {
 /// [`BoundedError::Syntax`] for text that is not YAML, [`BoundedError::TooLarge`] when
 /// the document expands past `bound`.
 pub fn value_bounded(text: &str, bound: Expansion) -> Result<serde_json::Value, BoundedError> {
-    let budget = budget::Budget::new(bound);
+    value_bounded_watching(text, bound, &[]).map(|(value, _)| value)
+}
+
+/// What a read saw under one watched key, anywhere in the document.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sighting {
+    /// How many mappings hold the key.
+    pub times: usize,
+    /// The values that were strings, in the order read.
+    pub strings: Vec<String>,
+}
+
+/// [`value_bounded`], noting for each of `watch` where it is a key. The read visits every
+/// node anyway, so a caller that looks for a few keys in the whole tree (a document's
+/// `$ref`s) learns them here instead of walking the tree again.
+///
+/// # Errors
+/// As [`value_bounded`].
+pub fn value_bounded_watching(
+    text: &str,
+    bound: Expansion,
+    watch: &[&str],
+) -> Result<(serde_json::Value, Vec<Sighting>), BoundedError> {
+    let budget = budget::Budget::new(bound, watch);
     let deserializer = serde_norway::Deserializer::from_str(text);
     let result = serde::de::DeserializeSeed::deserialize(budget::Node(&budget), deserializer);
     match (result, budget.exceeded()) {
         (_, Some((what, limit))) => Err(BoundedError::TooLarge { what, limit }),
-        (Ok(value), None) => Ok(value),
+        (Ok(value), None) => Ok((value, budget.into_sightings())),
         (Err(e), None) => Err(BoundedError::Syntax(e)),
     }
 }
@@ -66,28 +89,47 @@ mod budget {
     //! A serde visitor that builds a `serde_json::Value` the way serde_json's own does,
     //! charging every node and every byte of text to a budget.
 
-    use std::cell::Cell;
+    use std::cell::{Cell, RefCell};
     use std::fmt;
 
     use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
     use serde_json::{Map, Number, Value};
 
-    use super::Expansion;
+    use super::{Expansion, Sighting};
 
-    pub struct Budget {
+    pub struct Budget<'w> {
         nodes: Cell<usize>,
         bytes: Cell<usize>,
         bound: Expansion,
         exceeded: Cell<Option<(&'static str, usize)>>,
+        watch: &'w [&'w str],
+        sightings: RefCell<Vec<Sighting>>,
     }
 
-    impl Budget {
-        pub fn new(bound: Expansion) -> Budget {
+    impl<'w> Budget<'w> {
+        pub fn new(bound: Expansion, watch: &'w [&'w str]) -> Budget<'w> {
             Budget {
                 nodes: Cell::new(0),
                 bytes: Cell::new(0),
                 bound,
                 exceeded: Cell::new(None),
+                watch,
+                sightings: RefCell::new(vec![Sighting::default(); watch.len()]),
+            }
+        }
+
+        pub fn into_sightings(self) -> Vec<Sighting> {
+            self.sightings.into_inner()
+        }
+
+        fn note(&self, key: &str, value: &Value) {
+            let Some(at) = self.watch.iter().position(|watched| *watched == key) else {
+                return;
+            };
+            let sightings = &mut self.sightings.borrow_mut()[at];
+            sightings.times += 1;
+            if let Value::String(text) = value {
+                sightings.strings.push(text.clone());
             }
         }
 
@@ -118,7 +160,7 @@ mod budget {
     }
 
     #[derive(Clone, Copy)]
-    pub struct Node<'b>(pub &'b Budget);
+    pub struct Node<'b>(pub &'b Budget<'b>);
 
     impl<'de> DeserializeSeed<'de> for Node<'_> {
         type Value = Value;
@@ -127,7 +169,7 @@ mod budget {
         }
     }
 
-    struct Key<'b>(&'b Budget);
+    struct Key<'b>(&'b Budget<'b>);
 
     impl<'de> DeserializeSeed<'de> for Key<'_> {
         type Value = String;
@@ -192,6 +234,7 @@ mod budget {
             let mut object = Map::new();
             while let Some(key) = map.next_key_seed(Key(self.0))? {
                 let value = map.next_value_seed(self)?;
+                self.0.note(&key, &value);
                 object.insert(key, value);
             }
             Ok(Value::Object(object))
@@ -218,6 +261,48 @@ mod tests {
         let bounded = value_bounded(text, Expansion::for_input(text.len())).unwrap();
         let plain: serde_json::Value = from_str(text).unwrap();
         assert_eq!(bounded, plain);
+    }
+
+    /// Every mapping holding `key` in the built tree, by a walk of the tree itself.
+    fn walked(value: &serde_json::Value, key: &str, seen: &mut Sighting) {
+        match value {
+            serde_json::Value::Object(object) => {
+                if let Some(found) = object.get(key) {
+                    seen.times += 1;
+                    if let Some(text) = found.as_str() {
+                        seen.strings.push(text.to_owned());
+                    }
+                }
+                object.values().for_each(|child| walked(child, key, seen));
+            }
+            serde_json::Value::Array(items) => {
+                items.iter().for_each(|child| walked(child, key, seen));
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn watched_keys_are_seen_wherever_the_tree_holds_them() {
+        // Nested, in sequences, behind an alias (replayed, so seen twice), and once with a
+        // value that is not a string.
+        let text = "a: {$ref: '#/x', b: [{$ref: '#/y'}, {default: 3}]}\n\
+                    base: &b {$ref: '#/z', default: [1]}\nuse: *b\n\
+                    odd: {$ref: {not: text}}\nx: 1\n";
+        let (value, seen) =
+            value_bounded_watching(text, Expansion::for_input(text.len()), &["$ref", "default"])
+                .unwrap();
+        assert_eq!(value, from_str::<serde_json::Value>(text).unwrap());
+        for (key, seen) in ["$ref", "default"].iter().zip(&seen) {
+            let mut expected = Sighting::default();
+            walked(&value, key, &mut expected);
+            let mut strings = seen.strings.clone();
+            strings.sort();
+            expected.strings.sort();
+            assert_eq!((seen.times, strings), (expected.times, expected.strings));
+        }
+        assert_eq!(seen[0].times, 5);
+        assert_eq!(seen[1].times, 3);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::validate;
+use super::validate::{self, Landmarks};
 pub use super::verdict::{Generation, Invalid};
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::steps::{Step, StepKey, Steps};
@@ -94,9 +94,9 @@ fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
         ));
     }
     check_nesting(text)?;
-    let document = parse(text, format)?;
+    let (document, landmarks) = parse(text, format)?;
     let generation = detect(&document)?;
-    let warning = validate::validate(&document, generation)?;
+    let warning = validate::validate(&document, generation, landmarks.as_ref())?;
     Ok(summarize(&document, generation, warning))
 }
 
@@ -146,7 +146,7 @@ fn check_nesting(text: &str) -> Result<(), Invalid> {
 /// first character, within the same bounds as the root document.
 pub(super) fn parse_document(text: &str) -> Result<Value, Invalid> {
     check_nesting(text)?;
-    parse(text, sniff_format(text))
+    parse(text, sniff_format(text)).map(|(document, _)| document)
 }
 
 pub(super) fn sniff_format(text: &str) -> Format {
@@ -156,26 +156,32 @@ pub(super) fn sniff_format(text: &str) -> Format {
     }
 }
 
-fn parse(text: &str, format: Format) -> Result<Value, Invalid> {
+/// The document, with its landmarks when the reader noted them (the YAML reader does; a
+/// JSON document is walked for them by validation).
+fn parse(text: &str, format: Format) -> Result<(Value, Option<Landmarks>), Invalid> {
     match format {
-        Format::Json => serde_json::from_str(text).map_err(|e| {
-            Invalid::new(
-                Reason::InvalidSyntax,
-                format!("the definition is not valid JSON: {e}"),
-            )
-        }),
+        Format::Json => serde_json::from_str(text)
+            .map(|document| (document, None))
+            .map_err(|e| {
+                Invalid::new(
+                    Reason::InvalidSyntax,
+                    format!("the definition is not valid JSON: {e}"),
+                )
+            }),
         Format::Yaml => {
             let bound = crate::yaml::Expansion::for_input(text.len());
-            crate::yaml::value_bounded(text, bound).map_err(|e| match e {
-                crate::yaml::BoundedError::Syntax(e) => Invalid::new(
-                    Reason::InvalidSyntax,
-                    format!("the definition is not valid YAML: {e}"),
-                ),
-                too_large @ crate::yaml::BoundedError::TooLarge { .. } => Invalid::new(
-                    Reason::DefinitionTooLarge,
-                    format!("the definition is refused: {too_large}"),
-                ),
-            })
+            let read = crate::yaml::value_bounded_watching(text, bound, &Landmarks::KEYS);
+            read.map(|(document, seen)| (document, Some(Landmarks::from_sightings(seen))))
+                .map_err(|e| match e {
+                    crate::yaml::BoundedError::Syntax(e) => Invalid::new(
+                        Reason::InvalidSyntax,
+                        format!("the definition is not valid YAML: {e}"),
+                    ),
+                    too_large @ crate::yaml::BoundedError::TooLarge { .. } => Invalid::new(
+                        Reason::DefinitionTooLarge,
+                        format!("the definition is refused: {too_large}"),
+                    ),
+                })
         }
     }
 }

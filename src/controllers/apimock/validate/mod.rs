@@ -31,13 +31,42 @@ use crate::controllers::common::reason::Reason;
 
 const REASON: Reason = Reason::InvalidDocument;
 
+/// Where a document holds the keys whose checks would otherwise walk the whole tree, as
+/// its reader saw them: the targets of its `$ref`s and whether any `default` is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landmarks {
+    /// Every string a `$ref` key holds, in the order read (repeats included).
+    pub refs: Vec<String>,
+    /// Whether any mapping has a `default` key.
+    pub any_default: bool,
+}
+
+impl Landmarks {
+    /// The keys a reader watches for, in the order [`Landmarks::from_sightings`] reads them.
+    pub const KEYS: [&'static str; 2] = ["$ref", "default"];
+
+    /// The landmarks from what a reader saw under [`Landmarks::KEYS`].
+    pub fn from_sightings(seen: Vec<crate::yaml::Sighting>) -> Landmarks {
+        let mut seen = seen.into_iter();
+        let refs = seen.next().unwrap_or_default().strings;
+        let any_default = seen.next().is_some_and(|default| default.times > 0);
+        Landmarks { refs, any_default }
+    }
+}
+
 /// The meta-schema of the document's version, then the checks a schema cannot express.
 /// Returns a warning about what openapi-spec-validator lets pass and a server may trip
 /// over (a `default` that does not fit its schema where the oracle does not look).
+/// With `landmarks`, what they show absent is not looked for, and `$ref`s are checked
+/// from their list; the tree is walked for a reference only to name where a broken one is.
 ///
 /// # Errors
 /// The first problem found, naming where it is.
-pub fn validate(document: &Value, generation: Generation) -> Result<Option<String>, Invalid> {
+pub fn validate<'a>(
+    document: &'a Value,
+    generation: Generation,
+    landmarks: Option<&'a Landmarks>,
+) -> Result<Option<String>, Invalid> {
     let label = match generation {
         Generation::Swagger2 => "Swagger 2.0",
         Generation::OpenApi30 => "OpenAPI 3.0",
@@ -67,10 +96,20 @@ pub fn validate(document: &Value, generation: Generation) -> Result<Option<Strin
         reaching: std::cell::RefCell::new(BTreeSet::new()),
         chain_ends: std::cell::RefCell::new(HashMap::new()),
     };
-    checker
-        .references(document, &mut Vec::new())
-        .map_err(fail)?;
+    let listed_refs_reach = landmarks.is_some_and(|seen| {
+        seen.refs
+            .iter()
+            .all(|target| checker.reaches_a_value(target).is_ok())
+    });
+    if !listed_refs_reach {
+        checker
+            .references(document, &mut Vec::new())
+            .map_err(fail)?;
+    }
     checker.paths().map_err(fail)?;
+    if landmarks.is_some_and(|seen| !seen.any_default) {
+        return Ok(None);
+    }
     let warning = checker.schemas().map_err(fail)?;
     Ok(warning.map(|problem| problem.to_string()))
 }
@@ -144,6 +183,27 @@ mod tests {
 
     use super::paths::template_parameters;
     use super::*;
+
+    /// [`super::validate`] both ways: walking the tree, and from the landmarks the YAML
+    /// reader notes in the same document written as YAML. The two must agree.
+    pub(super) fn validate(
+        document: &Value,
+        generation: Generation,
+    ) -> Result<Option<String>, Invalid> {
+        let walked = super::validate(document, generation, None);
+        let text = crate::yaml::to_string(document).unwrap();
+        let (read, seen) = crate::yaml::value_bounded_watching(
+            &text,
+            crate::yaml::Expansion::for_input(text.len()),
+            &Landmarks::KEYS,
+        )
+        .unwrap();
+        assert_eq!(&read, document, "the YAML form reads back as the document");
+        let landmarks = Landmarks::from_sightings(seen);
+        let from_landmarks = super::validate(document, generation, Some(&landmarks));
+        assert_eq!(walked, from_landmarks, "landmarks {landmarks:?}");
+        walked
+    }
 
     fn v30(paths: Value, components: Value) -> Value {
         json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": paths, "components": components})

@@ -56,7 +56,7 @@ impl<'a> Checker<'a> {
     /// in something that is not itself a `$ref` (`P0: {$ref: P1}`, `P1: {$ref: P0}` names
     /// nothing). A schema that refers to itself *inside* `properties` or `items` is fine:
     /// only the `$ref` at the top of each target is followed.
-    fn reaches_a_value(&self, first: &'a str) -> Result<(), ReferenceProblem> {
+    pub(super) fn reaches_a_value(&self, first: &'a str) -> Result<(), ReferenceProblem> {
         let mut chain: Vec<&'a str> = Vec::new();
         // The chain's links as a set too: a chain thousands of links long must not cost a
         // scan of itself per link.
@@ -241,6 +241,31 @@ mod tests {
     }
 
     #[test]
+    fn a_broken_reference_is_named_where_it_stands() {
+        // Good references around the broken one, which is read before a good one that
+        // sorts first; a hop that is walked only after it. The landmarks find it, the
+        // walk names its place.
+        let document = |broken: &str| {
+            json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+                   "paths": {"/z": {"get": {"responses": {"200": {"description": "d",
+                       "content": {"application/json": {"schema": {"$ref": broken}}}}}}},
+                             "/a": {"get": {"responses": {"200": {"$ref": "#/components/responses/R"}}}}},
+                   "components": {"responses": {"R": {"description": "r"}}},
+                   "x-hops": {"Hop": {"$ref": "#/components/schemas/Gone"}}})
+        };
+        let at = "paths → /z → get → responses → 200 → content → application/json → schema";
+        for (target, says) in [
+            ("#/components/schemas/Missing", "points at nothing"),
+            ("#/x-hops/Hop", "which points at nothing"),
+        ] {
+            let error = super::super::tests::validate(&document(target), Generation::OpenApi30)
+                .unwrap_err()
+                .message;
+            assert!(error.contains(at) && error.contains(says), "{error}");
+        }
+    }
+
+    #[test]
     fn long_reference_chains_are_followed_and_long_cycles_refused() {
         let chain = |links: usize, last: Value| {
             let mut schemas = serde_json::Map::new();
@@ -256,13 +281,13 @@ mod tests {
                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/s0"}}}}}}}},
                    "components": {"schemas": schemas}})
         };
-        super::super::validate(
+        super::super::tests::validate(
             &chain(3000, json!({"type": "string"})),
             Generation::OpenApi30,
         )
         .unwrap();
         let cycle = chain(3000, json!({"$ref": "#/components/schemas/s0"}));
-        let error = super::super::validate(&cycle, Generation::OpenApi30)
+        let error = super::super::tests::validate(&cycle, Generation::OpenApi30)
             .unwrap_err()
             .message;
         assert!(error.contains("is a cycle of references"), "{error}");
