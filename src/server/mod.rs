@@ -161,8 +161,7 @@ impl HookState {
         clock: Clock,
         compute: compute::ComputePool,
     ) -> HookState {
-        let metrics =
-            Metrics::new(Some(registry.sources().as_ref())).with_controllers(registry.names());
+        let metrics = Metrics::new(Some(registry.sources().as_ref()));
         HookState {
             compute,
             routes: hooks::HookRoute::all(&registry),

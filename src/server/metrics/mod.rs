@@ -10,15 +10,10 @@
 //! - the standard `process_*` metrics of this process ([`ProcessCollector`]).
 //!
 //! Labels stay low-cardinality: never parent names; remote URLs only in the source
-//! engine's bounded last-success family. Recording a call of a registered hook that
-//! answered 200 or 304 takes no lock and allocates nothing once its series exists: its
-//! counter and histogram are found in a fixed table (see [`HookSeries`]); other codes go
-//! through the family's read lock.
+//! engine's bounded last-success family.
 
-mod durations;
 mod process;
 
-use std::sync::OnceLock;
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
@@ -27,9 +22,9 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use self::durations::Durations;
 use self::process::ProcessCollector;
 
 /// Upper bounds of the hook-duration buckets, in seconds.
@@ -84,28 +79,13 @@ pub fn label(name: &str) -> &'static str {
 pub struct Metrics {
     registry: Registry,
     requests: Family<CallLabels, Counter>,
-    durations: Family<HookLabels, Durations>,
+    durations: Family<HookLabels, Histogram>,
     in_flight: Gauge<i64, AtomicI64>,
     connections: Gauge<i64, AtomicI64>,
     answer_memo: Gauge<i64, AtomicI64>,
     step_memo: Gauge<i64, AtomicI64>,
     bodies: Gauge<i64, AtomicI64>,
-    /// The series of the registered controllers' hooks, found without a lock.
-    hooks: Vec<HookSeries>,
 }
-
-/// One hook's handles into the families, each taken from its family the first time it
-/// is recorded (so a series appears when it first counts, as through the family).
-struct HookSeries {
-    controller: &'static str,
-    hook: &'static str,
-    ok: OnceLock<Counter>,
-    not_modified: OnceLock<Counter>,
-    durations: OnceLock<Durations>,
-}
-
-/// Hooks a table entry is made for.
-const HOOKS: [&str; 3] = ["sync", "finalize", "customize"];
 
 impl Default for Metrics {
     fn default() -> Metrics {
@@ -124,7 +104,9 @@ impl Metrics {
             "Hook calls answered, by status code",
             requests.clone(),
         );
-        let durations = Family::<HookLabels, Durations>::default();
+        let durations = Family::<HookLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(HOOK_BUCKETS_SECONDS)
+        });
         registry.register_with_unit(
             "metahooks_hook_duration",
             "Time to answer a hook call",
@@ -169,26 +151,7 @@ impl Metrics {
             answer_memo,
             step_memo,
             bodies,
-            hooks: Vec::new(),
         }
-    }
-
-    /// Makes the lock-free table entries for these controllers' hooks (names
-    /// interned with [`label`]).
-    pub fn with_controllers<'a>(mut self, controllers: impl Iterator<Item = &'a str>) -> Metrics {
-        for controller in controllers {
-            let controller = label(controller);
-            for hook in HOOKS {
-                self.hooks.push(HookSeries {
-                    controller,
-                    hook,
-                    ok: OnceLock::new(),
-                    not_modified: OnceLock::new(),
-                    durations: OnceLock::new(),
-                });
-            }
-        }
-        self
     }
 
     /// Counts one answered call and its duration.
@@ -199,30 +162,15 @@ impl Metrics {
         code: u16,
         elapsed: Duration,
     ) {
-        let series = self
-            .hooks
-            .iter()
-            .find(|series| series.controller == controller && series.hook == hook);
-        let from_family = || {
-            self.requests.get_or_create_owned(&CallLabels {
-                controller,
-                hook,
-                code,
-            })
+        let call = CallLabels {
+            controller,
+            hook,
+            code,
         };
-        match (series, code) {
-            (Some(series), 200) => series.ok.get_or_init(from_family).inc(),
-            (Some(series), 304) => series.not_modified.get_or_init(from_family).inc(),
-            _ => from_family().inc(),
-        };
-        let durations = || {
-            self.durations
-                .get_or_create_owned(&HookLabels { controller, hook })
-        };
-        match series {
-            Some(series) => series.durations.get_or_init(durations).observe(elapsed),
-            None => durations().observe(elapsed),
-        }
+        self.requests.get_or_create(&call).inc();
+        self.durations
+            .get_or_create(&HookLabels { controller, hook })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// The exposition, with what is in use now.
