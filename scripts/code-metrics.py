@@ -3,6 +3,8 @@
 
 Usage: scripts/code-metrics.py [DIR...]   (default: src and every crates/*/src)
 
+For an earlier commit: git archive REV src | tar -x -C /tmp/then && scripts/code-metrics.py /tmp/then/src
+
 Counts non-test code only: `#[cfg(test)]` modules (inline, or a `mod x;` whose file is
 then skipped) are left out. A function's length is the lines from its `fn` line to its
 closing brace. The scanner knows Rust's strings, raw strings, chars and comments well
@@ -133,6 +135,7 @@ def default_roots():
 def main():
     roots = sys.argv[1:] or default_roots()
     all_fns, long_files, tests = [], [], {}
+    sizes = {root: [0, 0] for root in roots}  # non-blank non-test lines, of them comment-only
     skip = set()
     paths = []
     for root in roots:
@@ -160,9 +163,20 @@ def main():
             continue
         code, _ = strip_tests(text)
         code_lines = sum(1 for line in code.split("\n") if line.strip())
+        root = next(r for r in roots if path.startswith(os.path.join(r, "")) or path == r)
+        mask, offset, comments = code_mask(code), 0, 0
+        for line in code.split("\n"):
+            stripped = line.strip()
+            if stripped and not any(mask[offset + k] for k, c in enumerate(line) if not c.isspace()):
+                comments += 1
+            offset += len(line) + 1
+        sizes[root][0] += code_lines
+        sizes[root][1] += comments
         if code_lines > 400:
             long_files.append((code_lines, path))
         all_fns.extend(functions(path, code))
+    for root, (lines, comments) in sizes.items():
+        print(f"non-test lines in {root}: {lines} ({lines - comments} code, {comments} comment-only)")
     lengths = sorted(length for length, _ in all_fns)
     p90 = lengths[int(0.9 * (len(lengths) - 1))]
     print(f"functions (non-test): {len(lengths)}, median {statistics.median(lengths):g} lines, 90th percentile {p90}")
