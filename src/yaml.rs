@@ -1,6 +1,8 @@
 //! YAML from attackers: requests' and remotes' text is read through a bounded reader
 //! that counts what aliases expand to. Trusted YAML (manifests, command-line inputs) goes
 //! through the protocol crate's codec, re-exported here so there is one path to each.
+//! JSON, which has no aliases, is read by serde_json into the same tree when a caller
+//! wants the keys it watches noted ([`json_value_watching`]).
 
 pub use crate::protocol::yaml::{Error, ManifestError, documents, from_str, manifests, to_string};
 
@@ -83,6 +85,27 @@ pub fn value_bounded_watching(
         (Ok(value), None) => Ok((value, budget.into_sightings())),
         (Err(e), None) => Err(BoundedError::Syntax(e)),
     }
+}
+
+/// [`value_bounded_watching`] for JSON text: serde_json reads it (trailing characters
+/// refused, its nesting limit kept) into the same tree, with no bound to count since JSON
+/// has no aliases.
+///
+/// # Errors
+/// The text is not one JSON value.
+pub fn json_value_watching(
+    text: &str,
+    watch: &[&str],
+) -> Result<(serde_json::Value, Vec<Sighting>), serde_json::Error> {
+    let unbounded = Expansion {
+        max_nodes: usize::MAX,
+        max_text_bytes: usize::MAX,
+    };
+    let budget = budget::Budget::new(unbounded, watch);
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = serde::de::DeserializeSeed::deserialize(budget::Node(&budget), &mut reader)?;
+    reader.end()?;
+    Ok((value, budget.into_sightings()))
 }
 
 mod budget {
@@ -279,6 +302,25 @@ mod tests {
                 items.iter().for_each(|child| walked(child, key, seen));
             }
             _ => {}
+        }
+    }
+
+    #[test]
+    fn json_reads_as_serde_json_reads_it() {
+        let text = r##"{"a": [1, -2, 2.5, 1e300, 18446744073709551615, true, null],
+                       "s": "\u00e9\n", "$ref": "#/a", "o": {"$ref": 3, "default": {}}}"##;
+        let (value, seen) = json_value_watching(text, &["$ref", "default"]).unwrap();
+        assert_eq!(
+            value,
+            serde_json::from_str::<serde_json::Value>(text).unwrap()
+        );
+        assert_eq!(seen[0].times, 2);
+        assert_eq!(seen[0].strings, ["#/a"]);
+        assert_eq!(seen[1].times, 1);
+        for broken in ["{\"a\": 1} x", "[1,", &"[".repeat(200)] {
+            let error = json_value_watching(broken, &[]).unwrap_err();
+            let expected = serde_json::from_str::<serde_json::Value>(broken).unwrap_err();
+            assert_eq!(error.to_string(), expected.to_string());
         }
     }
 

@@ -96,7 +96,7 @@ fn check(text: &str, format: Format) -> Result<Summary, Invalid> {
     check_nesting(text)?;
     let (document, landmarks) = parse(text, format)?;
     let generation = detect(&document)?;
-    let warning = validate::validate(&document, generation, landmarks.as_ref())?;
+    let warning = validate::validate(&document, generation, Some(&landmarks))?;
     Ok(summarize(&document, generation, warning))
 }
 
@@ -156,23 +156,19 @@ pub(super) fn sniff_format(text: &str) -> Format {
     }
 }
 
-/// The document, with its landmarks when the reader noted them (the YAML reader does; a
-/// JSON document is walked for them by validation).
-fn parse(text: &str, format: Format) -> Result<(Value, Option<Landmarks>), Invalid> {
-    match format {
-        Format::Json => serde_json::from_str(text)
-            .map(|document| (document, None))
-            .map_err(|e| {
-                Invalid::new(
-                    Reason::InvalidSyntax,
-                    format!("the definition is not valid JSON: {e}"),
-                )
-            }),
+/// The document, with its landmarks as the reader noted them.
+fn parse(text: &str, format: Format) -> Result<(Value, Landmarks), Invalid> {
+    let (document, seen) = match format {
+        Format::Json => crate::yaml::json_value_watching(text, &Landmarks::KEYS).map_err(|e| {
+            Invalid::new(
+                Reason::InvalidSyntax,
+                format!("the definition is not valid JSON: {e}"),
+            )
+        })?,
         Format::Yaml => {
             let bound = crate::yaml::Expansion::for_input(text.len());
-            let read = crate::yaml::value_bounded_watching(text, bound, &Landmarks::KEYS);
-            read.map(|(document, seen)| (document, Some(Landmarks::from_sightings(seen))))
-                .map_err(|e| match e {
+            crate::yaml::value_bounded_watching(text, bound, &Landmarks::KEYS).map_err(
+                |e| match e {
                     crate::yaml::BoundedError::Syntax(e) => Invalid::new(
                         Reason::InvalidSyntax,
                         format!("the definition is not valid YAML: {e}"),
@@ -181,9 +177,11 @@ fn parse(text: &str, format: Format) -> Result<(Value, Option<Landmarks>), Inval
                         Reason::DefinitionTooLarge,
                         format!("the definition is refused: {too_large}"),
                     ),
-                })
+                },
+            )?
         }
-    }
+    };
+    Ok((document, Landmarks::from_sightings(seen)))
 }
 
 fn detect(document: &Value) -> Result<Generation, Invalid> {

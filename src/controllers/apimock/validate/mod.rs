@@ -32,7 +32,8 @@ use crate::controllers::common::reason::Reason;
 const REASON: Reason = Reason::InvalidDocument;
 
 /// Where a document holds the keys whose checks would otherwise walk the whole tree, as
-/// its reader saw them: the targets of its `$ref`s and whether any `default` is written.
+/// its reader (YAML or JSON) saw them: the targets of its `$ref`s and whether any
+/// `default` is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Landmarks {
     /// Every string a `$ref` key holds, in the order read (repeats included).
@@ -184,24 +185,25 @@ mod tests {
     use super::paths::template_parameters;
     use super::*;
 
-    /// [`super::validate`] both ways: walking the tree, and from the landmarks the YAML
-    /// reader notes in the same document written as YAML. The two must agree.
+    /// [`super::validate`] three ways: walking the tree, and from the landmarks the
+    /// readers note in the same document written as YAML and as JSON. All must agree.
     pub(super) fn validate(
         document: &Value,
         generation: Generation,
     ) -> Result<Option<String>, Invalid> {
         let walked = super::validate(document, generation, None);
-        let text = crate::yaml::to_string(document).unwrap();
-        let (read, seen) = crate::yaml::value_bounded_watching(
-            &text,
-            crate::yaml::Expansion::for_input(text.len()),
-            &Landmarks::KEYS,
-        )
-        .unwrap();
-        assert_eq!(&read, document, "the YAML form reads back as the document");
-        let landmarks = Landmarks::from_sightings(seen);
-        let from_landmarks = super::validate(document, generation, Some(&landmarks));
-        assert_eq!(walked, from_landmarks, "landmarks {landmarks:?}");
+        let yaml = crate::yaml::to_string(document).unwrap();
+        let bound = crate::yaml::Expansion::for_input(yaml.len());
+        let json = serde_json::to_string(document).unwrap();
+        for read in [
+            crate::yaml::value_bounded_watching(&yaml, bound, &Landmarks::KEYS).unwrap(),
+            crate::yaml::json_value_watching(&json, &Landmarks::KEYS).unwrap(),
+        ] {
+            assert_eq!(&read.0, document, "the text reads back as the document");
+            let landmarks = Landmarks::from_sightings(read.1);
+            let from_landmarks = super::validate(document, generation, Some(&landmarks));
+            assert_eq!(walked, from_landmarks, "landmarks {landmarks:?}");
+        }
         walked
     }
 
