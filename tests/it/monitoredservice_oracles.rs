@@ -24,7 +24,7 @@ fn emitted() -> Vec<Value> {
     let env = Config::new(ConfigContent {
         format: Some(ConfigFormat::Env),
         data: BTreeMap::from([("GREETING".into(), "hi".into())]),
-        revision: Revision::new("main@sha1:0123"),
+        revision: Some(Revision::new("main@sha1:0123")),
         ..ConfigContent::default()
     });
     let files = Config::new(ConfigContent {
@@ -35,7 +35,7 @@ fn emitted() -> Vec<Value> {
         ]),
         binary: BTreeMap::from([("logo.bin".into(), vec![0x89, 0xff, 0x00])]),
         paths: BTreeMap::from([("nested__db.ini".into(), "nested/db.ini".into())]),
-        revision: Revision::new("sha256:ab"),
+        revision: Some(Revision::new("sha256:ab")),
         ..ConfigContent::default()
     });
     for config in [env, files] {

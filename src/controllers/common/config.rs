@@ -49,8 +49,9 @@ pub struct ConfigContent {
     pub binary: BTreeMap<String, Vec<u8>>,
     /// ConfigMap key → file path under the mount (files format, nested paths only).
     pub paths: BTreeMap<String, String>,
-    /// The source's revision of this content.
-    pub revision: Revision,
+    /// The source's revision of this content: None for a ConfigMap read back without
+    /// its revision annotation (an older writer, or someone edited it away).
+    pub revision: Option<Revision>,
     /// When the source made `revision` (seconds since the epoch); not part of the hash.
     pub source_time: Option<i64>,
 }
@@ -62,6 +63,15 @@ pub struct ConfigContent {
 pub struct Config {
     content: ConfigContent,
     hash: String,
+}
+
+impl ConfigContent {
+    /// The revision as messages name it.
+    pub fn shown_revision(&self) -> &str {
+        self.revision
+            .as_deref()
+            .unwrap_or("a config of unknown revision")
+    }
 }
 
 impl Deref for Config {
@@ -101,7 +111,7 @@ impl Config {
     /// (revision, format, and nested paths when they differ from the keys).
     pub fn annotations(&self) -> BTreeMap<String, String> {
         Record {
-            revision: Some(self.revision.clone()),
+            revision: self.revision.clone(),
             source_time: self.source_time,
             paths: self.paths.clone(),
             root: None,
@@ -138,7 +148,7 @@ impl Config {
         });
         let mut content = ConfigContent {
             format: Some(format),
-            revision: snapshot.revision.clone(),
+            revision: Some(snapshot.revision.clone()),
             source_time: snapshot.made_at,
             ..ConfigContent::default()
         };
@@ -178,7 +188,7 @@ impl Config {
             data: held_files::strings(config_map, "data"),
             binary,
             paths: record.paths,
-            revision: record.revision.unwrap_or_else(|| Revision::new("unknown")),
+            revision: record.revision,
             source_time: record.source_time,
         })
     }

@@ -182,7 +182,7 @@ impl ConfigSyncHooks {
         let state = reads.lookup(
             &wanted,
             Duration::from_secs(interval),
-            observed.as_ref().map(|c| &c.revision),
+            observed.as_ref().and_then(|c| c.revision.as_ref()),
         );
         let mut resync = polling::resync_seconds(&state, false, interval);
         if asked.pending {
@@ -354,7 +354,7 @@ fn fetch_problem(error: &FetchError, running: Option<&Config>) -> String {
     match running {
         Some(config) => coded(
             reason,
-            format!("{error} (still serving {})", config.revision),
+            format!("{error} (still serving {})", config.shown_revision()),
         ),
         None => coded(reason, error),
     }
@@ -375,7 +375,10 @@ fn answer(
     name: &str,
     resync: u64,
 ) -> Result<DecoratorResponse, HookError> {
-    let revision = served.as_ref().or(observed).map(|c| c.revision.to_string());
+    let revision = served
+        .as_ref()
+        .or(observed)
+        .and_then(|c| c.revision.as_ref().map(ToString::to_string));
     let annotations =
         BTreeMap::from([(REVISION.to_owned(), revision), (ERROR.to_owned(), problem)]);
     let attachments = served

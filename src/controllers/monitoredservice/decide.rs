@@ -32,7 +32,7 @@ pub(super) fn decide(
                 Reason::Valid,
                 format!(
                     "{} is a valid {} config",
-                    config.revision,
+                    config.shown_revision(),
                     format_name(config.format)
                 ),
             );
@@ -43,8 +43,9 @@ pub(super) fn decide(
             }
         }
         Some(Err(Problem { reason, message })) => {
-            let keeping =
-                running.map_or(String::new(), |c| format!("; still running {}", c.revision));
+            let keeping = running.map_or(String::new(), |c| {
+                format!("; still running {}", c.shown_revision())
+            });
             Decision {
                 served: running.cloned(),
                 config_valid: Decided::new(
@@ -71,7 +72,10 @@ fn nothing_fresh(running: Option<&Config>, nothing_runs: bool) -> Decided {
             ConditionType::ConfigValid,
             true,
             Reason::Valid,
-            format!("running {} until the source answers", config.revision),
+            format!(
+                "running {} until the source answers",
+                config.shown_revision()
+            ),
         ),
         None if nothing_runs => Decided::new(
             ConditionType::ConfigValid,
@@ -97,7 +101,15 @@ pub(super) fn newest_of(
     after_running: bool,
 ) -> (Config, bool) {
     match running {
-        Some(running) if running_is_newer(&fresh.revision, &running.revision, after_running) => {
+        Some(running)
+            if fresh
+                .revision
+                .as_deref()
+                .zip(running.revision.as_deref())
+                .is_some_and(|(fresh, running)| {
+                    running_is_newer(fresh, running, after_running)
+                }) =>
+        {
             (running.clone(), true)
         }
         _ => (fresh.clone(), false),

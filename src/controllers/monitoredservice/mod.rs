@@ -195,7 +195,7 @@ fn answer_from_source(
     let state = reads.lookup(
         wanted,
         Duration::from_secs(interval),
-        call.running().map(|c| &c.revision),
+        call.running().and_then(|c| c.revision.as_ref()),
     );
     let fresh = state
         .snapshot
@@ -209,9 +209,15 @@ fn answer_from_source(
         request.children.is_empty(),
     );
     let resync = polling::resync_seconds(&state, decision.behind, interval);
-    let fetched = polling::fetched_condition(&state, "source", call.running().map(|c| &c.revision));
+    let fetched = polling::fetched_condition(
+        &state,
+        "source",
+        call.running().and_then(|c| c.revision.as_ref()),
+    );
     let fetched = match (&decision.served, decision.behind) {
-        (Some(served), true) => polling::refreshing(reads, wanted, &served.revision, fetched),
+        (Some(served), true) => {
+            polling::refreshing(reads, wanted, served.shown_revision(), fetched)
+        }
         _ => fetched,
     };
     let served = decision.served;
@@ -460,7 +466,7 @@ mod replica_tests {
 
     fn config(revision: &str, source_time: Option<i64>) -> Config {
         Config::new(ConfigContent {
-            revision: crate::source::Revision::new(revision),
+            revision: Some(crate::source::Revision::new(revision)),
             source_time,
             ..ConfigContent::default()
         })

@@ -52,7 +52,10 @@ impl<'a> Facts<'a> {
                 ConditionType::ConfigValid,
                 true,
                 Reason::Valid,
-                format!("running {} until the source can be read", config.revision),
+                format!(
+                    "running {} until the source can be read",
+                    config.shown_revision()
+                ),
             ),
             None => Decided::new(
                 ConditionType::ConfigValid,
@@ -115,7 +118,9 @@ pub fn answer(
         ready,
     ];
     let status = MonitoredServiceStatus {
-        revision: facts.config.map(|config| config.revision.to_string()),
+        revision: facts
+            .config
+            .and_then(|config| config.revision.as_ref().map(ToString::to_string)),
         config_hash: hash.map(str::to_owned),
         replicas: Some(rollout.replicas),
         ready_replicas: Some(rollout.ready_replicas),

@@ -252,6 +252,53 @@ fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
 }
 
 #[test]
+fn a_held_config_without_its_revision_keeps_running_and_no_revision_is_invented() {
+    let harness = Harness::new();
+    harness
+        .sources
+        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
+    let first = harness.sync(spec(), &[]);
+    // Someone (or an older writer) left the held ConfigMap without its revision, and
+    // this server has no copy of its own.
+    let mut observed = children(&first);
+    for object in &mut observed {
+        if object["kind"] == "ConfigMap" {
+            let annotations = object["metadata"]["annotations"].as_object_mut().unwrap();
+            assert!(annotations.remove("config.metahooks.io/revision").is_some());
+        }
+    }
+    harness.sources.set(
+        URL,
+        crate::source::SourceState {
+            snapshot: None,
+            error: None,
+            pending: true,
+            resync_within: None,
+            after_running: true,
+        },
+    );
+    let answer = harness.sync(spec(), &observed);
+    assert_eq!(hash(&answer), hash(&first), "what runs keeps running");
+    let held = child(&answer, "ConfigMap");
+    assert!(
+        held["metadata"]["annotations"]
+            .get("config.metahooks.io/revision")
+            .is_none(),
+        "{held}"
+    );
+    assert!(answer["status"].get("revision").is_none(), "{answer}");
+    let valid = condition(&answer, "ConfigValid");
+    assert_eq!(valid["status"], "True");
+    assert!(
+        valid["message"]
+            .as_str()
+            .unwrap()
+            .contains("a config of unknown revision"),
+        "{valid}"
+    );
+}
+
+#[test]
 fn a_parent_of_another_kind_is_refused_by_name() {
     let harness = Harness::new();
     let apimock = Request::composite("apirator.io/v1alpha1", "APIMock", "shop", "team")
