@@ -211,17 +211,17 @@ fn a_spec_that_cannot_be_used_keeps_what_runs() {
     assert_eq!(condition(&nothing, "Fetched")["reason"], "SecretNotFound");
 }
 
-#[test]
-fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
-    let harness = Harness::new();
+/// A config fetched and running, as the first answer holds it.
+fn running_config(harness: &Harness) -> Value {
     harness
         .sources
         .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
-    let first = harness.sync(spec(), &[]);
-    let observed = children(&first);
-    let with_copy = harness.sync(spec(), &observed);
-    // A restarted server (or one that let its copy go under the snapshot budget): the
-    // running config is in the observed ConfigMap, and nothing has failed.
+    harness.sync(spec(), &[])
+}
+
+/// A restarted server (or one that let its copy go under the snapshot budget): the
+/// running config is only in the observed ConfigMap, and nothing has failed.
+fn forget_the_copy(harness: &Harness) {
     harness.sources.set(
         URL,
         crate::source::SourceState {
@@ -232,6 +232,14 @@ fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
             after_running: true,
         },
     );
+}
+
+#[test]
+fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
+    let harness = Harness::new();
+    let observed = children(&running_config(&harness));
+    let with_copy = harness.sync(spec(), &observed);
+    forget_the_copy(&harness);
     let without = harness.sync(spec(), &observed);
     assert_eq!(condition(&without, "Fetched")["status"], "True");
     assert_eq!(hash(&without), hash(&with_copy));
@@ -254,10 +262,7 @@ fn a_server_without_its_own_copy_keeps_what_runs_and_says_fetched() {
 #[test]
 fn a_held_config_without_its_revision_keeps_running_and_no_revision_is_invented() {
     let harness = Harness::new();
-    harness
-        .sources
-        .serve(URL, "main@sha1:a", &[("app.env", "A=1\n")], true, Some(100));
-    let first = harness.sync(spec(), &[]);
+    let first = running_config(&harness);
     // Someone (or an older writer) left the held ConfigMap without its revision, and
     // this server has no copy of its own.
     let mut observed = children(&first);
@@ -267,16 +272,7 @@ fn a_held_config_without_its_revision_keeps_running_and_no_revision_is_invented(
             assert!(annotations.remove("config.metahooks.io/revision").is_some());
         }
     }
-    harness.sources.set(
-        URL,
-        crate::source::SourceState {
-            snapshot: None,
-            error: None,
-            pending: true,
-            resync_within: None,
-            after_running: true,
-        },
-    );
+    forget_the_copy(&harness);
     let answer = harness.sync(spec(), &observed);
     assert_eq!(hash(&answer), hash(&first), "what runs keeps running");
     let held = child(&answer, "ConfigMap");
