@@ -19,8 +19,8 @@ use crate::error::HookError;
 pub(super) struct Decision<'r> {
     pub(super) validated: Decided,
     pub(super) served: Option<ServedDefinition<'r>>,
-    /// What runs is newer than this server's copy of the source.
-    pub(super) behind: bool,
+    /// The revision that runs, when it is newer than this server's copy of the source.
+    pub(super) behind: Option<crate::source::Revision>,
 }
 
 /// A valid definition and where it came from.
@@ -122,13 +122,14 @@ impl ApiMockHooks {
         Ok(Decision {
             validated: validated_keeping(invalid, last_good.as_ref()),
             served: last_good,
-            behind: false,
+            behind: None,
         })
     }
 
     /// Serves the valid `fresh` definition unless the held one may be a newer copy of
-    /// the same ref (the engine fetched `fresh` before it heard of it). The held definition is read (and analysed) only when its annotations
-    /// say so: a warm sync of a definition from a source does not read it back at all.
+    /// the same ref (the engine fetched `fresh` before it heard of it). The held definition
+    /// is read (and analysed) only when its annotations say so: a warm sync of a definition
+    /// from a source does not read it back at all.
     fn fresh_or_newer_held<'r>(
         &self,
         call: &Call<'r>,
@@ -137,21 +138,23 @@ impl ApiMockHooks {
         after_running: bool,
         ctx: &Context,
     ) -> Result<Decision<'r>, HookError> {
-        let running = if held_is_newer(call, &fresh, after_running) {
-            self.last_good(call, ctx)?
-        } else {
-            None
+        let Some(newer) = newer_held(call, &fresh, after_running) else {
+            return Ok(Decision {
+                validated,
+                served: Some(fresh),
+                behind: None,
+            });
         };
-        Ok(match running {
+        Ok(match self.last_good(call, ctx)? {
             Some(running) => Decision {
                 validated,
                 served: Some(running),
-                behind: true,
+                behind: Some(newer),
             },
             None => Decision {
                 validated,
                 served: Some(fresh),
-                behind: false,
+                behind: None,
             },
         })
     }
@@ -224,14 +227,17 @@ fn analysis(text: &str, ctx: &Context) -> Result<Arc<Analysis>, HookError> {
     definition::remembered_analysis(&ctx.steps, text, ctx.deadline).ok_or_else(saturated)
 }
 
-/// True when the observed ConfigMap holds the same ref of the source as `fresh`, and the
-/// engine fetched `fresh` before it heard of that revision (by the revision annotation).
-fn held_is_newer(call: &Call<'_>, fresh: &ServedDefinition<'_>, after_running: bool) -> bool {
-    let Some(fresh_revision) = fresh.revision.as_deref() else {
-        return false;
-    };
+/// The revision the observed ConfigMap holds (by its revision annotation), when it is of
+/// the same ref of the source as `fresh` and the engine fetched `fresh` before it heard
+/// of it.
+fn newer_held(
+    call: &Call<'_>,
+    fresh: &ServedDefinition<'_>,
+    after_running: bool,
+) -> Option<crate::source::Revision> {
+    let fresh_revision = fresh.revision.as_deref()?;
     held::running(&call.request.children, call.name)
-        .is_some_and(|running| running_is_newer(fresh_revision, &running, after_running))
+        .filter(|running| running_is_newer(fresh_revision, running, after_running))
 }
 
 pub(super) fn valid_message(summary: &definition::Summary) -> String {

@@ -368,12 +368,9 @@ fn refresh_if_behind(
     reading: origin::Reading<'_>,
     reads: &mut Reads<'_>,
 ) -> (Option<Decided>, u64) {
-    let (Origin::Fetched { request, .. }, Some(served), true) =
-        (origin, &decision.served, decision.behind)
-    else {
+    let (Origin::Fetched { request, .. }, Some(running)) = (origin, &decision.behind) else {
         return (reading.fetched, reading.resync_seconds);
     };
-    let running = served.revision.as_deref().unwrap_or("unknown");
     let Some(engine_says) = reading.fetched else {
         return (None, reading.resync_seconds);
     };

@@ -236,6 +236,10 @@ fn a_replica_with_an_older_copy_keeps_the_newer_mock_and_refreshes() {
     let answer = behind.sync(git("api.yaml"), &observed);
     assert_eq!(template_hash(&answer), template_hash(&newer));
     assert_eq!(answer["status"]["revision"], "main@sha1:new");
+    assert_eq!(
+        condition(&answer, "Fetched")["message"],
+        "running main@sha1:new, fetched more recently than this server's copy; refreshing"
+    );
     assert_eq!(answer["resyncAfterSeconds"], 2);
     assert!(
         behind
