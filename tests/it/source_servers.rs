@@ -43,15 +43,46 @@ struct Running {
     dir: tempfile::TempDir,
 }
 
-impl Drop for Running {
+impl Running {
     /// SIGTERM, not SIGKILL: the servers stop their worker processes on the way out.
-    fn drop(&mut self) {
-        for child in &mut self.children {
+    fn stop(&mut self) {
+        for mut child in self.children.drain(..) {
             let _ = Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])
                 .status();
             let _ = child.wait();
         }
+    }
+
+    /// Waits until the server accepts connections on its port: true, or false when one
+    /// of its processes ended first (the port was taken after `free_port` let it go).
+    fn listening(&mut self, server: Server) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return true;
+            }
+            if self
+                .children
+                .iter_mut()
+                .any(|child| child.try_wait().is_ok_and(|ended| ended.is_some()))
+            {
+                return false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{server:?} did not listen on {}: {}",
+                self.port,
+                std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -125,13 +156,18 @@ fn apache_config(dir: &Path, port: u16, project_root: &Path, scheme: Scheme, pki
     text
 }
 
-/// A free loopback port: Apache binds its own socket, so one is picked and let go.
+/// A free loopback port: Apache and nginx bind their own socket, so one is picked and
+/// let go. It is picked below the kernel's ephemeral range (32768 up), where the port 0
+/// listeners and the connections of the tests running beside this one never land, and
+/// [`start`] tries another should the server still find it taken.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let mut seed = [0u8; 2];
+    getrandom::fill(&mut seed).unwrap();
+    let first = 20_000 + u16::from_le_bytes(seed) % 12_000;
+    (first..32_000)
+        .chain(20_000..first)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free loopback port below 32000")
 }
 
 /// nginx in front of fcgiwrap in front of git http-backend (git-http-backend(1) and
@@ -227,27 +263,50 @@ fn start(tools: &Tools, server: Server, project_root: &Path, scheme: Scheme, pki
         std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
         open_to_all(dir.path());
     }
-    let port = free_port();
-    let conf = dir.path().join("server.conf");
+    let mut running = Running {
+        port: 0,
+        children: Vec::new(),
+        dir,
+    };
+    for _ in 0..3 {
+        running.port = free_port();
+        running.children = launch(tools, server, &running, project_root, scheme, pki, root);
+        if running.listening(server) {
+            return running;
+        }
+        running.stop();
+    }
+    panic!(
+        "{server:?} ended three times before listening: {}",
+        std::fs::read_to_string(running.dir.path().join("error.log")).unwrap_or_default()
+    );
+}
+
+/// Starts the server's processes on `running`'s port and files.
+fn launch(
+    tools: &Tools,
+    server: Server,
+    running: &Running,
+    project_root: &Path,
+    scheme: Scheme,
+    pki: &Pki,
+    root: bool,
+) -> Vec<Child> {
+    let (dir, port) = (running.dir.path(), running.port);
+    let conf = dir.join("server.conf");
     let mut children = Vec::new();
     match server {
         Server::Apache => {
-            std::fs::write(
-                &conf,
-                apache_config(dir.path(), port, project_root, scheme, pki),
-            )
-            .unwrap();
+            std::fs::write(&conf, apache_config(dir, port, project_root, scheme, pki)).unwrap();
             let mut command = as_server_user(&tools.apache, root);
             command.args(["-DFOREGROUND", "-f"]).arg(&conf);
             children.push(command.spawn().expect("apache2 starts"));
         }
         Server::Nginx => {
-            std::fs::write(
-                &conf,
-                nginx_config(dir.path(), port, project_root, scheme, pki),
-            )
-            .unwrap();
-            let socket = dir.path().join("fcgiwrap.sock");
+            std::fs::write(&conf, nginx_config(dir, port, project_root, scheme, pki)).unwrap();
+            let socket = dir.join("fcgiwrap.sock");
+            // An earlier attempt's socket would keep fcgiwrap from binding its own.
+            let _ = std::fs::remove_file(&socket);
             let mut wrapper = as_server_user(&tools.fcgiwrap, root);
             wrapper
                 .arg("-s")
@@ -257,28 +316,14 @@ fn start(tools: &Tools, server: Server, project_root: &Path, scheme: Scheme, pki
             let mut nginx = as_server_user(&tools.nginx, root);
             nginx
                 .arg("-p")
-                .arg(dir.path())
+                .arg(dir)
                 .arg("-c")
                 .arg(&conf)
                 .args(["-e", "stderr"]);
             children.push(nginx.spawn().expect("nginx starts"));
         }
     }
-    let running = Running {
-        port,
-        children,
-        dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "{server:?} did not listen on {port}: {}",
-            std::fs::read_to_string(running.dir.path().join("error.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    running
+    children
 }
 
 fn request(url: &str, reference: &str, path: &str, tls: Option<TlsMaterial>) -> SourceRequest {
