@@ -18,7 +18,7 @@ use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, DecoratorRequest, DecoratorResponse,
     Hook, ObjectMap, TypeKey, object_name,
 };
-use crate::source::{Interest, NoSources, Sources};
+use crate::source::{NoSources, Sources};
 
 #[derive(Clone)]
 enum Entry {
@@ -165,11 +165,9 @@ impl Registry {
     /// Hands what an answer asks of its sources to the engine (again, for an answer sent
     /// from memory: the parents still want their sources kept fresh).
     pub fn want(&self, used: &[SourceUse]) {
-        if used.is_empty() {
-            return;
+        for used in used {
+            self.sources.want(std::slice::from_ref(&used.interest));
         }
-        let interests: Vec<Interest> = used.iter().map(|u| u.interest.clone()).collect();
-        self.sources.want(&interests);
     }
 
     /// Whether every source in `used` is held as it was seen, so that an answer built

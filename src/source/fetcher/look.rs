@@ -142,6 +142,19 @@ impl RemoteEntry {
             || since_start(interval)
     }
 
+    /// One of its requests, if any (they all name the same remote).
+    pub(super) fn any_request(&self) -> Option<&Asked> {
+        self.requests.values().next()
+    }
+
+    /// Whether the remote is a copy of `repository` (as a push names it).
+    pub(super) fn is_of(&self, repository: &str) -> bool {
+        self.any_request().is_some_and(|asked| {
+            crate::source::repository::normalise(asked.request.location.url()).as_deref()
+                == Some(repository)
+        })
+    }
+
     /// Records that a parent asked for `request` now (and for a fetch now, with `refresh`).
     pub(super) fn asked(
         &mut self,

@@ -435,11 +435,7 @@ impl Sources for Fetcher {
         let remotes = read(&self.inner.state)
             .remotes
             .values()
-            .filter_map(|remote| remote.requests.values().next())
-            .filter(|asked| {
-                let url = asked.request.location.url();
-                super::repository::normalise(url).as_deref() == Some(repository)
-            })
+            .filter(|remote| remote.is_of(repository))
             .count();
         self.send(writer::Command::Push {
             repository: repository.to_owned(),

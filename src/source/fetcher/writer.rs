@@ -271,7 +271,7 @@ fn push_due(inner: &Arc<Inner>, state: &mut State, remote_key: &RemoteKey) {
         return;
     };
     remote.push_timer = false;
-    let first = remote.requests.values().next();
+    let first = remote.any_request();
     if let Some((request, interval)) = first.map(|a| (a.request.clone(), a.interval)) {
         want(inner, state, &request, interval, None, None);
     }
@@ -299,11 +299,7 @@ fn finished(state: &mut State, ended: Ended) {
 fn push(inner: &Arc<Inner>, state: &mut State, repository: &str) {
     let mut due = Vec::new();
     for (remote_key, remote) in &mut state.remotes {
-        let Some(asked) = remote.requests.values().next() else {
-            continue;
-        };
-        let url = asked.request.location.url();
-        if crate::source::repository::normalise(url).as_deref() != Some(repository) {
+        if !remote.is_of(repository) {
             continue;
         }
         remote.pushed = true;
@@ -314,7 +310,9 @@ fn push(inner: &Arc<Inner>, state: &mut State, repository: &str) {
             PUSH_SPACING.saturating_sub(started.elapsed())
         });
         if wait.is_zero() {
-            due.push((asked.request.clone(), asked.interval));
+            if let Some(asked) = remote.any_request() {
+                due.push((asked.request.clone(), asked.interval));
+            }
             continue;
         }
         remote.push_timer = true;
