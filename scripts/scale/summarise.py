@@ -24,9 +24,14 @@ def percentile(values, p):
 
 warm = {}
 calls = {}
+# The emulator names a call by its controller registration (monitoredservice-config-monitor),
+# the server by its controller (monitoredservice): a server line is named after the
+# registration that called that parent's hook.
+registration = {}
 for entry in report["timeline"]:
     for call in entry["calls"]:
         name = f'{call["controller"]} {call["hook"]}'
+        registration[(call["parent"], call["hook"])] = name
         calls[name] = calls.get(name, 0) + 1
         if entry["round"] > converged:
             warm.setdefault(name, []).append(call["millis"])
@@ -47,7 +52,10 @@ def server_times(logs):
                 record = json.loads(line)
             except ValueError:
                 continue
-            name = f'{record.get("controller")} {record.get("hook")}'
+            parent = f'{record.get("parent.namespace")}/{record.get("parent.name")}'
+            name = registration.get((parent, record.get("hook")))
+            if name is None:
+                continue
             per_hook.setdefault(name, []).append(float(record["duration_ms"]))
         for name, times in per_hook.items():
             share = len(warm.get(name, [])) / max(1, calls.get(name, 0))
