@@ -17,11 +17,11 @@
 # with one replica on 2 cores; 120 simulated seconds took 21-23 rounds, 117-137 s of wall
 # time with one replica and 152-188 s with three, in two runs; the count moves a little
 # with when the real-clock source polls land).
-# Warm answer times depend on whether a poll lands among the warm rounds: while a fetch
-# runs, and again when it ends, every parent's answer changes (its resync moves to 2 s and
-# back), so each parent is answered afresh twice, and the emulator, which asks all
-# parents of a round at once, queues those answers on the compute threads. Compare runs
-# with the same count of upload-pack requests.
+# Warm answer times depend on whether a poll lands among the warm rounds: while its
+# fetches run, the fetch workers (and here the git daemon's upload-packs) share the cores
+# with the server, and each parent's answer is made afresh twice (its resync moves to 2 s
+# while the fetch runs, and back). Compare runs with the same count of upload-pack
+# requests.
 # Needs git, python3, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
