@@ -292,46 +292,6 @@ impl Fetcher {
         Ok(Fetcher { inner })
     }
 
-    /// Git jobs (running, waiting for a worker).
-    pub fn git_load(&self) -> (usize, usize) {
-        self.inner.git_slots.load()
-    }
-
-    /// Bytes of the snapshots held in memory now.
-    pub fn snapshot_bytes(&self) -> u64 {
-        read(&self.inner.state).snapshot_bytes
-    }
-
-    /// Jobs waiting for room in the snapshot budget before they fetch.
-    pub fn jobs_waiting_for_room(&self) -> u64 {
-        read(&self.inner.state).waiting_for_room
-    }
-
-    /// Remote fetches that went to the network so far (git ref listings and HTTP GETs).
-    pub fn network_fetches(&self) -> u64 {
-        self.inner.network_fetches.load(Ordering::SeqCst)
-    }
-
-    /// Treats every remote as due: the next lookup fetches again. What time passing does;
-    /// tests use it instead of sleeping through the 10 s minimum interval.
-    pub async fn expire(&self) {
-        self.ask(|done| writer::Command::Expire { done }).await;
-    }
-
-    /// Forgets every request not asked for within `max_age`, as the periodic sweep does
-    /// after a few intervals. Tests use it instead of waiting for the intervals to pass.
-    pub async fn forget_unasked(&self, max_age: Duration) {
-        self.ask(|done| writer::Command::Forget { max_age, done })
-            .await;
-    }
-
-    /// Requests and snapshots held in memory (for tests and metrics).
-    pub fn tracked(&self) -> (usize, usize) {
-        let state = read(&self.inner.state);
-        let requests = state.remotes.values().map(|r| r.requests.len()).sum();
-        (requests, state.snapshots.len())
-    }
-
     /// Waits until everything asked so far is applied and no job runs (for `render`,
     /// which prints the settled answer).
     pub async fn idle(&self) {
@@ -366,6 +326,51 @@ impl Fetcher {
     fn send(&self, command: writer::Command) {
         // Fails only once the runtime that ran the writer has shut down.
         let _ = self.inner.commands.send(command);
+    }
+}
+
+/// Probes and clock shortcuts for tests: what the engine holds, and time passing on
+/// demand instead of waiting through the minimum interval.
+#[cfg(any(test, feature = "test-support"))]
+impl Fetcher {
+    /// Git jobs (running, waiting for a worker).
+    pub fn git_load(&self) -> (usize, usize) {
+        self.inner.git_slots.load()
+    }
+
+    /// Bytes of the snapshots held in memory now.
+    pub fn snapshot_bytes(&self) -> u64 {
+        read(&self.inner.state).snapshot_bytes
+    }
+
+    /// Jobs waiting for room in the snapshot budget before they fetch.
+    pub fn jobs_waiting_for_room(&self) -> u64 {
+        read(&self.inner.state).waiting_for_room
+    }
+
+    /// Remote fetches that went to the network so far (git ref listings and HTTP GETs).
+    pub fn network_fetches(&self) -> u64 {
+        self.inner.network_fetches.load(Ordering::SeqCst)
+    }
+
+    /// Treats every remote as due: the next lookup fetches again. What time passing does;
+    /// tests use it instead of sleeping through the 10 s minimum interval.
+    pub async fn expire(&self) {
+        self.ask(|done| writer::Command::Expire { done }).await;
+    }
+
+    /// Forgets every request not asked for within `max_age`, as the periodic sweep does
+    /// after a few intervals. Tests use it instead of waiting for the intervals to pass.
+    pub async fn forget_unasked(&self, max_age: Duration) {
+        self.ask(|done| writer::Command::Forget { max_age, done })
+            .await;
+    }
+
+    /// Requests and snapshots held in memory.
+    pub fn tracked(&self) -> (usize, usize) {
+        let state = read(&self.inner.state);
+        let requests = state.remotes.values().map(|r| r.requests.len()).sum();
+        (requests, state.snapshots.len())
     }
 }
 

@@ -45,9 +45,11 @@ pub(super) enum Command {
     /// Repositories removed from the disk cache: what was resolved in them is gone.
     Evicted { repo_dirs: Vec<PathBuf> },
     /// Every remote counts as due (tests, instead of waiting for an interval).
+    #[cfg(any(test, feature = "test-support"))]
     Expire { done: oneshot::Sender<()> },
     /// Requests not asked for within `max_age` are forgotten (tests, instead of waiting
     /// for the sweep).
+    #[cfg(any(test, feature = "test-support"))]
     Forget {
         max_age: Duration,
         done: oneshot::Sender<()>,
@@ -184,12 +186,14 @@ impl Writer {
                     }
                 }
             }
+            #[cfg(any(test, feature = "test-support"))]
             Command::Expire { done } => {
                 for remote in state.remotes.values_mut() {
                     remote.started = None;
                 }
                 let _ = done.send(());
             }
+            #[cfg(any(test, feature = "test-support"))]
             Command::Forget { max_age, done } => {
                 state.sweep(Instant::now(), Some(max_age));
                 let _ = done.send(());
