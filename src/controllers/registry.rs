@@ -166,7 +166,7 @@ impl Registry {
     /// from memory: the parents still want their sources kept fresh).
     pub fn want(&self, used: &[SourceUse]) {
         for used in used {
-            self.sources.want(std::slice::from_ref(&used.interest));
+            self.sources.want(&used.interest);
         }
     }
 

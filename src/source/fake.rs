@@ -103,14 +103,12 @@ impl SourceView for FakeSources {
 }
 
 impl Sources for FakeSources {
-    fn want(&self, interests: &[Interest]) {
+    fn want(&self, interest: &Interest) {
         let mut lookups = lock(&self.lookups);
-        for interest in interests {
-            let url = interest.request.location.url().to_owned();
-            lookups.push((url.clone(), interest.interval));
-            if interest.behind {
-                lookups.push((url, Duration::ZERO));
-            }
+        let url = interest.request.location.url().to_owned();
+        lookups.push((url.clone(), interest.interval));
+        if interest.behind {
+            lookups.push((url, Duration::ZERO));
         }
     }
 }

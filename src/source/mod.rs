@@ -453,15 +453,15 @@ impl Interest {
 
 /// The engine: the view controllers read, and what calls and receivers ask of it.
 pub trait Sources: SourceView {
-    /// Records what a call asked for: each source's interest is refreshed (sources
-    /// nobody asks for are forgotten after a few intervals) and a fetch starts for any
-    /// that is due, missing, asked to fetch now or behind.
-    fn want(&self, interests: &[Interest]);
+    /// Records what a call asked of one source: its interest is refreshed (sources
+    /// nobody asks for are forgotten after a few intervals) and a fetch starts when it
+    /// is due, missing, asked to fetch now or behind.
+    fn want(&self, interest: &Interest);
 
     /// Asks for `request` and reads it: [`Sources::want`] then [`SourceView::state`].
     /// For tools and tests that poll an engine directly.
     fn lookup(&self, request: &SourceRequest, interval: Duration) -> SourceState {
-        self.want(&[Interest::keep(request, interval)]);
+        self.want(&Interest::keep(request, interval));
         self.state(request, interval, None)
     }
 
@@ -507,7 +507,7 @@ impl SourceView for NoSources {
 }
 
 impl Sources for NoSources {
-    fn want(&self, _: &[Interest]) {}
+    fn want(&self, _: &Interest) {}
 }
 
 /// Locks `mutex`, taking the data even when a thread panicked holding it: every value

@@ -687,7 +687,7 @@ async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
     // The first ask starts a job for its path; the other 47 join the remote while it
     // runs, and the next job reads them all from the commit it fetched.
     for request in &requests {
-        fetcher.want(&[metahooks::source::Interest::keep(request, interval)]);
+        fetcher.want(&metahooks::source::Interest::keep(request, interval));
     }
     fetcher.idle().await;
     for request in &requests {

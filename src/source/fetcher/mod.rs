@@ -418,19 +418,17 @@ impl SourceView for Fetcher {
 }
 
 impl Sources for Fetcher {
-    fn want(&self, interests: &[Interest]) {
-        for interest in interests {
-            self.ask_for(
-                &interest.request,
-                interest.interval,
-                interest.running.as_ref(),
-                interest.fetch_now.as_deref(),
-            );
-            if interest.behind {
-                // Another replica may run a newer copy: this one's is refreshed now, as
-                // often as pushes are at most.
-                self.ask_for(&interest.request, PUSH_SPACING, None, None);
-            }
+    fn want(&self, interest: &Interest) {
+        self.ask_for(
+            &interest.request,
+            interest.interval,
+            interest.running.as_ref(),
+            interest.fetch_now.as_deref(),
+        );
+        if interest.behind {
+            // Another replica may run a newer copy: this one's is refreshed now, as
+            // often as pushes are at most.
+            self.ask_for(&interest.request, PUSH_SPACING, None, None);
         }
     }
 
