@@ -11,8 +11,9 @@
 #   docker buildx imagetools inspect gcr.io/distroless/cc-debian12:nonroot
 FROM --platform=$BUILDPLATFORM rust:1.95-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1 AS build
 ARG TARGETARCH
-# What git2 (libgit2 with https) builds against, for the target: a C cross compiler and
-# the target's libssl-dev. Installed here rather than assumed.
+# What git2 (libgit2 with ssh, whose libssh2 uses OpenSSL's cryptography) builds against,
+# for the target: a C cross compiler and the target's libssl-dev. Installed here rather
+# than assumed.
 RUN set -eu; \
     case "$TARGETARCH" in \
       amd64) echo x86_64-unknown-linux-gnu > /rust-target; extra="" ;; \

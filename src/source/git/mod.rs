@@ -51,8 +51,7 @@ impl Resolved {
 /// Sets libgit2's process-wide network settings once, before any fetch of the process:
 /// connect and read waits bounded (so a silent git:// or ssh server cannot hold a job
 /// forever; the transfer callback only runs while data arrives), and http(s) spoken by
-/// [`smart_http`]. Done on first use, not at start-up: initialising libgit2 loads the
-/// system CA bundle (~40 ms), which would double the time to readiness.
+/// [`smart_http`].
 #[allow(unsafe_code)]
 fn configure_network() {
     static ONCE: std::sync::Once = std::sync::Once::new();

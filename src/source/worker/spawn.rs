@@ -43,7 +43,7 @@ const GRACE: Duration = Duration::from_secs(2);
 /// The end of stderr kept (a panic message, an allocation failure).
 const STDERR_BYTES: usize = 8 * 1024;
 /// Environment passed to workers; nothing else (proxies, git's config paths) is.
-const PASSED_ENV: &[&str] = &["SSL_CERT_FILE", "SSL_CERT_DIR", "TMPDIR", "PATH"];
+const PASSED_ENV: &[&str] = &["TMPDIR", "PATH"];
 
 /// Runs `job` under `isolation` and returns its outcome, whatever the worker did.
 pub async fn run(isolation: &Isolation, job: GitJob) -> GitOutcome {
