@@ -7,16 +7,16 @@
 #   defaults:          10000       2000       20      0         "1 3"
 #
 # For each replica count it prints rounds and wall time to convergence, hook calls per
-# parent, warm answer times (as the emulator saw them, and as the servers logged them:
-# the difference is the HTTP round trip and the emulator's own share of the cores), git
-# requests per repository per poll interval (10 s of real time: the source engine polls
-# on the real clock, the emulator's clock is simulated), each
-# replica's peak RSS, and whether the final objects equal those of the first run (they
-# must: which replica answered may not matter). SECONDS of simulated time are run after
-# converging (each resync round syncs every parent: at the default size ~5 s per round
-# with one replica on 2 cores; 120 simulated seconds took 21-23 rounds, 117-137 s of wall
-# time with one replica and 152-188 s with three, in two runs; the count moves a little
-# with when the real-clock source polls land).
+# parent, warm answer times (as the emulator saw them, and as the servers logged them: the
+# difference is the HTTP round trip and the emulator's own share of the cores), git
+# requests per repository per poll interval (10 s of real time: the source engine polls on
+# the real clock, the emulator's clock is simulated), each replica's peak RSS and CPU time
+# (its own, and its fetch workers'), and whether the final objects equal those of the
+# first run (they must: which replica answered may not matter). SECONDS of simulated time
+# are run after converging (each resync round syncs every parent: at the default size ~5 s
+# per round with one replica on 2 cores; 120 simulated seconds took 21-23 rounds,
+# 117-137 s of wall time with one replica and 152-188 s with three, in two runs; the count
+# moves a little with when the real-clock source polls land).
 # Warm answer times depend on whether a poll lands among the warm rounds: while its
 # fetches run, the fetch workers (and here the git daemon's upload-packs) share the cores
 # with the server, and each parent's answer is made afresh twice (its resync moves to 2 s
@@ -73,6 +73,8 @@ for replicas in $replica_counts; do
     printf "%.2f per repository per replica per %d s poll interval (%.1f intervals)", f / r / n / k, i, k }')"
   for pid in "${servers[@]}"; do
     echo "  replica pid $pid: peak RSS $(awk '/VmHWM/ {print $2}' "/proc/$pid/status") KiB, now $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") KiB"
+    # utime+stime of the server, and of its children that ended (the fetch workers).
+    echo "  replica pid $pid: CPU $(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f s in the server, %.2f s in fetch workers", ($14 + $15) / hz, ($16 + $17) / hz }' "/proc/$pid/stat")"
     kill "$pid"
   done
   if [ -z "$first" ]; then
