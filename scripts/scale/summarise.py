@@ -26,12 +26,13 @@ warm = {}
 calls = {}
 # The emulator names a call by its controller registration (monitoredservice-config-monitor),
 # the server by its controller (monitoredservice): a server line is named after the
-# registration that called that parent's hook.
+# registration of that controller that called that parent's hook (namespace/name alone
+# could belong to parents of two kinds).
 registration = {}
 for entry in report["timeline"]:
     for call in entry["calls"]:
         name = f'{call["controller"]} {call["hook"]}'
-        registration[(call["parent"], call["hook"])] = name
+        registration.setdefault((call["parent"], call["hook"]), set()).add(call["controller"])
         calls[name] = calls.get(name, 0) + 1
         if entry["round"] > converged:
             warm.setdefault(name, []).append(call["millis"])
@@ -53,9 +54,12 @@ def server_times(logs):
             except ValueError:
                 continue
             parent = f'{record.get("parent.namespace")}/{record.get("parent.name")}'
-            name = registration.get((parent, record.get("hook")))
-            if name is None:
+            controller = record.get("controller") or ""
+            callers = [r for r in registration.get((parent, record.get("hook")), ())
+                       if r.startswith(controller)]
+            if len(callers) != 1:
                 continue
+            name = f'{callers[0]} {record.get("hook")}'
             per_hook.setdefault(name, []).append(float(record["duration_ms"]))
         for name, times in per_hook.items():
             share = len(warm.get(name, [])) / max(1, calls.get(name, 0))
