@@ -10,7 +10,10 @@
 # "edited" changes the definition on every call, against the limit that parses the
 # request JSON and the definition's YAML once and writes the answer. The two servers run
 # alternately, ROUNDS times each; the table shows medians, the min–max spread of req/s
-# (a wide spread means the machine was noisy) and the ratios of the medians.
+# (a wide spread means the machine was noisy), the ratios of the medians and, as
+# "paired", the median of each round's ratio (a round of ours and the anchor's round
+# right after it share the machine's state of the moment, so drift in what else the
+# machine runs cancels out of it better than out of the ratio of medians).
 # While metahooks is loaded, /readyz is polled and its p99 reported (it must stay fast);
 # the anchor is polled the same way so both share the machine with the same extra load
 # (LOAD_POLL=0 polls neither, for figures without that load).
@@ -66,8 +69,8 @@ probe_while() { # URL OUT CMD... — runs CMD while polling URL; appends latenci
 spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.0f–%.0f", lo, hi }'; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-printf '%-6s %-7s %-11s %12s %15s %10s %12s %15s %10s %7s %9s\n' size mode anchor \
-  "ours req/s" "ours spread" "ours p99" "anchor req/s" "anchor spread" "anchor p99" ratio "p99 ratio"
+printf '%-6s %-7s %-11s %12s %15s %10s %12s %15s %10s %7s %7s %9s\n' size mode anchor \
+  "ours req/s" "ours spread" "ours p99" "anchor req/s" "anchor spread" "anchor p99" ratio paired "p99 ratio"
 for kib in $sizes; do
   file="$work/request-$kib.json"
   "$target/examples/limit_server" request --kib "$kib" >"$file"
@@ -84,9 +87,10 @@ for kib in $sizes; do
     o_rps=$(cut -d' ' -f1 "$work/ours" | median); o_p99=$(cut -d' ' -f3 "$work/ours" | median)
     l_rps=$(cut -d' ' -f1 "$work/limit" | median); l_p99=$(cut -d' ' -f3 "$work/limit" | median)
     o_spread=$(cut -d' ' -f1 "$work/ours" | spread); l_spread=$(cut -d' ' -f1 "$work/limit" | spread)
-    printf '%-6s %-7s %-11s %12.0f %15s %8.2fms %12.0f %15s %8.2fms %7.2f %9.2f\n' "${kib}K" "$mode" "$anchor" \
+    paired=$(paste -d' ' "$work/ours" "$work/limit" | awk '{ print $1 / $4 }' | median)
+    printf '%-6s %-7s %-11s %12.0f %15s %8.2fms %12.0f %15s %8.2fms %7.2f %7.2f %9.2f\n' "${kib}K" "$mode" "$anchor" \
       "$o_rps" "$o_spread" "$o_p99" "$l_rps" "$l_spread" "$l_p99" \
-      "$(awk -v a="$o_rps" -v b="$l_rps" 'BEGIN { print a / b }')" \
+      "$(awk -v a="$o_rps" -v b="$l_rps" 'BEGIN { print a / b }')" "$paired" \
       "$(awk -v a="$o_p99" -v b="$l_p99" 'BEGIN { print a / b }')"
   done
 done
