@@ -112,7 +112,8 @@ pub struct ServeArgs {
     #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
     /// Bytes of one request's head (request line and headers) at most; a connection
-    /// sending more is closed. Open connections × this bounds what heads can hold.
+    /// sending more gets 431 and is closed. A connection's read buffer holds at most the
+    /// larger of this and 128 KiB.
     #[arg(long, env = "METAHOOKS_MAX_HEADER_BYTES", default_value_t = 64 * 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(8192..=16 * 1024 * 1024))]
     pub max_header_bytes: usize,
     /// Bytes of answers remembered at most (a resync repeated byte for byte is sent from

@@ -434,24 +434,32 @@ async fn trickling_bodies_hold_no_in_flight_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_a_client_does_not_read_hold_their_slots_until_it_goes() {
     use axum::body::Bytes;
+    let pki = pki();
     let mut settings = support::local_settings();
     settings.limits.max_in_flight = 2;
+    settings.tls = Some(pki.server_files());
     let server = start(settings).await;
-    let base = format!("http://{}", server.hook_addr);
-    // An HTTP/2 client that grants no flow-control window: the heads of its answers
-    // arrive, their bodies never can.
+    let url = format!("https://localhost:{}/probe/sync", server.hook_addr.port());
+    let other_client = tls_client(&pki, false);
+    let post = |name: &'static str| other_client.post(&url).json(&hook_request(name)).send();
+    // An HTTP/2 client (over TLS, chosen by ALPN) that grants no flow-control window:
+    // the heads of its answers arrive, their bodies never can.
     let tcp = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    let tls = h2_connector(&pki)
+        .connect("localhost".try_into().unwrap(), tcp)
         .await
         .unwrap();
     let (mut client, connection) = h2::client::Builder::new()
         .initial_window_size(0)
-        .handshake::<_, Bytes>(tcp)
+        .handshake::<_, Bytes>(tls)
         .await
         .unwrap();
     let driver = tokio::spawn(connection);
     let mut unread = Vec::new();
     for name in ["a", "b"] {
-        let request = axum::http::Request::post(format!("{base}/probe/sync"))
+        let request = axum::http::Request::post(url.as_str())
             .header("content-type", "application/json")
             .body(())
             .unwrap();
@@ -463,15 +471,7 @@ async fn answers_a_client_does_not_read_hold_their_slots_until_it_goes() {
         unread.push(response);
     }
     // Both slots are held by answers nobody reads.
-    let (code, message) = error_of(
-        post_raw(
-            &base,
-            "/probe/sync",
-            serde_json::to_vec(&hook_request("c")).unwrap(),
-        )
-        .await,
-    )
-    .await;
+    let (code, message) = error_of(post("c").await.unwrap()).await;
     assert_eq!(code, 429, "{message}");
     // Once that client is gone, so are its answers and their slots (polled: the
     // server sees the connection close in its own time).
@@ -480,13 +480,7 @@ async fn answers_a_client_does_not_read_hold_their_slots_until_it_goes() {
     driver.abort();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let response = post_raw(
-            &base,
-            "/probe/sync",
-            serde_json::to_vec(&hook_request("d")).unwrap(),
-        )
-        .await;
-        if response.status() == 200 {
+        if post("d").await.unwrap().status() == 200 {
             break;
         }
         assert!(
@@ -495,6 +489,25 @@ async fn answers_a_client_does_not_read_hold_their_slots_until_it_goes() {
         );
         tokio::task::yield_now().await;
     }
+}
+
+/// A TLS connector that trusts the test CA and offers only `h2` by ALPN.
+fn h2_connector(pki: &Pki) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        roots.add(certificate.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
