@@ -140,8 +140,9 @@ impl Drop for Serving {
 }
 
 /// The most one read from a connection brings in (hyper's buffer grows to it only while
-/// reads fill it, as a large body's do). At 64 KiB a 2 MiB body took 32 receives and a
-/// fifth more CPU per call than at this size; beyond it the gain is within noise.
+/// reads fill it, as a large body's do): a buffer as small as a head limit costs a large
+/// body many more receives. Sized by `scripts/load.sh`'s 2000 KiB case; a larger one
+/// gained nothing measurable there.
 const READ_BUFFER_BYTES: usize = 128 * 1024;
 
 /// How connections speak HTTP: one builder for each version, set up once per port.
