@@ -491,6 +491,29 @@ async fn answers_a_client_does_not_read_hold_their_slots_until_it_goes() {
     }
 }
 
+/// HTTP/2 is served over TLS only (chosen by ALPN): a plain-text HTTP/2 preface is
+/// refused and its connection closed at once, never left waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_without_tls_is_refused_and_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = start(support::local_settings()).await;
+    let mut plain = tokio::net::TcpStream::connect(server.hook_addr)
+        .await
+        .unwrap();
+    plain
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), plain.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection is closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 5") || answer.starts_with("HTTP/1.1 4"),
+        "refused, never served: {answer}"
+    );
+}
+
 /// A TLS connector that trusts the test CA and offers only `h2` by ALPN.
 fn h2_connector(pki: &Pki) -> tokio_rustls::TlsConnector {
     use rustls::pki_types::CertificateDer;
