@@ -495,23 +495,29 @@ async fn answers_a_client_does_not_read_hold_their_slots_until_it_goes() {
 /// refused and its connection closed at once, never left waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_without_tls_is_refused_and_closed() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = start(support::local_settings()).await;
-    let mut plain = tokio::net::TcpStream::connect(server.hook_addr)
+    let answer = sent_until_closed(server.hook_addr, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         .await
-        .unwrap();
-    plain
-        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(60), plain.read_to_end(&mut answer)).await;
-    assert!(read.is_ok(), "the connection is closed");
-    let answer = String::from_utf8_lossy(&answer);
+        .expect("the connection is closed");
     assert!(
         answer.is_empty() || answer.starts_with("HTTP/1.1 5") || answer.starts_with("HTTP/1.1 4"),
         "refused, never served: {answer}"
     );
+}
+
+/// What the server answers on a fresh connection to `bytes` until it closes it; None
+/// when it is still open after 60 s.
+async fn sent_until_closed(address: std::net::SocketAddr, bytes: &[u8]) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    // The server may close before it has read all of it.
+    let _ = stream.write_all(bytes).await;
+    let mut answer = Vec::new();
+    // A reset closes it too: what counts is that it ends in time.
+    let _ = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answer))
+        .await
+        .ok()?;
+    Some(String::from_utf8_lossy(&answer).into_owned())
 }
 
 /// A TLS connector that trusts the test CA and offers only `h2` by ALPN.
@@ -1265,18 +1271,11 @@ async fn a_request_head_over_the_limit_is_refused_and_the_port_serves_on() {
     let mut settings = support::local_settings();
     settings.limits.max_header_bytes = 8192;
     let server = start(settings).await;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut large = tokio::net::TcpStream::connect(server.hook_addr)
-        .await
-        .unwrap();
     let padding = "a".repeat(32 * 1024);
     let head = format!("POST /probe/sync HTTP/1.1\r\nhost: x\r\nx-padding: {padding}\r\n\r\n");
-    // The server may close before it has read all of it.
-    let _ = large.write_all(head.as_bytes()).await;
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(60), large.read_to_end(&mut answer)).await;
-    assert!(read.is_ok(), "a head over the limit ends the connection");
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = sent_until_closed(server.hook_addr, head.as_bytes())
+        .await
+        .expect("a head over the limit ends the connection");
     assert!(
         answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
         "refused, never answered: {answer}"
