@@ -520,23 +520,13 @@ async fn sent_until_closed(address: std::net::SocketAddr, bytes: &[u8]) -> Optio
     Some(String::from_utf8_lossy(&answer).into_owned())
 }
 
-/// A TLS connector that trusts the test CA and offers only `h2` by ALPN.
+/// A TLS connector that trusts the test CA (the source engine's client settings) and
+/// offers only `h2` by ALPN.
 fn h2_connector(pki: &Pki) -> tokio_rustls::TlsConnector {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
-        roots.add(certificate.unwrap()).unwrap();
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let settings = metahooks::source::tls::client_config(Some(&pki.ca_pem), None).unwrap();
+    let mut config = rustls::ClientConfig::clone(&settings);
     config.alpn_protocols = vec![b"h2".to_vec()];
-    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
