@@ -2,8 +2,11 @@
 """Size of the code as a reader meets it: function lengths, long files, unit tests.
 
 Usage: scripts/code-metrics.py [DIR...]   (default: src and every crates/*/src)
+       scripts/code-metrics.py --series A..B [DIR]   (default DIR: src)
 
 For an earlier commit: git archive REV src | tar -x -C /tmp/then && scripts/code-metrics.py /tmp/then/src
+`--series` prints DIR's non-test lines at A and after each commit up to B, with each
+commit's change: what a change of many commits added or took away, commit by commit.
 
 Counts non-test code only: `#[cfg(test)]` modules (inline, or a `mod x;` whose file is
 then skipped) are left out. A function's length is the lines from its `fn` line to its
@@ -14,7 +17,9 @@ enough for brace matching; it is a measuring tape, not a parser.
 import os
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 
 FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+(\w+)")
 TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*([;{])")
@@ -132,11 +137,8 @@ def default_roots():
     return ["src"] + [os.path.join("crates", name, "src") for name in crates]
 
 
-def main():
-    roots = sys.argv[1:] or default_roots()
-    all_fns, long_files, tests = [], [], {}
-    sizes = {root: [0, 0] for root in roots}  # non-blank non-test lines, of them comment-only
-    skip = set()
+def read_sources(roots):
+    """Every .rs file under `roots` with its text, and the files that are test modules."""
     paths = []
     for root in roots:
         for directory, _, files in os.walk(root):
@@ -145,6 +147,7 @@ def main():
                     paths.append(os.path.join(directory, name))
     paths.sort()
     texts = {p: open(p, encoding="utf-8").read() for p in paths}
+    skip = set()
     for path, text in texts.items():
         _, test_files = strip_tests(text)
         folder = os.path.dirname(path)
@@ -152,6 +155,49 @@ def main():
         for module in test_files:
             for candidate in (os.path.join(folder, module + ".rs"), os.path.join(stem, module + ".rs")):
                 skip.add(candidate)
+    return texts, skip
+
+
+def line_counts(code):
+    """Non-blank lines of `code`, and how many of them hold only a comment."""
+    mask, offset, lines, comments = code_mask(code), 0, 0, 0
+    for line in code.split("\n"):
+        stripped = line.strip()
+        if stripped:
+            lines += 1
+            if not any(mask[offset + k] for k, c in enumerate(line) if not c.isspace()):
+                comments += 1
+        offset += len(line) + 1
+    return lines, comments
+
+
+def series(revisions, root):
+    """Non-test lines of `root` after each commit of `revisions` (A..B), with the change."""
+    commits = subprocess.run(["git", "rev-list", "--reverse", revisions], check=True,
+                             capture_output=True, text=True).stdout.split()
+    base = revisions.split("..")[0]
+    previous = None
+    for commit in [base] + commits:
+        with tempfile.TemporaryDirectory() as tree:
+            archive = subprocess.run(["git", "archive", commit, root], check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+            texts, skip = read_sources([os.path.join(tree, root)])
+            total = sum(line_counts(strip_tests(text)[0])[0] for path, text in texts.items() if path not in skip)
+        subject = subprocess.run(["git", "log", "-1", "--format=%h %s", commit], check=True,
+                                 capture_output=True, text=True).stdout.strip()
+        change = "" if previous is None else f"{total - previous:+6d}"
+        print(f"{change:>6} {total:6d}  {subject[:110]}")
+        previous = total
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--series":
+        series(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "src")
+        return
+    roots = sys.argv[1:] or default_roots()
+    all_fns, long_files, tests = [], [], {}
+    sizes = {root: [0, 0] for root in roots}  # non-blank non-test lines, of them comment-only
+    texts, skip = read_sources(roots)
     for path, text in texts.items():
         count = len(TEST_ATTR.findall(text))
         if count:
@@ -162,14 +208,8 @@ def main():
         if path in skip:
             continue
         code, _ = strip_tests(text)
-        code_lines = sum(1 for line in code.split("\n") if line.strip())
+        code_lines, comments = line_counts(code)
         root = next(r for r in roots if path.startswith(os.path.join(r, "")) or path == r)
-        mask, offset, comments = code_mask(code), 0, 0
-        for line in code.split("\n"):
-            stripped = line.strip()
-            if stripped and not any(mask[offset + k] for k, c in enumerate(line) if not c.isspace()):
-                comments += 1
-            offset += len(line) + 1
         sizes[root][0] += code_lines
         sizes[root][1] += comments
         if code_lines > 400:
