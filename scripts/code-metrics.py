@@ -191,7 +191,9 @@ def series(revisions, root):
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "--series":
+    if sys.argv[1:2] == ["--series"]:
+        if len(sys.argv) not in (3, 4) or ".." not in sys.argv[2]:
+            sys.exit("usage: scripts/code-metrics.py --series A..B [DIR]")
         series(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "src")
         return
     roots = sys.argv[1:] or default_roots()
