@@ -102,6 +102,7 @@ pub fn serve_settings_with_receivers(
             header_read_timeout: Duration::from_secs(args.header_read_timeout_seconds),
             idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
             max_connections,
+            max_connections_per_peer: args.max_connections_per_peer.min(max_connections),
             max_header_bytes: args.max_header_bytes,
             answer_memo_bytes: args.answer_memo_bytes,
             compute_threads: args.compute_threads,

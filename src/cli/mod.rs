@@ -108,9 +108,14 @@ pub struct ServeArgs {
     /// next request; above Go's 90 s client idle time so Metacontroller closes first.
     #[arg(long, env = "METAHOOKS_IDLE_TIMEOUT_SECONDS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_seconds: u64,
-    /// Open hook connections at most; more are closed as soon as they are accepted.
+    /// Open hook connections at most. A new connection takes the slot of the one idle the
+    /// longest, and is closed unread only when every slot is answering a call.
     #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Open hook connections from one peer address at most (behind a sidecar proxy every
+    /// connection comes from its address: set it to --max-connections there).
+    #[arg(long, env = "METAHOOKS_MAX_CONNECTIONS_PER_PEER", default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections_per_peer: usize,
     /// Bytes of one request's head (request line and headers) at most; a connection
     /// sending more gets 431 and is closed. A connection's read buffer holds at most the
     /// larger of this and 128 KiB.

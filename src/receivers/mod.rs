@@ -42,6 +42,8 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// hold (64 × 2 MiB).
 const RECEIVER_CONNECTIONS: crate::server::ConnectionLimits = crate::server::ConnectionLimits {
     max_connections: 64,
+    // Forges deliver from many addresses; one that holds more than this competes with itself.
+    max_per_peer: 16,
     first_request: Duration::from_secs(5),
     idle: Duration::from_secs(120),
     max_header_bytes: 16 * 1024,
@@ -101,7 +103,7 @@ pub async fn start(
     });
     let app = router(state);
     let limits = RECEIVER_CONNECTIONS;
-    let slots = crate::server::Slots::new(limits.max_connections);
+    let slots = crate::server::Slots::new(limits.max_connections, limits.max_per_peer);
     let serving =
         crate::server::serve(listener, None, limits, slots, app).map_err(|error| match error {
             crate::server::ServeError::Listener(error) => error,

@@ -15,6 +15,7 @@ mod hooks;
 mod metrics;
 mod probes;
 mod serving;
+mod slots;
 mod tls;
 
 pub use answers::DEFAULT_BYTES as DEFAULT_ANSWER_MEMO_BYTES;
@@ -22,7 +23,8 @@ pub use auth::Auth;
 pub use compute::threads as compute_threads;
 pub use metrics::{InUse, Metrics};
 pub use probes::{ProbeState, probe_router};
-pub use serving::{ConnectionLimits, Serving, Slots};
+pub use serving::{ConnectionLimits, Serving};
+pub use slots::{Refused, Slots};
 pub use tls::TlsFiles;
 
 use std::net::SocketAddr;
@@ -62,8 +64,11 @@ pub struct Limits {
     /// How long a kept-alive connection may wait for its next request (and take to send
     /// that request's headers) before it is closed.
     pub idle_timeout: Duration,
-    /// Open hook connections beyond this are closed as soon as they are accepted.
+    /// Open hook connections at most: a new one takes the slot of the connection idle
+    /// the longest, and is closed unread only when every one is answering a call.
     pub max_connections: usize,
+    /// Open hook connections from one peer address at most (the same rule within them).
+    pub max_connections_per_peer: usize,
     /// Bytes of one request's head at most (request line and headers).
     pub max_header_bytes: usize,
     /// Bytes of answers remembered at most.
@@ -86,6 +91,9 @@ impl Default for Limits {
             // so Metacontroller closes idle connections before we do and never races us.
             idle_timeout: Duration::from_secs(120),
             max_connections: 1024,
+            // Metacontroller's pool holds a few connections per worker; a quarter of the
+            // slots leaves the rest to others whatever one address does.
+            max_connections_per_peer: 256,
             // Go's client sends a few hundred bytes of headers; 1,024 connections × 64 KiB
             // bound what heads in flight can hold to 64 MiB.
             max_header_bytes: 64 * 1024,
@@ -100,6 +108,7 @@ impl Limits {
     pub fn connection_limits(&self) -> ConnectionLimits {
         ConnectionLimits {
             max_connections: self.max_connections,
+            max_per_peer: self.max_connections_per_peer,
             first_request: self.header_read_timeout,
             idle: self.idle_timeout,
             max_header_bytes: self.max_header_bytes,
@@ -170,7 +179,7 @@ impl HookState {
             body_budget: Arc::new(Semaphore::new(
                 limits.body_budget_bytes.min(Semaphore::MAX_PERMITS),
             )),
-            connections: Slots::new(limits.max_connections),
+            connections: Slots::new(limits.max_connections, limits.max_connections_per_peer),
             answers: answers::AnswerMemo::with_bytes(limits.answer_memo_bytes),
             limits,
             auth,
@@ -187,6 +196,7 @@ impl HookState {
                 .max_in_flight
                 .saturating_sub(self.in_flight.available_permits()),
             connections: self.connections.open(),
+            connections_evicted: self.connections.evicted(),
             answer_memo_bytes: self.answers.bytes(),
             step_memo_bytes: self.registry.steps().bytes(),
             body_bytes: self
@@ -472,6 +482,7 @@ fn log_listening(settings: &ServerSettings, hook_addr: SocketAddr, probe_addr: S
         max_in_flight = limits.max_in_flight,
         deadline_ms = millis(limits.deadline),
         max_connections = limits.max_connections,
+        max_connections_per_peer = limits.max_connections_per_peer,
         compute_threads = compute::threads(limits.compute_threads),
         "listening"
     );

@@ -31,11 +31,19 @@ pub fn probe_router(state: Arc<ProbeState>) -> Router {
         .with_state(state)
 }
 
+/// Ready while the server runs and its hook port can take a new connection: a replica
+/// whose every hook slot is answering a call leaves the Service's endpoints, so new
+/// calls go to a replica that can answer them.
 async fn readyz(State(state): State<Arc<ProbeState>>) -> (StatusCode, &'static str) {
-    if state.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready")
-    } else {
+    if !state.ready.load(Ordering::SeqCst) {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    } else if !state.hooks.connections.can_admit() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: every hook connection slot is answering a call",
+        )
+    } else {
+        (StatusCode::OK, "ready")
     }
 }
 
@@ -83,7 +91,7 @@ pub(super) fn serve_probes(
             listener,
             None,
             limits,
-            Slots::new(limits.max_connections),
+            Slots::new(limits.max_connections, limits.max_per_peer),
             probe_router(probes),
         )?
     };

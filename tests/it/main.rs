@@ -42,3 +42,4 @@ mod source_refresh;
 mod source_servers;
 mod source_ssh;
 mod source_tls;
+mod squatting;

@@ -4,7 +4,7 @@
 //! - hook calls: `metahooks_hook_requests_total{controller,hook,code}`,
 //!   `metahooks_hook_duration_seconds{controller,hook}` (buckets up to 10 s: the hook
 //!   deadline is 8 s and Metacontroller's timeout 10 s), `metahooks_hook_in_flight`,
-//!   `metahooks_hook_connections_open`;
+//!   `metahooks_hook_connections_open`, `metahooks_hook_connections_evicted_total`;
 //! - `metahooks_build_info{version}`;
 //! - the source engine's own ([`crate::source::metrics`]);
 //! - the standard `process_*` metrics of this process ([`ProcessCollector`]).
@@ -82,6 +82,7 @@ pub struct Metrics {
     durations: Family<HookLabels, Histogram>,
     in_flight: Gauge<i64, AtomicI64>,
     connections: Gauge<i64, AtomicI64>,
+    evicted: Counter,
     answer_memo: Gauge<i64, AtomicI64>,
     step_memo: Gauge<i64, AtomicI64>,
     bodies: Gauge<i64, AtomicI64>,
@@ -123,6 +124,12 @@ impl Metrics {
             "metahooks_hook_connections_open",
             "Hook port connections open now",
         );
+        let evicted = Counter::default();
+        registry.register(
+            "metahooks_hook_connections_evicted",
+            "Idle hook connections closed to give their slot to a new connection",
+            evicted.clone(),
+        );
         let answer_memo = gauge(
             &mut registry,
             "metahooks_answer_memo_bytes",
@@ -148,6 +155,7 @@ impl Metrics {
             durations,
             in_flight,
             connections,
+            evicted,
             answer_memo,
             step_memo,
             bodies,
@@ -180,6 +188,11 @@ impl Metrics {
         };
         set(&self.in_flight, now.in_flight as u64);
         set(&self.connections, now.connections as u64);
+        // The count lives with the slots; the counter shows it.
+        self.evicted.inner().store(
+            now.connections_evicted,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         set(&self.answer_memo, now.answer_memo_bytes);
         set(&self.step_memo, now.step_memo_bytes);
         set(&self.bodies, now.body_bytes as u64);
@@ -219,6 +232,8 @@ pub struct InUse {
     pub in_flight: usize,
     /// Hook connections open.
     pub connections: usize,
+    /// Idle hook connections closed so far to make room for new ones.
+    pub connections_evicted: u64,
     /// Bytes of remembered answers.
     pub answer_memo_bytes: u64,
     /// Bytes of remembered steps.

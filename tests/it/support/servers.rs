@@ -405,7 +405,7 @@ pub async fn serve_app(app: axum::Router, tls: Option<&Pki>) -> u16 {
     match tls {
         Some(pki) => {
             let limits = metahooks::server::Limits::default().connection_limits();
-            let slots = metahooks::server::Slots::new(limits.max_connections);
+            let slots = metahooks::server::Slots::new(limits.max_connections, limits.max_per_peer);
             let serving =
                 metahooks::server::serve(listener, Some(&pki.server_files()), limits, slots, app)
                     .unwrap();
