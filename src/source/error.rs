@@ -64,8 +64,12 @@ pub enum FetchError {
         "the fetch of {url} needed more than the fetch worker's memory limit of {limit_mib} MiB"
     )]
     MemoryLimit { url: String, limit_mib: u64 },
-    #[error("the fetch of {url} used more than the fetch worker's CPU time limit of {seconds} s")]
+    #[error("the fetch of {url} used more than its CPU time limit of {seconds} s")]
     CpuLimit { url: String, seconds: u64 },
+    #[error(
+        "{url} answered in content coding {coding:?}, which is not read (gzip, x-gzip and deflate are, one layer)"
+    )]
+    UnsupportedEncoding { url: String, coding: String },
     #[error("the fetch worker for {url} failed: {detail}")]
     WorkerCrashed { url: String, detail: String },
     #[error("the source cache has no space left for {url}: {detail}")]
@@ -101,6 +105,7 @@ impl FetchError {
             FetchError::Unreachable { .. } => "Unreachable",
             FetchError::MemoryLimit { .. } => "MemoryLimit",
             FetchError::CpuLimit { .. } => "CPULimit",
+            FetchError::UnsupportedEncoding { .. } => "UnsupportedEncoding",
             FetchError::WorkerCrashed { .. } => "WorkerCrashed",
             FetchError::CacheFull { .. } => "CacheFull",
             FetchError::Other(_) => "FetchFailed",

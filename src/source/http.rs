@@ -4,48 +4,16 @@
 //! page is not a config — config-monitor rolled it out as an empty env) and stops
 //! reading past the size limit.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use bytes::Bytes;
+use http_body_util::Full;
 
+use super::client::{self, Body, HttpClient, Meter, MeteredClient, SendError};
 use super::policy::Policy;
 use super::tls::TlsMaterial;
 use super::{Content, Credentials, FetchError, Snapshot};
-
-/// Name resolution that drops (and so refuses) disallowed destination addresses.
-struct PolicyResolver {
-    policy: Arc<Policy>,
-}
-
-impl Resolve for PolicyResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.policy.clone();
-        Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let mut allowed = Vec::new();
-            let mut last_refusal = None;
-            for address in found {
-                match policy.check_address(&host, address.ip()) {
-                    Ok(()) => allowed.push(address),
-                    Err(refusal) => last_refusal = Some(refusal),
-                }
-            }
-            if allowed.is_empty() {
-                let error: Box<dyn std::error::Error + Send + Sync> = match last_refusal {
-                    Some(refusal) => Box::new(refusal),
-                    None => format!("{host} has no addresses").into(),
-                };
-                return Err(error);
-            }
-            let addresses: Addrs = Box::new(allowed.into_iter());
-            Ok(addresses)
-        })
-    }
-}
 
 /// Redirect hops one fetch follows.
 const MAX_REDIRECTS: usize = 5;
@@ -53,52 +21,15 @@ const MAX_REDIRECTS: usize = 5;
 /// A client that applies `policy` to every connection it makes. Redirects are followed
 /// by [`fetch`] itself, one hop at a time, so each hop is checked against the policy and
 /// against the credentials' binding before anything is sent to it.
-pub fn client(
-    policy: Arc<Policy>,
-    tls: Option<&super::tls::TlsMaterial>,
-) -> Result<reqwest::Client, FetchError> {
-    let config = super::tls::client_config(policy.source_ca_pem.as_deref(), tls)?;
-    let mut builder = reqwest::Client::builder()
-        .use_preconfigured_tls(rustls::ClientConfig::clone(&config))
-        .dns_resolver(Arc::new(PolicyResolver {
-            policy: policy.clone(),
-        }))
-        .redirect(reqwest::redirect::Policy::none())
-        // A connection per request: a proxy or server that closes after its answer
-        // (tinyproxy does) races a reused connection, and git's POSTs are not retried.
-        .pool_max_idle_per_host(0)
-        // reqwest would read the environment's proxies itself; the engine's own (from
-        // the same variables, or --source-proxy) are the ones used.
-        .no_proxy();
-    if policy.proxies.any() {
-        builder = builder.proxy(egress(&policy.proxies));
-    }
-    builder
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(policy.limits.timeout_seconds))
-        .user_agent(concat!("metahooks/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| FetchError::Other(format!("cannot build the HTTP client: {e}")))
-}
-
-/// The egress proxy for each destination (none for a `NO_PROXY` host). The proxy's own
-/// name is resolved through [`PolicyResolver`], so its address is checked; the
-/// destination's is the proxy's to resolve.
-fn egress(proxies: &super::proxy::Proxies) -> reqwest::Proxy {
-    let proxies = proxies.clone();
-    let credentials = proxies
-        .https
-        .iter()
-        .chain(proxies.http.iter())
-        .find_map(|p| p.credentials.clone());
-    let proxy = reqwest::Proxy::custom(move |url| {
-        let proxy = proxies.for_destination(url.scheme(), url.host_str()?)?;
-        url::Url::parse(&proxy.shown()).ok()
-    });
-    match credentials.as_deref().and_then(|c| c.split_once(':')) {
-        Some((user, password)) => proxy.basic_auth(user, password),
-        None => proxy,
-    }
+///
+/// # Errors
+/// The TLS material cannot be used.
+pub fn client(policy: Arc<Policy>, tls: Option<&TlsMaterial>) -> Result<HttpClient, FetchError> {
+    HttpClient::new(
+        policy,
+        tls,
+        concat!("metahooks/", env!("CARGO_PKG_VERSION")),
+    )
 }
 
 /// IP-literal hosts never reach the resolver, so they are checked here.
@@ -112,23 +43,31 @@ pub(crate) fn literal_check(policy: &Policy, url: &url::Url) -> Result<(), Fetch
 
 /// GETs one file under `policy` (status, size and credentials checked), within the
 /// policy's time limit counted from the call: name resolution, every redirect hop and
-/// the body included.
+/// the body included. Every byte received counts against the download limit before it
+/// is decoded, and the CPU time spent on the fetch against its time limit.
 ///
 /// # Errors
 /// A refused URL or address, credentials their Secret does not allow for the URL, an
-/// error status, a body over the size limit, or a transport failure; never with
-/// user-info from the URL in the message.
+/// error status, a coding that is not read, a body over the size limit, too many bytes
+/// or too much CPU time, or a transport failure; never with user-info from the URL in
+/// the message.
 pub async fn fetch(
-    client: &reqwest::Client,
+    client: &HttpClient,
     policy: &Policy,
     url: &str,
     credentials: Option<&Credentials>,
     tls: Option<&TlsMaterial>,
 ) -> Result<Snapshot, FetchError> {
     let seconds = policy.limits.timeout_seconds;
+    let meter = Meter::new(
+        &super::redact_url(url),
+        policy.limits.download_bytes,
+        Duration::from_secs(seconds),
+    );
+    let metered = client.metered(&meter);
     tokio::time::timeout(
         Duration::from_secs(seconds),
-        fetch_unbounded(client, policy, url, credentials, tls),
+        meter.run(fetch_unbounded(&metered, policy, url, credentials, tls)),
     )
     .await
     .unwrap_or_else(|_| {
@@ -140,7 +79,7 @@ pub async fn fetch(
 }
 
 async fn fetch_unbounded(
-    client: &reqwest::Client,
+    client: &MeteredClient,
     policy: &Policy,
     raw_url: &str,
     credentials: Option<&Credentials>,
@@ -150,7 +89,7 @@ async fn fetch_unbounded(
         follow_redirects(client, policy, raw_url, credentials, tls).await?;
     let url = shown.as_str();
     let status = response.status();
-    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+    if status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN {
         return Err(FetchError::AuthFailed {
             url: url.to_owned(),
         });
@@ -176,12 +115,12 @@ async fn fetch_unbounded(
 /// the policy: the first answer that is not a redirect, the URL that gave it, and that
 /// URL as people may see it (never with user-info).
 async fn follow_redirects(
-    client: &reqwest::Client,
+    client: &MeteredClient,
     policy: &Policy,
     raw_url: &str,
     credentials: Option<&Credentials>,
     tls: Option<&TlsMaterial>,
-) -> Result<(reqwest::Response, url::Url, String), FetchError> {
+) -> Result<(http::Response<hyper::body::Incoming>, url::Url, String), FetchError> {
     let mut shown = super::redact_url(raw_url);
     let mut target = checked(policy, raw_url)?;
     if let Some(credentials) = credentials {
@@ -191,7 +130,7 @@ async fn follow_redirects(
     loop {
         // Credentials go to a hop only when their Secret allows its URL.
         let hop_credentials = credentials.filter(|c| c.check_url(target.as_str()).is_ok());
-        let response = match send(client, target.clone(), hop_credentials).await {
+        let response = match send(client, &target, hop_credentials).await? {
             Ok(response) => response,
             Err(error) => return Err(explained(error, &target, &shown, policy, tls).await),
         };
@@ -201,7 +140,7 @@ async fn follow_redirects(
         hops += 1;
         let location = response
             .headers()
-            .get(reqwest::header::LOCATION)
+            .get(http::header::LOCATION)
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| FetchError::HttpStatus {
                 url: shown.clone(),
@@ -222,31 +161,25 @@ async fn follow_redirects(
     }
 }
 
-/// The body (decompressed), refused as soon as it passes the policy's size limit.
+/// The body (decoded), refused as soon as it passes the policy's size limit.
 async fn read_bounded(
-    response: reqwest::Response,
+    response: http::Response<hyper::body::Incoming>,
     url: &str,
     policy: &Policy,
 ) -> Result<Vec<u8>, FetchError> {
-    use http_body_util::BodyExt;
     let limit = policy.limits.config_bytes.min(policy.limits.download_bytes);
-    let body = reqwest::Body::from(response);
-    let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
-    match limited.collect().await {
-        // Without a copy when the body came in one piece.
-        Ok(collected) => Ok(Vec::from(collected.to_bytes())),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(FetchError::TooLarge {
-            what: format!("the file at {url}"),
-            limit,
-        }),
-        Err(error) => match error.downcast::<reqwest::Error>() {
-            Ok(error) => Err(transport_error(*error, url, policy)),
-            Err(error) => Err(FetchError::Unreachable {
-                url: url.to_owned(),
-                detail: error.to_string(),
-            }),
-        },
+    let mut body = Body::of(response, url)?;
+    let mut read = Vec::new();
+    while let Some(piece) = body.next(url, policy).await? {
+        if (read.len() + piece.len()) as u64 > limit {
+            return Err(FetchError::TooLarge {
+                what: format!("the file at {url}"),
+                limit,
+            });
+        }
+        read.extend_from_slice(&piece);
     }
+    Ok(read)
 }
 
 /// A URL (the first or a redirect's) that this engine may GET: an allowed http(s)
@@ -268,44 +201,63 @@ fn checked(policy: &Policy, raw: &str) -> Result<url::Url, FetchError> {
     Ok(parsed)
 }
 
+/// GETs `url` with `credentials` (basic or bearer).
 async fn send(
-    client: &reqwest::Client,
-    url: url::Url,
+    client: &MeteredClient,
+    url: &url::Url,
     credentials: Option<&Credentials>,
-) -> Result<reqwest::Response, reqwest::Error> {
-    let mut request = client.get(url);
+) -> Result<Result<http::Response<hyper::body::Incoming>, SendError>, FetchError> {
+    let mut request = client::get(url)?;
     if let Some(credentials) = credentials {
-        request = match (
+        let value = match (
             &credentials.username,
             &credentials.password,
             &credentials.token,
         ) {
-            (Some(user), Some(password), _) => request.basic_auth(user, Some(password)),
-            (_, _, Some(token)) => request.bearer_auth(token),
-            _ => request,
+            (Some(user), Some(password), _) => Some(basic_auth(user, password)),
+            (_, _, Some(token)) => Some(format!("Bearer {token}")),
+            _ => None,
         };
+        if let Some(value) = value.and_then(|v| http::HeaderValue::from_str(&v).ok()) {
+            let mut value = value;
+            value.set_sensitive(true);
+            request = request.header(http::header::AUTHORIZATION, value);
+        }
     }
-    request.send().await
+    let request = request
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| FetchError::InvalidUrl {
+            url: super::redact_url(url.as_str()),
+            problem: e.to_string(),
+        })?;
+    Ok(client.send(request).await)
+}
+
+/// `Basic` credentials as RFC 7617 writes them.
+pub(crate) fn basic_auth(user: &str, password: &str) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {encoded}")
 }
 
 /// A failed request as a [`FetchError`]. An https connection the server closed after the
 /// handshake is how a server that wants a client certificate refuses one (TLS 1.3 sends
 /// its alert after the handshake): the certificate probe then says why, in TLS's words.
 pub(crate) async fn explained(
-    error: reqwest::Error,
+    error: SendError,
     target: &url::Url,
     shown: &str,
     policy: &Policy,
     tls: Option<&TlsMaterial>,
 ) -> FetchError {
-    let closed = target.scheme() == "https" && closed_after_connecting(&error);
+    let closed = target.scheme() == "https" && error.closed_after_connecting();
     // A connection that failed through an egress proxy failed at the proxy (down, or
     // refusing the tunnel or its credentials): say which proxy.
     let proxy = target
         .host_str()
         .filter(|_| error.is_connect())
         .and_then(|host| policy.proxies.for_destination(target.scheme(), host));
-    let failure = transport_error(error, shown, policy);
+    let failure = client::failure(&error, shown, policy);
     let FetchError::Unreachable { url, detail } = failure else {
         return failure;
     };
@@ -329,74 +281,12 @@ pub(crate) async fn explained(
     }
 }
 
-/// Whether the connection was made and then closed under the request, read from the
-/// error's types (hyper's, or the socket's), never from its message.
-fn closed_after_connecting(error: &reqwest::Error) -> bool {
-    if error.is_connect() || error.is_timeout() {
-        return false;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(current) = source {
-        if let Some(hyper) = current.downcast_ref::<hyper::Error>()
-            && (hyper.is_canceled() || hyper.is_incomplete_message() || hyper.is_closed())
-        {
-            return true;
-        }
-        if let Some(io) = current.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::UnexpectedEof
-                    | std::io::ErrorKind::BrokenPipe
-            )
-        {
-            return true;
-        }
-        source = current.source();
-    }
-    false
-}
-
-pub(crate) fn transport_error(error: reqwest::Error, url: &str, policy: &Policy) -> FetchError {
-    // reqwest's message names the URL as requested, user-info included; ours is redacted.
-    let error = error.without_url();
-    if error.is_timeout() {
-        return FetchError::Timeout {
-            url: url.to_owned(),
-            seconds: policy.limits.timeout_seconds,
-        };
-    }
-    // A refusal from the resolver or the redirect policy travels as the source error.
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-    while let Some(current) = source {
-        if let Some(refusal) = current.downcast_ref::<FetchError>() {
-            return refusal.clone();
-        }
-        source = current.source();
-    }
-    if let Some(detail) = super::tls::certificate_problem(&error) {
-        return FetchError::CertificateInvalid {
-            url: url.to_owned(),
-            detail,
-        };
-    }
-    let mut detail = error.to_string();
-    let mut inner = std::error::Error::source(&error);
-    while let Some(cause) = inner {
-        detail = format!("{detail}: {cause}");
-        inner = cause.source();
-    }
-    FetchError::Unreachable {
-        url: url.to_owned(),
-        detail,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+    use std::net::SocketAddr;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -658,25 +548,214 @@ mod tests {
         );
     }
 
+    /// A loopback origin that answers every request with `head` and then `piece` again
+    /// and again until the client goes; the bytes it managed to send.
+    async fn serve_endless(head: Vec<u8>, piece: Vec<u8>) -> (SocketAddr, Arc<AtomicU64>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("address: {e}"));
+        let sent = Arc::new(AtomicU64::new(0));
+        let counted = sent.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (head, piece, counted) = (head.clone(), piece.clone(), counted.clone());
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    if stream.write_all(&head).await.is_err() {
+                        return;
+                    }
+                    while stream.write_all(&piece).await.is_ok() {
+                        counted.fetch_add(piece.len() as u64, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        (address, sent)
+    }
+
+    /// Limits for the endless origins: a small download cap, a deadline far beyond
+    /// what a cut needs (so a cut is never mistaken for the deadline).
+    fn endless_limits() -> SourceLimits {
+        SourceLimits {
+            download_bytes: 4 * 1024 * 1024,
+            timeout_seconds: 120,
+            ..SourceLimits::default()
+        }
+    }
+
+    /// What sending without end costs: the error, and the bytes the origin got out.
+    async fn endless(head: &[u8], piece: Vec<u8>) -> (Result<Snapshot, FetchError>, u64) {
+        let (address, sent) = serve_endless(head.to_vec(), piece).await;
+        let fetched = get(
+            loopback(endless_limits()),
+            &format!("http://{address}/app.env"),
+            None,
+        )
+        .await;
+        (fetched, sent.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn endless_informational_heads_are_cut_at_the_download_cap() {
+        let (fetched, sent) = endless(
+            b"",
+            b"HTTP/1.1 100 Continue\r\nx-filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n".to_vec(),
+        )
+        .await;
+        assert!(
+            matches!(fetched, Err(FetchError::TooLarge { limit, .. }) if limit == 4 * 1024 * 1024),
+            "{fetched:?}"
+        );
+        // What the origin got out is the cap and what the sockets' buffers held.
+        assert!(
+            sent < 4 * 1024 * 1024 + 32 * 1024 * 1024,
+            "{sent} bytes sent"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_that_never_decodes_to_anything_is_cut_off() {
+        // Endless empty stored deflate blocks after a zlib header.
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-encoding: deflate\r\ntransfer-encoding: chunked\r\n\r\n";
+        let first = b"2\r\n\x78\x01\r\n".to_vec();
+        let blocks = [0x00u8, 0x00, 0x00, 0xff, 0xff].repeat(8 * 1024);
+        let mut chunk = format!("{:x}\r\n", blocks.len()).into_bytes();
+        chunk.extend_from_slice(&blocks);
+        chunk.extend_from_slice(b"\r\n");
+        let mut opening = head.as_bytes().to_vec();
+        opening.extend_from_slice(&first);
+        let (address, _) = serve_endless(opening, chunk).await;
+        let fetched = get(
+            loopback(endless_limits()),
+            &format!("http://{address}/app.env"),
+            None,
+        )
+        .await;
+        let message = fetched
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(
+            matches!(fetched, Err(FetchError::Unreachable { .. }))
+                && message.contains("decodes to nothing"),
+            "{fetched:?}"
+        );
+        // A gzip header whose file name never ends: cut by the decoder or the cap.
+        let (fetched, _) = endless(
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\n\r\n\x1f\x8b\x08\x08\x00\x00\x00\x00\x00\xff",
+            vec![b'a'; 64 * 1024],
+        )
+        .await;
+        assert!(
+            matches!(
+                fetched,
+                Err(FetchError::TooLarge { .. } | FetchError::Unreachable { .. })
+            ),
+            "{fetched:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn codings_are_read_by_name_in_any_case_and_others_refused() {
+        let text = "KEY=value\n";
+        for coding in ["x-gzip", "GZIP"] {
+            let body = gzip(text.as_bytes());
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-encoding: {coding}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let (address, _) = serve_raw(head, body).await;
+            let fetched = get(
+                loopback(SourceLimits::default()),
+                &format!("http://{address}/app.env"),
+                None,
+            )
+            .await;
+            let Ok(snapshot) = fetched else {
+                panic!("{coding}: {fetched:?}");
+            };
+            assert_eq!(
+                snapshot.files.get("app.env"),
+                Some(&Content::Text(text.to_owned()))
+            );
+        }
+        for coding in ["br", "zstd", "gzip, gzip"] {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-encoding: {coding}\r\ncontent-length: 4\r\nconnection: close\r\n\r\n"
+            );
+            let (address, _) = serve_raw(head, b"A=1\n".to_vec()).await;
+            let fetched = get(
+                loopback(SourceLimits::default()),
+                &format!("http://{address}/app.env"),
+                None,
+            )
+            .await;
+            assert!(
+                matches!(&fetched, Err(error @ FetchError::UnsupportedEncoding { coding: named, .. })
+                    if named == coding && error.reason() == "UnsupportedEncoding"),
+                "{coding}: {fetched:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_proxy_given_by_a_private_address_is_refused_without_a_connection() {
+        let (address, seen) = serve(ROUTES).await;
+        let proxy = crate::source::proxy::ProxyUrl {
+            host: address.ip().to_string(),
+            port: address.port(),
+            credentials: None,
+        };
+        let policy = Policy {
+            extra_schemes: BTreeSet::from(["http".to_owned()]),
+            proxies: crate::source::proxy::Proxies {
+                http: Some(proxy.clone()),
+                https: Some(proxy),
+                no_proxy: Vec::new(),
+            },
+            ..Policy::default()
+        };
+        for url in ["http://example.com/app.env", "https://example.com/app.env"] {
+            let fetched = get(policy.clone(), url, None).await;
+            assert!(
+                matches!(&fetched, Err(FetchError::HostRefused { host, .. }) if *host == address.ip().to_string()),
+                "{url}: {fetched:?}"
+            );
+        }
+        assert!(
+            seen.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty(),
+            "nothing reached the proxy"
+        );
+    }
+
+    /// What a GET of `url` by the engine's client fails with.
+    async fn send_error(url: &str) -> SendError {
+        let policy = Arc::new(loopback(SourceLimits::default()));
+        let http = client(policy, None).unwrap_or_else(|e| panic!("client: {e}"));
+        let meter = Meter::new(url, u64::MAX, Duration::from_secs(60));
+        let url = url::Url::parse(url).unwrap_or_else(|e| panic!("{e}"));
+        match send(&http.metered(&meter), &url, None).await {
+            Ok(Err(error)) => error,
+            other => panic!("an answer, or no request: {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_connection_closed_under_the_request_is_told_apart_by_type() {
         // Closed without a word, as a server refusing a client certificate does.
         let (address, _) = serve_replies(|_| Vec::new()).await;
-        let client = reqwest::Client::new();
-        let closed = client
-            .get(format!("http://{address}/app.env"))
-            .send()
-            .await
-            .err()
-            .unwrap_or_else(|| panic!("an answer from a server that closed"));
-        assert!(closed_after_connecting(&closed), "{closed:?}");
+        let closed = send_error(&format!("http://{address}/app.env")).await;
+        assert!(closed.closed_after_connecting(), "{closed:?}");
         // Nothing listening: the connection was never made.
-        let refused = client
-            .get("http://127.0.0.1:1/app.env")
-            .send()
-            .await
-            .err()
-            .unwrap_or_else(|| panic!("an answer from nowhere"));
-        assert!(!closed_after_connecting(&refused), "{refused:?}");
+        let refused = send_error("http://127.0.0.1:1/app.env").await;
+        assert!(!refused.closed_after_connecting(), "{refused:?}");
     }
 }

@@ -11,6 +11,7 @@
 //! - [`git`] and [`http`] do the blocking/async work, bounded in time and size.
 
 pub mod binding;
+pub mod client;
 pub mod connect_guard;
 pub mod derived;
 pub mod disk;

@@ -1,9 +1,9 @@
 //! One TLS client for every https source, git and HTTP alike (rustls): the public web
 //! roots, plus the server's `--source-ca-file`, plus a source's own `ca.crt`; a client
 //! certificate when the source's Secret has `tls.crt` and `tls.key` (mutual TLS). git
-//! over https goes through the same HTTP client as HTTP sources (libgit2's transport is
-//! reqwest, [`super::git`]), so a private CA or a client certificate works the same on
-//! both paths and a certificate problem reads the same on both.
+//! over https goes through the same HTTP client as HTTP sources ([`super::client`] is
+//! libgit2's transport, see [`super::git`]), so a private CA or a client certificate works
+//! the same on both paths and a certificate problem reads the same on both.
 
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@
 //! checks every address against the policy, connects to the address it checked and
 //! relays the bytes (ssh is encrypted end to end; the host key is checked against the
 //! original host name, see [`super::known_hosts`]). http and https need no guard: libgit2
-//! speaks them through reqwest ([`super::git`]'s smart HTTP transport).
+//! speaks them through the engine's HTTP client ([`super::git`]'s smart HTTP transport).
 //!
 //! Every byte the remote sends is counted against the current [`Phase`]'s cap (the ref
 //! advertisement has its own, far below the pack's), and every connection is closed at

@@ -210,7 +210,7 @@ impl State {
 struct Inner {
     policy: Arc<Policy>,
     cache_dir: PathBuf,
-    client: reqwest::Client,
+    client: super::client::HttpClient,
     /// Written by the writer task alone ([`writer`]); read by lookups and gauges.
     state: RwLock<State>,
     /// What the writer task is asked to do.

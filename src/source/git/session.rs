@@ -1,4 +1,4 @@
-//! One fetch's way to the remote: http(s) through reqwest, git:// and ssh through the
+//! One fetch's way to the remote: http(s) through the engine's HTTP client, git:// and ssh through the
 //! connect guard; what it may present and trust, the callbacks that bound it, and its
 //! errors in words.
 
@@ -92,7 +92,7 @@ impl<'a> Session<'a> {
             tls,
             ssh,
         } = secrets;
-        // http and https are spoken by reqwest as libgit2's transport; git:// and ssh
+        // http and https are spoken by the engine's HTTP client as libgit2's transport; git:// and ssh
         // are relayed by a guard that connects only to checked addresses and counts what
         // the remote sends.
         let (http, guard) = match parsed.scheme() {
@@ -148,7 +148,7 @@ impl<'a> Session<'a> {
     }
 
     /// No proxy of libgit2's own, ever: environment proxies would connect past the
-    /// address policy (http(s) goes through the engine's egress proxy, in reqwest).
+    /// address policy (http(s) goes through the engine's egress proxy, in its HTTP client).
     pub(super) fn proxy(&self) -> ProxyOptions<'static> {
         ProxyOptions::new()
     }

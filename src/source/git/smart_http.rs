@@ -1,13 +1,14 @@
-//! git's smart HTTP protocol for libgit2, spoken by reqwest: the client an HTTP file
-//! source uses ([`crate::source::http`]), with its address policy, egress proxy, TLS
-//! settings and error words. libgit2 takes this as its `http://` and `https://`
-//! transport and so never opens a connection of its own: every name is resolved through
-//! the policy (the address checked is the address connected to), and content codings,
-//! chunks, HTTP/1.0 and proxies are reqwest's to speak.
+//! git's smart HTTP protocol for libgit2, spoken by the client an HTTP file source uses
+//! ([`crate::source::client`]), with its address policy, egress proxy, TLS settings and
+//! error words. libgit2 takes this as its `http://` and `https://` transport and so
+//! never opens a connection of its own: every name is resolved through the policy (the
+//! address checked is the address connected to), and chunks, HTTP/1.0 and proxies are
+//! hyper's to speak.
 //!
-//! What the remote sends is counted against its phase's cap once decoded (the ref
-//! advertisement has its own, far below the pack's), and every request ends at the
-//! fetch's deadline: libgit2's own checks only run while a pack is received.
+//! Every byte the remote sends counts against the fetch's download and ref caps together
+//! before anything decodes it (heads included), what it decodes to against its phase's
+//! cap (the ref advertisement has its own, far below the pack's), and every request ends
+//! at the fetch's deadline: libgit2's own checks only run while a pack is received.
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
@@ -15,12 +16,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use bytes::Bytes;
 use git2::transport::{Service, SmartSubtransport, SmartSubtransportStream, Transport};
-use reqwest::header::{ACCEPT, CONTENT_ENCODING, CONTENT_TYPE, LOCATION, USER_AGENT};
+use http::header::{ACCEPT, CONTENT_TYPE, LOCATION, USER_AGENT};
+use http_body_util::Full;
+use hyper::body::Incoming;
 
+use crate::source::client::{self, Body, HttpClient, Meter, MeteredClient};
 use crate::source::policy::Policy;
 use crate::source::tls::TlsMaterial;
-use crate::source::{Credentials, FetchError, http, lock};
+use crate::source::{Credentials, FetchError, http as source_http, lock};
 
 /// Redirect hops the ref listing follows (all within the origin).
 const MAX_REDIRECTS: usize = 5;
@@ -63,7 +68,8 @@ pub(super) struct SmartHttp {
 
 struct Exchange {
     runtime: tokio::runtime::Runtime,
-    client: reqwest::Client,
+    client: MeteredClient,
+    meter: Arc<Meter>,
     policy: Arc<Policy>,
     credentials: Option<Credentials>,
     tls: Option<TlsMaterial>,
@@ -93,8 +99,15 @@ impl SmartHttp {
             .build()
             .map_err(|e| FetchError::Other(format!("cannot start the HTTP client: {e}")))?;
         let policy = Arc::new(policy.clone());
+        let limits = &policy.limits;
+        let meter = Meter::new(
+            shown,
+            limits.download_bytes.saturating_add(limits.refs_bytes),
+            std::time::Duration::from_secs(limits.timeout_seconds),
+        );
         let exchange = Arc::new(Exchange {
-            client: http::client(policy.clone(), tls)?,
+            client: HttpClient::new(policy.clone(), tls, AGENT)?.metered(&meter),
+            meter,
             runtime,
             policy,
             credentials: credentials.cloned(),
@@ -149,7 +162,7 @@ impl SmartSubtransport for Subtransport {
             repository,
             request: Vec::new(),
             answer: None,
-            pending: bytes::Bytes::new(),
+            pending: Bytes::new(),
         }))
     }
 
@@ -173,8 +186,8 @@ struct Stream {
     phase: Phase,
     repository: String,
     request: Vec<u8>,
-    answer: Option<reqwest::Response>,
-    pending: bytes::Bytes,
+    answer: Option<Body>,
+    pending: Bytes,
 }
 
 impl Write for Stream {
@@ -196,7 +209,7 @@ impl Read for Stream {
         let exchange = self.exchange.clone();
         let outcome = exchange.runtime.block_on(async {
             let deadline = tokio::time::Instant::from_std(exchange.deadline);
-            tokio::time::timeout_at(deadline, self.fill())
+            tokio::time::timeout_at(deadline, exchange.meter.run(self.fill()))
                 .await
                 .unwrap_or_else(|_| Err(exchange.timeout()))
         });
@@ -213,8 +226,8 @@ impl Read for Stream {
 }
 
 impl Stream {
-    /// Asks for the answer if not yet done, then takes its next piece unless one is
-    /// waiting (nothing is waiting at the end of the answer).
+    /// Asks for the answer if not yet done, then takes its next piece of decoded bytes
+    /// unless one is waiting (nothing is waiting at the end of the answer).
     async fn fill(&mut self) -> Result<(), FetchError> {
         if !self.pending.is_empty() {
             return Ok(());
@@ -230,14 +243,15 @@ impl Stream {
                 self.answer.insert(answer)
             }
         };
-        let shown = &self.exchange.shown;
-        if let Some(piece) = answer
-            .chunk()
-            .await
-            .map_err(|e| http::transport_error(e, shown, &self.exchange.policy))?
-        {
-            self.exchange.count(self.phase, piece.len())?;
-            self.pending = piece;
+        let (shown, policy) = (&self.exchange.shown, &self.exchange.policy);
+        // A piece may decode to nothing yet; an empty read would tell libgit2 the answer
+        // has ended.
+        while let Some(piece) = answer.next(shown, policy).await? {
+            if !piece.is_empty() {
+                self.exchange.count(self.phase, piece.len())?;
+                self.pending = piece;
+                break;
+            }
         }
         Ok(())
     }
@@ -246,11 +260,13 @@ impl Stream {
 impl Exchange {
     /// `GET info/refs?service=git-upload-pack`, following redirects within the origin
     /// (the repository then lives where the listing was found, as git has it).
-    async fn list(&self, repository: &str) -> Result<reqwest::Response, FetchError> {
+    async fn list(&self, repository: &str) -> Result<Body, FetchError> {
         let mut target = self.url(&format!("{repository}/info/refs?service=git-upload-pack"))?;
         let mut hops = 0;
         let answer = loop {
-            let answer = self.send(self.client.get(target.clone()), &target).await?;
+            let answer = self
+                .send(client::get(&target)?, Bytes::new(), &target)
+                .await?;
             if !answer.status().is_redirection() {
                 break answer;
             }
@@ -275,19 +291,12 @@ impl Exchange {
     }
 
     /// `POST git-upload-pack` with libgit2's negotiation; never redirected.
-    async fn negotiate(
-        &self,
-        repository: &str,
-        request: Vec<u8>,
-    ) -> Result<reqwest::Response, FetchError> {
+    async fn negotiate(&self, repository: &str, request: Vec<u8>) -> Result<Body, FetchError> {
         let target = self.url(&format!("{repository}/git-upload-pack"))?;
-        let post = self
-            .client
-            .post(target.clone())
+        let post = client::request(http::Method::POST, &target)?
             .header(CONTENT_TYPE, "application/x-git-upload-pack-request")
-            .header(ACCEPT, "application/x-git-upload-pack-result")
-            .body(request);
-        let answer = self.send(post, &target).await?;
+            .header(ACCEPT, "application/x-git-upload-pack-result");
+        let answer = self.send(post, Bytes::from(request), &target).await?;
         self.accepted(answer, "application/x-git-upload-pack-result")
     }
 
@@ -298,32 +307,43 @@ impl Exchange {
         })
     }
 
-    /// Sends with git's agent and the source's credentials, within the deadline; an IP
-    /// written as the host is checked here (it is never resolved). A redirect to a URL
-    /// the credentials' Secret does not allow is refused, not sent without them.
+    /// Sends with git's agent and the source's credentials; an IP written as the host is
+    /// checked here (it is never resolved). A redirect to a URL the credentials' Secret
+    /// does not allow is refused, not sent without them.
     async fn send(
         &self,
-        request: reqwest::RequestBuilder,
+        request: http::request::Builder,
+        body: Bytes,
         target: &url::Url,
-    ) -> Result<reqwest::Response, FetchError> {
-        http::literal_check(&self.policy, target)?;
-        let mut request = request
-            .header(USER_AGENT, AGENT)
-            .timeout(self.deadline.saturating_duration_since(Instant::now()));
+    ) -> Result<http::Response<Incoming>, FetchError> {
+        source_http::literal_check(&self.policy, target)?;
+        let mut request = request.header(USER_AGENT, AGENT);
         if let Some(credentials) = &self.credentials {
             credentials.check_url(target.as_str())?;
-            if let Some((user, secret)) = credentials.userpass() {
-                request = request.basic_auth(user, Some(secret));
+            if let Some((user, secret)) = credentials.userpass()
+                && let Ok(mut value) =
+                    http::HeaderValue::from_str(&source_http::basic_auth(&user, &secret))
+            {
+                value.set_sensitive(true);
+                request = request.header(http::header::AUTHORIZATION, value);
             }
         }
-        match request.send().await {
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| FetchError::InvalidUrl {
+                url: self.shown.clone(),
+                problem: e.to_string(),
+            })?;
+        match self.client.send(request).await {
             Ok(answer) => Ok(answer),
-            Err(error) => {
-                Err(
-                    http::explained(error, target, &self.shown, &self.policy, self.tls.as_ref())
-                        .await,
-                )
-            }
+            Err(error) => Err(source_http::explained(
+                error,
+                target,
+                &self.shown,
+                &self.policy,
+                self.tls.as_ref(),
+            )
+            .await),
         }
     }
 
@@ -332,7 +352,7 @@ impl Exchange {
     fn redirect(
         &self,
         from: &url::Url,
-        answer: &reqwest::Response,
+        answer: &http::Response<Incoming>,
     ) -> Result<url::Url, FetchError> {
         let location = answer
             .headers()
@@ -367,12 +387,12 @@ impl Exchange {
     /// for the person who set the URL.
     fn accepted(
         &self,
-        answer: reqwest::Response,
+        answer: http::Response<Incoming>,
         content_type: &str,
-    ) -> Result<reqwest::Response, FetchError> {
+    ) -> Result<Body, FetchError> {
         let status = answer.status();
         let url = self.shown.clone();
-        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        if status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN {
             return Err(FetchError::AuthFailed { url });
         }
         if !status.is_success() {
@@ -385,20 +405,10 @@ impl Exchange {
             answer
                 .headers()
                 .get(name)
-                .and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok())
+                .and_then(|v: &http::HeaderValue| v.to_str().ok())
                 .unwrap_or_default()
                 .to_ascii_lowercase()
         };
-        // reqwest removes the codings it undid; one left is one it does not know.
-        let coding = header(CONTENT_ENCODING);
-        if !coding.is_empty() && coding != "identity" {
-            return Err(FetchError::Unreachable {
-                url,
-                detail: format!(
-                    "the answer is in content coding {coding:?}, which is not read (gzip and deflate are)"
-                ),
-            });
-        }
         let given = header(CONTENT_TYPE);
         if given.split(';').next().map(str::trim) != Some(content_type) {
             return Err(FetchError::Unreachable {
@@ -408,7 +418,7 @@ impl Exchange {
                 ),
             });
         }
-        Ok(answer)
+        Body::of(answer, &self.shown)
     }
 
     /// Counts `bytes` against `phase`'s cap.
@@ -594,6 +604,35 @@ mod tests {
         assert!(refusal.to_string().contains("/team-b/"), "{refusal}");
         let heads = server.join().unwrap_or_default();
         assert!(heads[0].contains("authorization: Basic"), "{heads:?}");
+    }
+
+    #[test]
+    fn endless_informational_heads_are_cut_at_the_fetchs_byte_cap() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let server = std::thread::spawn(move || {
+            let (mut connection, _) = listener.accept().unwrap_or_else(|e| panic!("{e}"));
+            let mut request = [0u8; 4096];
+            let _ = connection.read(&mut request);
+            let head = b"HTTP/1.1 100 Continue\r\nx-filler: aaaaaaaaaaaaaaaa\r\n\r\n";
+            let mut sent = 0u64;
+            while connection.write_all(head).is_ok() {
+                sent += head.len() as u64;
+            }
+            sent
+        });
+        let mut policy = loose();
+        policy.limits.refs_bytes = 256 * 1024;
+        policy.limits.download_bytes = 1024 * 1024;
+        let http = list(&policy, &format!("http://127.0.0.1:{port}/repo.git"), None);
+        let refusal = http.refusal().unwrap_or_else(|| panic!("cut"));
+        assert!(
+            matches!(refusal, FetchError::TooLarge { limit, .. } if limit == 1280 * 1024),
+            "{refusal}"
+        );
+        drop(http);
+        let sent = server.join().unwrap_or(u64::MAX);
+        assert!(sent < 1280 * 1024 + 32 * 1024 * 1024, "{sent} bytes sent");
     }
 
     #[test]
