@@ -68,6 +68,13 @@ fn checked_bounds(args: &ServeArgs) -> anyhow::Result<usize> {
             args.body_limit_bytes
         );
     }
+    if args.body_budget_per_client_bytes < args.body_limit_bytes {
+        bail!(
+            "--body-budget-per-client-bytes ({}) must be at least --body-limit-bytes ({}), or no body of the largest size could ever be read",
+            args.body_budget_per_client_bytes,
+            args.body_limit_bytes
+        );
+    }
     Ok(max_connections)
 }
 
@@ -96,6 +103,7 @@ pub fn serve_settings_with_receivers(
             body_bytes: args.body_limit_bytes,
             max_in_flight: args.max_in_flight,
             body_budget_bytes: args.body_budget_bytes,
+            body_budget_per_client_bytes: args.body_budget_per_client_bytes,
             deadline: Duration::from_millis(args.deadline_ms),
             retry_after_seconds: 1,
             body_read_timeout: Duration::from_secs(args.body_read_timeout_seconds),

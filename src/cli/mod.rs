@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// sender that trickles its body holds only the bytes it has sent.
     #[arg(long, env = "METAHOOKS_BODY_BUDGET_BYTES", default_value_t = 128 * 1024 * 1024)]
     pub body_budget_bytes: usize,
+    /// Of those, bytes the bodies of one client (peer address) may hold at once (at least
+    /// --body-limit-bytes); a body that would take more gets 429 with Retry-After.
+    #[arg(long, env = "METAHOOKS_BODY_BUDGET_PER_CLIENT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub body_budget_per_client_bytes: usize,
     /// Per-call deadline in milliseconds (keep it below Metacontroller's webhook timeout).
     #[arg(long, env = "METAHOOKS_DEADLINE_MS", default_value_t = 8000, value_parser = clap::value_parser!(u64).range(1..))]
     pub deadline_ms: u64,

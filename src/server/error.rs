@@ -29,6 +29,13 @@ pub enum CallError {
         budget: usize,
         retry_after_seconds: u64,
     },
+    #[error(
+        "request bodies from this client being read or answered hold its share of {share} bytes; retry after {retry_after_seconds}s"
+    )]
+    ClientOverBudget {
+        share: usize,
+        retry_after_seconds: u64,
+    },
     #[error("missing or wrong credentials")]
     Unauthorized,
     #[error("hook call did not finish within {deadline_ms} ms")]
@@ -46,6 +53,7 @@ impl CallError {
             CallError::TooLarge { .. } => "too_large",
             CallError::Overloaded { .. } => "overloaded",
             CallError::BodiesOverBudget { .. } => "bodies_over_budget",
+            CallError::ClientOverBudget { .. } => "client_over_budget",
             CallError::Unauthorized => "unauthorized",
             CallError::DeadlineExceeded { .. } => "deadline_exceeded",
             CallError::SlowBody { .. } => "slow_body",
@@ -57,9 +65,9 @@ impl CallError {
         match self {
             CallError::Hook(error) => error.status_code(),
             CallError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            CallError::Overloaded { .. } | CallError::BodiesOverBudget { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            CallError::Overloaded { .. }
+            | CallError::BodiesOverBudget { .. }
+            | CallError::ClientOverBudget { .. } => StatusCode::TOO_MANY_REQUESTS,
             CallError::Unauthorized => StatusCode::UNAUTHORIZED,
             CallError::DeadlineExceeded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             CallError::SlowBody { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -112,6 +120,10 @@ impl HttpError for CallError {
                 ..
             }
             | CallError::BodiesOverBudget {
+                retry_after_seconds,
+                ..
+            }
+            | CallError::ClientOverBudget {
                 retry_after_seconds,
                 ..
             } => Some(*retry_after_seconds),

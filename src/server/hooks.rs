@@ -11,6 +11,7 @@
 //! answers cannot pile them up). tower's concurrency layers free their permit when the
 //! response future ends, before either, which is why they are held here.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::answers::{CallHasher, CallKey, Remembered, RouteKey, route_key};
+use super::budget::OverBudget;
 use super::error::CallError;
 use super::{HookState, millis};
 use crate::controllers::{CallOutcome, Changes, ParentRef, Registry};
@@ -114,7 +116,7 @@ type Slot = Arc<Held>;
 /// Permits that are let go together when the last holder drops them.
 struct Held {
     _call: OwnedSemaphorePermit,
-    _body: Option<OwnedSemaphorePermit>,
+    _body: super::budget::Held,
 }
 
 impl Answered {
@@ -136,6 +138,11 @@ async fn called(
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
+    // Calls that come in without a socket (tests through `oneshot`) share one client.
+    let client = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
     let (controller_label, hook_label) = labels(&state, &target);
     let span = tracing::debug_span!(
         "hook",
@@ -144,7 +151,7 @@ async fn called(
         parent.namespace = tracing::field::Empty,
         parent.name = tracing::field::Empty,
     );
-    let answered = answer(&state, target, &headers, body, started)
+    let answered = answer(&state, target, &headers, (client, body), started)
         .instrument(span.clone())
         .await;
     span.record("parent.namespace", &*answered.parent.namespace);
@@ -261,7 +268,7 @@ async fn answer(
     state: &Arc<HookState>,
     target: Target,
     headers: &HeaderMap,
-    body: Body,
+    body: (IpAddr, Body),
     started: Instant,
 ) -> Answered {
     let (route, body, key, slot) = match received(state, target, headers, body).await {
@@ -316,7 +323,7 @@ async fn received(
     state: &Arc<HookState>,
     target: Target,
     headers: &HeaderMap,
-    body: Body,
+    body: (IpAddr, Body),
 ) -> Result<(HookRoute, ReadBody, CallKey, Slot), CallError> {
     let route = admit(state, target, headers)?;
     let mut hasher = CallHasher::new(&route.key);
@@ -388,16 +395,16 @@ impl ReadBody {
 }
 
 /// Reads the whole body within the size limit, the body-read timeout and the byte
-/// budget, feeding each piece to `hasher` as it arrives; returns it with its share of the
-/// budget. A declared length over the limit is refused without reading a byte; a piece
-/// the budget cannot hold now is refused at once (429) rather than waited for, so a
-/// stalled sender never delays anyone else.
+/// budget (the total and the client's share), feeding each piece to `hasher` as it
+/// arrives; returns it with what it holds of the budget. A declared length over the limit
+/// is refused without reading a byte; a piece the budget cannot hold now is refused at
+/// once (429) rather than waited for, so a stalled sender never delays anyone else.
 async fn read_body(
     state: &HookState,
     headers: &HeaderMap,
-    body: Body,
+    (client, body): (IpAddr, Body),
     hasher: &mut CallHasher,
-) -> Result<(ReadBody, Option<OwnedSemaphorePermit>), CallError> {
+) -> Result<(ReadBody, super::budget::Held), CallError> {
     let limit = state.limits.body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -406,29 +413,31 @@ async fn read_body(
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(CallError::TooLarge { limit });
     }
-    let over_budget = || CallError::BodiesOverBudget {
-        budget: state.limits.body_budget_bytes,
-        retry_after_seconds: state.limits.retry_after_seconds,
+    let over_budget = |which| match which {
+        OverBudget::Total => CallError::BodiesOverBudget {
+            budget: state.limits.body_budget_bytes,
+            retry_after_seconds: state.limits.retry_after_seconds,
+        },
+        OverBudget::Client => CallError::ClientOverBudget {
+            share: state.limits.body_budget_per_client_bytes,
+            retry_after_seconds: state.limits.retry_after_seconds,
+        },
     };
-    if declared.is_some_and(|length| length > state.body_budget.available_permits() as u64) {
-        return Err(over_budget());
+    if let Some(length) = declared {
+        state
+            .body_budget
+            .fits(client, length)
+            .map_err(over_budget)?;
     }
     let timeout = state.limits.body_read_timeout;
     let read = async {
         let mut body = Limited::new(body, limit);
         let mut pieces: Vec<Bytes> = Vec::new();
-        let mut held: Option<OwnedSemaphorePermit> = None;
+        let mut held = state.body_budget.start(client);
         while let Some(frame) = body.frame().await {
             if let Ok(piece) = frame?.into_data() {
-                let taken = u32::try_from(piece.len())
-                    .ok()
-                    .and_then(|n| state.body_budget.clone().try_acquire_many_owned(n).ok());
-                let Some(taken) = taken else {
-                    return Ok(Err(over_budget()));
-                };
-                match &mut held {
-                    Some(held) => held.merge(taken),
-                    None => held = Some(taken),
+                if let Err(which) = state.body_budget.take(&mut held, piece.len()) {
+                    return Ok(Err(over_budget(which)));
                 }
                 hasher.update(&piece);
                 pieces.push(piece);
@@ -515,16 +524,19 @@ mod tests {
     #[tokio::test]
     async fn the_slot_and_the_body_bytes_are_held_until_the_response_body_is_gone() {
         let slots = Arc::new(tokio::sync::Semaphore::new(1));
-        let bytes = Arc::new(tokio::sync::Semaphore::new(100));
-        let held = |slots: &Arc<tokio::sync::Semaphore>, bytes: &Arc<tokio::sync::Semaphore>| {
+        let bytes = super::super::budget::BodyBudget::new(100, 100);
+        let client = IpAddr::from([10, 0, 0, 1]);
+        let held = |slots: &Arc<tokio::sync::Semaphore>| {
+            let mut body = bytes.start(client);
+            bytes.take(&mut body, 40).unwrap();
             Arc::new(Held {
                 _call: slots.clone().try_acquire_owned().unwrap(),
-                _body: Some(bytes.clone().try_acquire_many_owned(40).unwrap()),
+                _body: body,
             })
         };
-        let response = held_until_sent(Response::new(Body::from("answer")), held(&slots, &bytes));
+        let response = held_until_sent(Response::new(Body::from("answer")), held(&slots));
         assert_eq!(slots.available_permits(), 0, "taken while the body exists");
-        assert_eq!(bytes.available_permits(), 60);
+        assert_eq!(bytes.held(), 40);
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"answer");
         assert_eq!(
@@ -532,12 +544,9 @@ mod tests {
             1,
             "free once the body is consumed"
         );
-        assert_eq!(bytes.available_permits(), 100);
+        assert_eq!(bytes.held(), 0);
 
-        let unsent = held_until_sent(
-            Response::new(Body::from("never read")),
-            held(&slots, &bytes),
-        );
+        let unsent = held_until_sent(Response::new(Body::from("never read")), held(&slots));
         assert_eq!(slots.available_permits(), 0);
         drop(unsent);
         assert_eq!(
@@ -545,6 +554,6 @@ mod tests {
             1,
             "free once the body is dropped"
         );
-        assert_eq!(bytes.available_permits(), 100);
+        assert_eq!(bytes.held(), 0);
     }
 }

@@ -9,6 +9,7 @@
 
 mod answers;
 mod auth;
+mod budget;
 mod compute;
 mod error;
 mod hooks;
@@ -53,6 +54,9 @@ pub struct Limits {
     /// Bytes of request bodies being read or answered at once; a body that would take
     /// more is refused with 429. At least `body_bytes`.
     pub body_budget_bytes: usize,
+    /// Of those, bytes the bodies of one client (peer address) may hold at once; a body
+    /// that would take more is refused with 429. At least `body_bytes`.
+    pub body_budget_per_client_bytes: usize,
     /// Below Metacontroller's default 10 s webhook timeout, so we answer before it gives up.
     pub deadline: Duration,
     /// The `Retry-After` of a 429, in seconds.
@@ -83,6 +87,8 @@ impl Default for Limits {
             body_bytes: 32 * 1024 * 1024,
             max_in_flight: 64,
             body_budget_bytes: 128 * 1024 * 1024,
+            // Half: one client holding bodies open leaves the other half to the rest.
+            body_budget_per_client_bytes: 64 * 1024 * 1024,
             deadline: Duration::from_secs(8),
             retry_after_seconds: 1,
             body_read_timeout: Duration::from_secs(10),
@@ -153,8 +159,8 @@ pub struct HookState {
     /// Call counts and latencies for `/metrics`.
     pub metrics: Arc<Metrics>,
     in_flight: Arc<Semaphore>,
-    /// One permit per byte of request body being read or answered.
-    body_budget: Arc<Semaphore>,
+    /// Bytes of request bodies being read or answered, in all and per client.
+    body_budget: budget::BodyBudget,
     connections: Slots,
     compute: compute::ComputePool,
     answers: answers::AnswerMemo,
@@ -176,9 +182,10 @@ impl HookState {
             routes: hooks::HookRoute::all(&registry),
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
-            body_budget: Arc::new(Semaphore::new(
-                limits.body_budget_bytes.min(Semaphore::MAX_PERMITS),
-            )),
+            body_budget: budget::BodyBudget::new(
+                limits.body_budget_bytes,
+                limits.body_budget_per_client_bytes,
+            ),
             connections: Slots::new(limits.max_connections, limits.max_connections_per_peer),
             answers: answers::AnswerMemo::with_bytes(limits.answer_memo_bytes),
             limits,
@@ -199,11 +206,7 @@ impl HookState {
             connections_evicted: self.connections.evicted(),
             answer_memo_bytes: self.answers.bytes(),
             step_memo_bytes: self.registry.steps().bytes(),
-            body_bytes: self
-                .limits
-                .body_budget_bytes
-                .min(Semaphore::MAX_PERMITS)
-                .saturating_sub(self.body_budget.available_permits()),
+            body_bytes: self.body_budget.held(),
         }
     }
 }

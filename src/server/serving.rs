@@ -249,6 +249,7 @@ impl Accepting {
             app: self.app.clone(),
             limits: self.limits,
             slot: Arc::new(slot),
+            peer,
         };
         connections.spawn(connection.serve(stream, draining));
     }
@@ -260,6 +261,7 @@ struct Connection {
     app: axum::Router,
     limits: ConnectionLimits,
     slot: Arc<Slot>,
+    peer: SocketAddr,
 }
 
 impl Connection {
@@ -287,7 +289,10 @@ impl Connection {
         let service = {
             let slot = self.slot.clone();
             let app = self.app;
-            hyper::service::service_fn(move |request| {
+            let peer = axum::extract::ConnectInfo(self.peer);
+            hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                // Who is calling, as axum's `ConnectInfo` has it: shares are per client.
+                request.extensions_mut().insert(peer);
                 // The call lasts until its answer's body has been written or dropped.
                 let call = slot.call();
                 app.clone().oneshot(request).map_ok(move |response| {

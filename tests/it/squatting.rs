@@ -318,3 +318,48 @@ async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
     assert!(ended.is_ok(), "an idle HTTP/2 connection is closed");
     drop(client);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holding_large_bodies_cannot_turn_honest_syncs_into_429s() {
+    let limit = sync_body().len() + 100;
+    let mut settings = support::local_settings();
+    settings.limits.body_bytes = limit;
+    settings.limits.body_budget_bytes = 4 * limit;
+    settings.limits.body_budget_per_client_bytes = 2 * limit;
+    settings.limits.body_read_timeout = Duration::from_secs(600);
+    let server = start(settings).await;
+    // Two bodies of the largest size, all but their last byte sent, held open.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = connect_from(ATTACKER, server.hook_addr).await;
+        stream
+            .write_all(sync_head(limit, false).as_bytes())
+            .await
+            .unwrap();
+        stream.write_all(&vec![b' '; limit - 1]).await.unwrap();
+        held.push(stream);
+    }
+    let holding = format!("metahooks_hook_body_bytes {}", 2 * (limit - 1));
+    super::http::metrics_show(&server, &holding).await;
+    // The same client's next body does not fit its share: 429 at once, saying why.
+    let mut more = connect_from(ATTACKER, server.hook_addr).await;
+    more.write_all(sync_head(limit, true).as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), more.read_to_end(&mut answer))
+        .await
+        .expect("answered at once")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("its share of"), "{answer}");
+    // Another client's syncs are answered while the first holds its share.
+    for _ in 0..5 {
+        assert_eq!(
+            honest_sync(HONEST, server.hook_addr).await.as_deref(),
+            Some("HTTP/1.1 200 OK")
+        );
+    }
+    drop(held);
+}
