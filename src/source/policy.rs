@@ -115,7 +115,11 @@ impl Policy {
         if self.allows(host, address) {
             return Ok(());
         }
-        let exact = ipnet::IpNet::from(address);
+        let exact = if is_link_local(address) {
+            ipnet::IpNet::from(judged(address))
+        } else {
+            ipnet::IpNet::from(address)
+        };
         let how = if is_link_local(address) {
             format!(
                 "cloud metadata lives in this range, so only --allow-cidr {exact} (a range inside the link-local block) allows it"
@@ -131,13 +135,20 @@ impl Policy {
         })
     }
 
-    /// Whether an allow-list admits `address` (reached for `host`).
+    /// Whether an allow-list admits `address` (reached for `host`). An address that
+    /// embeds an IPv4 address is judged by it too ([`judged`]): a range may name either,
+    /// but where metadata may answer only a range inside the link-local block that holds
+    /// the address really reached opens it.
     fn allows(&self, host: &str, address: IpAddr) -> bool {
-        let link_local = is_link_local(address);
-        let by_range = self
-            .allow_cidrs
-            .iter()
-            .any(|range| range.contains(&address) && (!link_local || inside_link_local(range)));
+        let reached = judged(address);
+        let link_local = is_link_local(reached);
+        let by_range = self.allow_cidrs.iter().any(|range| {
+            if link_local {
+                inside_link_local(range) && range.contains(&reached)
+            } else {
+                range.contains(&address) || range.contains(&reached)
+            }
+        });
         by_range || (!link_local && self.allow_hosts.iter().any(|pattern| pattern.matches(host)))
     }
 
@@ -265,16 +276,50 @@ fn link_local_blocks() -> [ipnet::IpNet; 3] {
     ]
 }
 
-/// Whether `address` is where cloud metadata may answer (an IPv4 address mapped into
-/// IPv6 judged as itself).
+/// Whether `address` is where cloud metadata may answer (an address that embeds an
+/// IPv4 address judged by it).
 fn is_link_local(address: IpAddr) -> bool {
-    let address = match address {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
-        v4 => v4,
-    };
+    let address = judged(address);
     link_local_blocks()
         .iter()
         .any(|block| block.contains(&address))
+}
+
+/// The address a connection to `address` really reaches, as far as the address tells:
+/// the IPv4 address an IPv6 form embeds, else `address` itself. The one rule both
+/// [`refusal`] and the allow-lists judge by.
+pub fn judged(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => embedded_v4(v6).map_or(address, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, in every form that carries one:
+/// IPv4-mapped (`::ffff:0:0/96`), IPv4-compatible (`::/96`, deprecated; `::` and `::1`
+/// excepted), NAT64 (`64:ff9b::/96` and the local-use `64:ff9b:1::/48`, RFC 6052's /96
+/// layout), 6to4 (`2002::/16`, RFC 3056) and Teredo (`2001::/32`, RFC 4380: the client's
+/// address, stored inverted).
+pub fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |high: u16, low: u16| {
+        let [a, b] = high.to_be_bytes();
+        let [c, d] = low.to_be_bytes();
+        std::net::Ipv4Addr::new(a, b, c, d)
+    };
+    if let Some(mapped) = v6.to_ipv4_mapped() {
+        return Some(mapped);
+    }
+    match s {
+        [0, 0, 0, 0, 0, 0, high, low] if (high, low) != (0, 0) && (high, low) != (0, 1) => {
+            Some(v4(high, low))
+        }
+        [0x64, 0xff9b, 0, 0, 0, 0, high, low] => Some(v4(high, low)),
+        [0x64, 0xff9b, 1, _, _, _, high, low] => Some(v4(high, low)),
+        [0x2002, high, low, ..] => Some(v4(high, low)),
+        [0x2001, 0, _, _, _, _, high, low] => Some(v4(!high, !low)),
+        _ => None,
+    }
 }
 
 /// Whether an allowed range lies wholly inside a link-local block.
@@ -403,16 +448,12 @@ pub fn refusal(address: IpAddr) -> Option<&'static str> {
             .find(|(net, _)| net.contains(&v4))
             .map(|(_, why)| *why),
         IpAddr::V6(v6) => {
-            // ::ffff:a.b.c.d and the NAT64 well-known prefix 64:ff9b::/96 carry an IPv4
-            // address that is what really gets reached.
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return refusal(IpAddr::V4(v4));
-            }
-            let segments = v6.segments();
-            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                let [a, b] = segments[6].to_be_bytes();
-                let [c, d] = segments[7].to_be_bytes();
-                return refusal(IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d)));
+            // A form that carries an IPv4 address is judged by what it really reaches,
+            // and stays refused as the special block it is in as well.
+            if let Some(v4) = embedded_v4(v6)
+                && let Some(why) = refusal(IpAddr::V4(v4))
+            {
+                return Some(why);
             }
             V6.iter()
                 .find(|(net, _)| net.contains(&v6))
@@ -446,6 +487,76 @@ pub fn check_repo_path(path: &str) -> Result<String, FetchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 169.254.169.254 in every IPv6 form that embeds an IPv4 address.
+    const METADATA_IN_V6: &[&str] = &[
+        "::ffff:169.254.169.254",
+        "::169.254.169.254",
+        "64:ff9b::a9fe:a9fe",
+        "64:ff9b:1::a9fe:a9fe",
+        "2002:a9fe:a9fe::1",
+        // Teredo: server 192.0.2.1, client stored inverted (!a9fe = 5601).
+        "2001:0:c000:201:0:0:5601:5601",
+    ];
+
+    #[test]
+    fn embedded_metadata_addresses_stay_closed_under_the_widest_allow_lists() {
+        let widest = Policy {
+            allow_cidrs: vec!["::/0".parse().unwrap(), "0.0.0.0/0".parse().unwrap()],
+            allow_hosts: vec![
+                "*.example.com".parse().unwrap(),
+                "metadata.example.com".parse().unwrap(),
+            ],
+            ..Policy::default()
+        };
+        for raw in METADATA_IN_V6 {
+            let address: IpAddr = raw.parse().unwrap();
+            assert_eq!(judged(address), IpAddr::from([169, 254, 169, 254]), "{raw}");
+            let refused = widest.check_address("metadata.example.com", address);
+            let Err(FetchError::HostRefused { why, .. }) = refused else {
+                panic!("{raw} was let through: {refused:?}");
+            };
+            assert!(
+                why.contains("--allow-cidr 169.254.169.254/32"),
+                "{raw}: {why}"
+            );
+        }
+        // A range inside the link-local block that holds the address reached opens it.
+        let named = Policy {
+            allow_cidrs: vec!["169.254.169.254/32".parse().unwrap()],
+            ..Policy::default()
+        };
+        for raw in METADATA_IN_V6 {
+            let address: IpAddr = raw.parse().unwrap();
+            assert!(named.check_address("m", address).is_ok(), "{raw}");
+        }
+    }
+
+    #[test]
+    fn embedded_private_addresses_are_refused_and_public_ones_judged_by_their_block() {
+        for raw in [
+            "::ffff:10.0.0.1",
+            "64:ff9b::7f00:1",
+            "2002:c0a8:101::1",
+            "::10.1.2.3",
+        ] {
+            let address: IpAddr = raw.parse().unwrap();
+            assert!(refusal(address).is_some(), "{raw}");
+        }
+        // A public address mapped or behind the well-known NAT64 prefix is public.
+        for raw in ["::ffff:8.8.8.8", "64:ff9b::808:808"] {
+            assert_eq!(refusal(raw.parse().unwrap()), None, "{raw}");
+        }
+        // 6to4 and Teredo stay refused as the blocks they are, whatever they carry.
+        for raw in ["2002:808:808::1", "2001:0:c000:201:0:0:f7f7:f7f7"] {
+            assert!(refusal(raw.parse().unwrap()).is_some(), "{raw}");
+        }
+        // Loopback and unspecified are themselves, not IPv4-compatible addresses.
+        for raw in ["::1", "::"] {
+            let address: IpAddr = raw.parse().unwrap();
+            assert_eq!(judged(address), address);
+        }
+    }
 
     #[test]
     fn only_https_by_default() {
