@@ -189,23 +189,72 @@ fn random_key() -> [u8; 32] {
     key
 }
 
+/// Query parameters whose values are shown as they are: they name what is fetched, and
+/// none of them is a credential anywhere. Every other value is replaced by
+/// [`REDACTED`], since tokens travel in queries (`private_token`, `X-Amz-Signature`,
+/// `sig`, `token`, …) and their names cannot all be known.
+const SHOWN_QUERY_NAMES: &[&str] = &[
+    "ref", "branch", "tag", "path", "file", "format", "raw", "inline", "service", "version",
+];
+
+/// What a hidden value reads as.
+pub const REDACTED: &str = "redacted";
+
 /// A URL as it may be shown in status, events and logs: without the user name and
-/// password someone wrote into it (`https://user:token@host/…`).
+/// password someone wrote into it (`https://user:token@host/…`), with the value of every
+/// query parameter not known to be harmless replaced by [`REDACTED`], and without its
+/// fragment (never sent, and nothing a reader needs).
 pub fn redact_url(raw: &str) -> String {
     match url::Url::parse(raw) {
-        Ok(mut parsed) if parsed.password().is_some() || !parsed.username().is_empty() => {
-            let _ = parsed.set_password(None);
-            let _ = parsed.set_username("");
+        Ok(mut parsed) => {
+            if parsed.password().is_some() || !parsed.username().is_empty() {
+                let _ = parsed.set_password(None);
+                let _ = parsed.set_username("");
+            }
+            if parsed.query().is_some() {
+                let pairs: Vec<(String, String)> = parsed
+                    .query_pairs()
+                    .map(|(name, value)| {
+                        let shown = SHOWN_QUERY_NAMES
+                            .iter()
+                            .any(|harmless| name.eq_ignore_ascii_case(harmless));
+                        let value = if shown || value.is_empty() {
+                            value.into_owned()
+                        } else {
+                            REDACTED.to_owned()
+                        };
+                        (name.into_owned(), value)
+                    })
+                    .collect();
+                parsed.set_query(None);
+                if !pairs.is_empty() {
+                    parsed.query_pairs_mut().extend_pairs(pairs);
+                }
+            }
+            parsed.set_fragment(None);
             parsed.to_string()
         }
-        Ok(_) => raw.to_owned(),
-        // Not a URL we can parse: cut anything that looks like user-info before a host.
-        Err(_) => match (raw.find("://"), raw.rfind('@')) {
-            (Some(scheme_end), Some(at)) if at > scheme_end => {
-                format!("{}{}", &raw[..scheme_end + 3], &raw[at + 1..])
+        // Not a URL we can parse: cut anything that looks like user-info before a host,
+        // and everything from a query or fragment on.
+        Err(_) => {
+            let cut = raw.find(['?', '#']).map_or(raw, |at| &raw[..at]);
+            match (cut.find("://"), cut.rfind('@')) {
+                (Some(scheme_end), Some(at)) if at > scheme_end => {
+                    format!("{}{}", &cut[..scheme_end + 3], &cut[at + 1..])
+                }
+                _ => cut.to_owned(),
             }
-            _ => raw.to_owned(),
-        },
+        }
+    }
+}
+
+/// A URL as a metric label: [`redact_url`] without any query at all, so that neither a
+/// secret nor a changing parameter makes a series of its own.
+pub fn remote_label(raw: &str) -> String {
+    let shown = redact_url(raw);
+    match shown.find('?') {
+        Some(at) => shown[..at].to_owned(),
+        None => shown,
     }
 }
 
@@ -518,4 +567,50 @@ pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_shown_without_credentials_query_secrets_or_fragments() {
+        for (raw, shown) in [
+            (
+                "https://user:pw@git.example.com/a.git",
+                "https://git.example.com/a.git",
+            ),
+            (
+                "https://gitlab.example.com/api/v4/projects/1/repository/files/a.env/raw?private_token=glpat-x&ref=main",
+                "https://gitlab.example.com/api/v4/projects/1/repository/files/a.env/raw?private_token=redacted&ref=main",
+            ),
+            (
+                "https://bucket.s3.example.com/a.env?X-Amz-Credential=AKIA&X-Amz-Signature=abc#part",
+                "https://bucket.s3.example.com/a.env?X-Amz-Credential=redacted&X-Amz-Signature=redacted",
+            ),
+            (
+                "https://example.com/a.env?RAW=1&Path=x&flag",
+                "https://example.com/a.env?RAW=1&Path=x&flag=",
+            ),
+            (
+                "https://example.com/a.env#token=abc",
+                "https://example.com/a.env",
+            ),
+            // Not a URL that parses: user-info and everything from the query on go.
+            (
+                "https://u:p@exa mple.com/x?token=abc",
+                "https://exa mple.com/x",
+            ),
+        ] {
+            assert_eq!(redact_url(raw), shown, "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_metric_label_carries_no_query() {
+        assert_eq!(
+            remote_label("https://t:x@example.com/a.env?ref=main&token=abc"),
+            "https://example.com/a.env"
+        );
+    }
 }

@@ -34,6 +34,7 @@ mod pod_security;
 mod process;
 mod protocol_fixtures;
 mod receivers;
+mod secrets;
 mod source_boundary;
 mod source_hardening;
 mod source_interop;

@@ -9,17 +9,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn binary() -> &'static str {
+pub(crate) fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_metahooks")
 }
 
 /// A `serve` process on ports the kernel chose (`127.0.0.1:0`), learnt from its start-up
 /// log lines: binding a port, letting it go and passing its number on would race with
 /// anything else binding one in between. Killed when dropped, however the test ends.
-struct Serving {
+pub(crate) struct Serving {
     child: std::process::Child,
-    hooks: String,
-    probes: String,
+    pub(crate) hooks: String,
+    pub(crate) probes: String,
     receivers: Option<String>,
     /// The stdout lines read so far.
     seen: Vec<String>,
@@ -30,7 +30,7 @@ impl Serving {
     /// Spawns `command` (which ends in `serve` and its flags) with the listen flags
     /// added, and reads its stdout until it says where it listens, which it does once it
     /// is ready.
-    fn start(mut command: Command, with_receivers: bool) -> Serving {
+    pub(crate) fn start(mut command: Command, with_receivers: bool) -> Serving {
         command.args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"]);
         if with_receivers {
             command.args(["--receiver-listen", "127.0.0.1:0"]);
@@ -81,10 +81,18 @@ impl Serving {
     }
 
     /// Every stdout line, once the process has ended (and so closed its stdout).
-    fn all_lines(&mut self) -> Vec<String> {
+    pub(crate) fn all_lines(&mut self) -> Vec<String> {
         let mut all = std::mem::take(&mut self.seen);
         all.extend(self.lines.iter());
         all
+    }
+}
+
+impl Serving {
+    /// Ends the process now (its stdout then closes).
+    pub(crate) fn child_kill(&mut self) -> std::io::Result<()> {
+        self.child.kill()?;
+        self.child.wait().map(|_| ())
     }
 }
 

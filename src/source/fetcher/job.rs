@@ -133,7 +133,7 @@ impl Job {
                 Location::Git { .. } => "git",
                 Location::Http { .. } => "http",
             };
-            let remote = crate::source::redact_url(request.location.url());
+            let remote = crate::source::remote_label(request.location.url());
             let remote = crate::telemetry::bounded(&remote);
             self.inner.metrics.job(
                 kind,
