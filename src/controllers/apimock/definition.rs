@@ -274,17 +274,26 @@ fn summarize(document: &Value, generation: Generation, warning: Option<String>) 
     let info = document
         .get("info")
         .and_then(|info| openapiv3::Info::deserialize(info).ok());
+    // What reaches status is bounded: a title can be most of a 1 MiB definition, and
+    // status holds it twice (the summary and the Validated message).
+    let shown = crate::controllers::common::bounds::shown;
+    use crate::controllers::common::bounds::{TITLE_CHARS, VERSION_CHARS};
     Summary {
-        openapi: document
-            .get(version_field)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        version: info
-            .as_ref()
-            .map(|info| info.version.clone())
-            .unwrap_or_default(),
-        title: info.map(|info| info.title).unwrap_or_default(),
+        openapi: shown(
+            document
+                .get(version_field)
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            VERSION_CHARS,
+        ),
+        version: shown(
+            info.as_ref().map_or("", |info| info.version.as_str()),
+            VERSION_CHARS,
+        ),
+        title: shown(
+            info.as_ref().map_or("", |info| info.title.as_str()),
+            TITLE_CHARS,
+        ),
         operations: u32::try_from(operations).unwrap_or(u32::MAX),
         warning,
     }
@@ -494,7 +503,20 @@ mod tests {
             "openapi: 3.0.3\ninfo: {{title: '{}', version: '1'}}\npaths: {{}}\n",
             "t".repeat(100_000)
         );
-        let weight = analysis_weight(&analyze(&long_title));
-        assert!(weight > 100_000, "the title is counted: {weight}");
+        let analysis = analyze(&long_title);
+        let Ok(summary) = &analysis.outcome else {
+            panic!("valid: {:?}", analysis.outcome);
+        };
+        // Only what status shows of the title is kept, and weighed.
+        assert!(
+            summary.title.ends_with("(cut: 100000 characters in all)"),
+            "{}",
+            summary.title
+        );
+        let weight = analysis_weight(&analysis);
+        assert!(
+            weight >= summary.title.len() as u64 && weight < 1_000,
+            "the title is counted: {weight}"
+        );
     }
 }

@@ -508,3 +508,34 @@ fn a_restarted_server_reports_what_runs_until_it_has_its_own_copy() {
         "asks again once its copy is read"
     );
 }
+
+#[test]
+fn a_title_and_version_as_long_as_the_definition_allows_are_cut_in_status() {
+    let title = "T".repeat(400 * 1024);
+    let version = "9".repeat(400 * 1024);
+    let definition =
+        format!("openapi: 3.0.3\ninfo: {{title: '{title}', version: '{version}'}}\npaths: {{}}\n");
+    let answer = Harness::new().sync(json!({ "definition": definition }), &[]);
+    assert_eq!(
+        condition(&answer, "Validated")["status"],
+        "True",
+        "{answer}"
+    );
+    let shown = &answer["status"]["definition"];
+    assert_eq!(
+        shown["title"],
+        format!(
+            "{}… (cut: {} characters in all)",
+            &title[..200],
+            title.len()
+        )
+    );
+    assert!(
+        shown["version"]
+            .as_str()
+            .is_some_and(|v| v.len() < 200 && v.ends_with("characters in all)")),
+        "{shown}"
+    );
+    let status_bytes = answer["status"].to_string().len();
+    assert!(status_bytes < 8 * 1024, "{status_bytes} bytes of status");
+}

@@ -17,6 +17,24 @@ pub const IMAGE_BYTES: usize = 1024;
 /// A Kubernetes object name (a Secret, a ConfigMap, a ConfigMap key).
 pub const NAME_BYTES: usize = 253;
 
+/// An OpenAPI definition's `info.title` as status shows it.
+pub const TITLE_CHARS: usize = 200;
+/// An OpenAPI definition's `info.version` (and its `openapi`/`swagger` field).
+pub const VERSION_CHARS: usize = 64;
+
+/// `text` as status may show it: at most `max_chars` characters, and when cut, a note
+/// of how long it was (so a reader knows it was cut, and by how much).
+pub fn shown(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!(
+            "{}… (cut: {} characters in all)",
+            &text[..cut],
+            text.chars().count()
+        ),
+    }
+}
+
 /// Refuses `value` of the field `field` when it is longer than `max` bytes, naming the
 /// field and the limit.
 ///
@@ -56,5 +74,12 @@ mod tests {
             Some("spec.x is 11 bytes long; at most 10 are allowed".to_owned())
         );
         assert!(check_optional("spec.y", None, 0).is_ok());
+    }
+
+    #[test]
+    fn a_shown_string_is_cut_on_a_character_and_says_so() {
+        assert_eq!(shown("Pets", 4), "Pets");
+        assert_eq!(shown("Petsé", 4), "Pets… (cut: 5 characters in all)");
+        assert_eq!(shown("éééé", 2), "éé… (cut: 4 characters in all)");
     }
 }
