@@ -983,11 +983,457 @@ def attack_sources():
     attack_disk_cap()
 
 
+# --- Squatting: connections, origin bytes, body shares (issue 55) ---------------------
+
+def connect_from(source, port, timeout=5):
+    """A connection to 127.0.0.1:`port` from the loopback address `source` (each one a
+    peer of its own to the server)."""
+    s = socket.socket()
+    s.settimeout(timeout)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def read_answer(s):
+    """Reads one HTTP/1.1 answer with a content-length; its status code."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise OSError("closed")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise OSError("closed")
+        body += chunk
+    return int(head.split(b" ")[1])
+
+
+SMALL_SYNC = apimock_request("openapi: 3.0.0\ninfo: {title: t, version: '1'}\npaths: {}\n", name="honest")
+
+
+def sync_bytes(body, close):
+    return (b"POST /apimock/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: {'close' if close else 'keep-alive'}\r\n\r\n".encode() + body)
+
+
+def raise_open_files():
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def probe_series(port, path, seconds, every, from_="127.0.0.1"):
+    """New connection per probe, 1 s timeout (as kubelet probes); (ok, asked)."""
+    ok = asked = 0
+    stop = time.time() + seconds
+    while time.time() < stop:
+        asked += 1
+        try:
+            s = connect_from(from_, port, timeout=1)
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            ok += 1 if read_answer(s) == 200 else 0
+            s.close()
+        except OSError:
+            pass
+        time.sleep(every)
+    return ok, asked
+
+
+def readyz_watch(server, stop, seen):
+    while time.time() < stop:
+        try:
+            code = get(server.probe, "/readyz", timeout=1)[0]
+        except OSError:
+            code = "error"
+        seen[code] = seen.get(code, 0) + 1
+        time.sleep(0.5)
+
+
+def attack_idle_probe_connections(count=64):
+    """64 connections to the probe port that each ask /healthz once and stay open, idle;
+    then kubelet-style probes (a new connection each, 1 s timeout) for 25 s."""
+    raise_open_files()
+    server = Server()
+    server.sampler = Sampler(server)
+    started = time.time()
+    held = []
+    for i in range(count):
+        s = connect_from(f"127.0.1.{i % 4 + 1}", server.probe)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_answer(s)
+        held.append(s)
+    ok, asked = probe_series(server.probe, "/readyz", 25, 0.25)
+    for s in held:
+        s.close()
+    report(f"probe port: {count} idle kept-alive connections (4 addresses)", server, started,
+           f"new probes answered 200 within 1 s: {ok}/{asked}")
+    finish(server)
+
+
+def attack_idle_hook_connections(count=1024, addresses=8):
+    """1024 hook connections from 8 addresses that each make one sync and stay open,
+    idle; then an honest sync on a new connection every 0.3 s for 25 s, /readyz watched."""
+    raise_open_files()
+    server = Server()
+    server.sampler = Sampler(server)
+    started = time.time()
+    held = []
+    request = sync_bytes(SMALL_SYNC, close=False)
+    for i in range(count):
+        try:
+            s = connect_from(f"127.0.2.{i % addresses + 1}", server.hook)
+            s.sendall(request)
+            read_answer(s)
+            held.append(s)
+        except OSError:
+            pass
+    seen = {}
+    watcher = threading.Thread(target=readyz_watch, args=(server, time.time() + 25, seen))
+    watcher.start()
+    ok = asked = 0
+    stop = time.time() + 25
+    honest = sync_bytes(SMALL_SYNC, close=True)
+    while time.time() < stop:
+        asked += 1
+        try:
+            s = connect_from("127.0.0.1", server.hook, timeout=5)
+            s.sendall(honest)
+            ok += 1 if read_answer(s) == 200 else 0
+            s.close()
+        except OSError:
+            pass
+        time.sleep(0.3)
+    watcher.join()
+    for s in held:
+        s.close()
+    report(f"hook port: {count} idle connections after one sync each ({addresses} addresses)", server, started,
+           f"honest syncs on new connections answered 200: {ok}/{asked}; /readyz {seen}",
+           f"{len(held)} held")
+    finish(server)
+
+
+def tls_files():
+    directory = tempfile.mkdtemp(prefix="metahooks-abuse-tls-")
+    cert, key = f"{directory}/tls.crt", f"{directory}/tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return cert, key
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+# HPACK without Huffman: :method POST (3), :scheme https (7), :path as a literal with
+# the indexed name :path (4), :authority likewise (1).
+def h2_headers(path):
+    literal = lambda index, value: bytes([index]) + bytes([len(value)]) + value
+    return b"\x83\x87" + literal(4, path) + literal(1, b"localhost")
+
+
+def h2_connection(port):
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    raw = socket.create_connection(("127.0.0.1", port), timeout=60)
+    s = context.wrap_socket(raw, server_hostname="localhost")
+    assert s.selected_alpn_protocol() == "h2", s.selected_alpn_protocol()
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0))
+    return s
+
+
+def attack_idle_h2(count=40, idle=15):
+    """40 HTTP/2 connections over TLS that each send one request and then nothing, with
+    --idle-timeout-seconds 15: when does the server close them?"""
+    cert, key = tls_files()
+    server = Server("--tls-cert-file", cert, "--tls-key-file", key, "--idle-timeout-seconds", str(idle))
+    server.sampler = Sampler(server)
+    started = time.time()
+    closed_at = []
+    lock = threading.Lock()
+
+    def one():
+        try:
+            s = h2_connection(server.hook)
+            body = SMALL_SYNC
+            s.sendall(h2_frame(1, 0x4, 1, h2_headers(b"/apimock/sync")) + h2_frame(0, 0x1, 1, body))
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass
+        with lock:
+            closed_at.append(time.time() - started)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    report(f"HTTP/2 over TLS: {count} connections idle after one request, idle timeout {idle} s", server, started,
+           f"{len(closed_at)}/{count} closed by the server, between {min(closed_at or [0]):.1f} and {max(closed_at or [0]):.1f} s")
+    finish(server)
+
+
+def attack_h2_rapid_reset(connections=20, streams=5000):
+    """HTTP/2 over TLS: each connection opens streams and resets them at once (CVE-2023-44487),
+    while a client syncs over HTTP/1.1."""
+    cert, key = tls_files()
+    server = Server("--tls-cert-file", cert, "--tls-key-file", key)
+    server.sampler = Sampler(server)
+    started = time.time()
+    goaway = [0]
+    sent = [0]
+    lock = threading.Lock()
+
+    def one():
+        try:
+            s = h2_connection(server.hook)
+            batch = b"".join(h2_frame(1, 0x4, 2 * i + 1, h2_headers(b"/apimock/sync"))
+                             + h2_frame(3, 0, 2 * i + 1, (8).to_bytes(4, "big")) for i in range(streams))
+            s.sendall(batch)
+            with lock:
+                sent[0] += streams
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if b"\x07\x00\x00\x00\x00\x00" in data:
+                    with lock:
+                        goaway[0] += 1
+                    break
+        except OSError:
+            pass
+
+    cpu_before = server.cpu_seconds()
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    cpu = server.cpu_seconds() - cpu_before
+    import ssl
+    honest = 0
+    for _ in range(20):
+        conn = http.client.HTTPSConnection("127.0.0.1", server.hook, timeout=5,
+                                           context=ssl._create_unverified_context())
+        try:
+            conn.request("POST", "/apimock/sync", body=SMALL_SYNC, headers={"Content-Type": "application/json"})
+            honest += 1 if conn.getresponse().status == 200 else 0
+        except (OSError, http.client.HTTPException):
+            pass
+        conn.close()
+    report(f"HTTP/2 over TLS: rapid reset, {connections} connections x {streams} streams", server, started,
+           f"GOAWAY on {goaway[0]}/{connections}; server CPU {cpu:.2f} s; honest syncs after 200: {honest}/20",
+           f"{sent[0]} streams sent")
+    finish(server)
+
+
+def attack_idle_receivers(count=64, pushes=8):
+    """64 receiver connections that each send one unsigned push (401) and stay open,
+    then 8 signed pushes on new connections."""
+    import hashlib
+    import hmac
+    secret = b"abuse-secret"
+    secret_file = tempfile.NamedTemporaryFile(delete=False)
+    secret_file.write(secret)
+    secret_file.close()
+    receiver = free_port()
+    server = sourced_server("--receiver-listen", f"127.0.0.1:{receiver}", "--receiver-secret-file", secret_file.name)
+    started = time.time()
+    held = []
+    unsigned = b'{"repository": {"clone_url": "https://git.example.com/o/r.git"}}'
+    for i in range(count):
+        s = connect_from(f"127.0.3.{i % 8 + 1}", receiver)
+        s.sendall(b"POST /receivers/github HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  + f"Content-Length: {len(unsigned)}\r\n\r\n".encode() + unsigned)
+        read_answer(s)
+        held.append(s)
+    codes = {}
+    for i in range(pushes):
+        body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": f"https://git.example.com/org/r{i}.git"}}).encode()
+        signature = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+        conn = http.client.HTTPConnection("127.0.0.1", receiver, timeout=10)
+        try:
+            conn.request("POST", "/receivers/github", body=body, headers={
+                "Content-Type": "application/json", "X-Hub-Signature-256": signature, "X-GitHub-Event": "push"})
+            code = conn.getresponse().status
+        except OSError:
+            code = "error"
+        conn.close()
+        codes[code] = codes.get(code, 0) + 1
+    for s in held:
+        s.close()
+    report(f"receivers: {count} idle connections after one unsigned push each", server, started,
+           f"signed pushes on new connections answered {codes}")
+    finish(server)
+    os.unlink(secret_file.name)
+
+
+ENDLESS = {
+    "gzip header whose file name never ends": (
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nConnection: close\r\n\r\n\x1f\x8b\x08\x08\x00\x00\x00\x00\x00\xff",
+        b"a" * 65536),
+    "endless empty deflate blocks": (
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nConnection: close\r\n\r\n\x78\x01",
+        b"\x00\x00\x00\xff\xff" * 13107),
+    "endless 100 Continue heads": (b"", b"HTTP/1.1 100 Continue\r\n\r\n" * 2048),
+}
+
+
+def endless_origin(head, piece, sent, lock):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+
+    def serve(conn):
+        try:
+            conn.recv(65536)
+            conn.sendall(head)
+            while True:
+                conn.sendall(piece)
+                with lock:
+                    sent[0] += len(piece)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
+def hook_p99(server, seconds):
+    """p99 of honest APIMock syncs, one at a time, for `seconds`."""
+    times = []
+    stop = time.time() + seconds
+    while time.time() < stop:
+        t0 = time.time()
+        try:
+            post(server.hook, "/apimock/sync", SMALL_SYNC, timeout=10)
+        except OSError:
+            pass
+        times.append(time.time() - t0)
+        time.sleep(0.02)
+    times.sort()
+    return times[int(len(times) * 0.99) - 1] * 1000 if times else 0
+
+
+def attack_endless_origins(sources=8):
+    """8 HTTP sources on an origin that sends without end, for each way of sending
+    nothing useful; what the origin got out, the server's CPU, and the p99 of honest
+    hook calls beside it against the same server's before."""
+    for name, (head, piece) in ENDLESS.items():
+        sent, lock = [0], threading.Lock()
+        origin = endless_origin(head, piece, sent, lock)
+        port = origin.getsockname()[1]
+        server = sourced_server()
+        baseline = hook_p99(server, 5)
+        started = time.time()
+        cpu_before = server.cpu_seconds()
+        requests = [service_request(f"e{i}", {"http": {"url": f"http://127.0.0.1:{port}/app{i}.env"}}, interval=10)
+                    for i in range(sources)]
+        outcomes = {}
+        during = [0.0]
+        measuring = threading.Thread(target=lambda: during.__setitem__(0, hook_p99(server, 15)))
+        measuring.start()
+        for request in requests:
+            outcome, _ = sync_until_fetched(server, request, limit=60)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        measuring.join()
+        cpu = server.cpu_seconds() - cpu_before
+        report(f"{sources} HTTP sources on an origin: {name}", server, started,
+               f"{outcomes}; server CPU {cpu:.1f} s; honest hook p99 {baseline:.1f} ms before, {during[0]:.1f} ms during",
+               f"origin got out {sent[0] / 2**20:.0f} MiB")
+        finish(server)
+        origin.close()
+
+
+def attack_body_shares(connections=5, rounds=3):
+    """One address holds 5 bodies of 32 MiB open (all but the last byte, until 408), again
+    and again, while another address syncs: how many of its calls get 429?"""
+    server = Server("--body-read-timeout-seconds", "5")
+    server.sampler = Sampler(server)
+    started = time.time()
+    stop = time.time() + 5 * rounds + 3
+    declared = 32 * 1024 * 1024
+    answers = {}
+    lock = threading.Lock()
+
+    def hold():
+        while time.time() < stop:
+            try:
+                s = connect_from("127.0.4.1", server.hook, timeout=30)
+                s.sendall(b"POST /apimock/sync HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          + f"Content-Length: {declared}\r\n\r\n".encode())
+                chunk = b" " * (1 << 20)
+                for _ in range(31):
+                    s.sendall(chunk)
+                s.sendall(b" " * ((1 << 20) - 1))
+                code = read_answer(s)
+            except OSError:
+                code = "closed"
+            with lock:
+                answers[code] = answers.get(code, 0) + 1
+
+    holders = [threading.Thread(target=hold, daemon=True) for _ in range(connections)]
+    for t in holders:
+        t.start()
+    codes = {}
+    honest = sync_bytes(SMALL_SYNC, close=True)
+    while time.time() < stop:
+        try:
+            s = connect_from("127.0.0.1", server.hook, timeout=10)
+            s.sendall(honest)
+            code = read_answer(s)
+            s.close()
+        except OSError:
+            code = "error"
+        codes[code] = codes.get(code, 0) + 1
+        time.sleep(0.1)
+    for t in holders:
+        t.join(timeout=60)
+    report(f"body budget: one address holds {connections} bodies of 32 MiB open, again and again", server, started,
+           f"another address's syncs: {codes}", f"the holder's calls: {answers}")
+    finish(server)
+
+
+def attack_squatting():
+    attack_idle_probe_connections()
+    attack_idle_hook_connections()
+    attack_idle_h2()
+    attack_h2_rapid_reset()
+    attack_idle_receivers()
+    attack_endless_origins()
+    attack_body_shares()
+
+
 def main():
     # ABUSE_ONLY=sources (or bounds) runs that group alone; ABUSE_ONLY=<function> one attack.
     only = os.environ.get("ABUSE_ONLY")
     if only:
-        groups = {"sources": attack_sources, "bounds": attack_bounds}
+        groups = {"sources": attack_sources, "bounds": attack_bounds, "squatting": attack_squatting}
         (groups.get(only) or globals()[only])()
         return table()
     attack_definition("YAML nested alias bomb (anchors of anchors, 100^6 nodes)", nested_alias_bomb(6, 100, pad=32 * 1024))
@@ -1002,6 +1448,7 @@ def main():
     attack_tree_bomb()
     attack_sources()
     attack_bounds()
+    attack_squatting()
     table()
 
 

@@ -600,17 +600,42 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn endless_informational_heads_are_cut_at_the_download_cap() {
+    async fn endless_informational_heads_are_cut_long_before_the_download_cap() {
         let (fetched, sent) = endless(
             b"",
             b"HTTP/1.1 100 Continue\r\nx-filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n".to_vec(),
         )
         .await;
         assert!(
-            matches!(fetched, Err(FetchError::TooLarge { limit, .. }) if limit == 4 * 1024 * 1024),
+            matches!(&fetched, Err(FetchError::TooLarge { limit, what })
+                if *limit == client::HEAD_BYTES && what.contains("answer heads")),
             "{fetched:?}"
         );
-        // What the origin got out is the cap and what the sockets' buffers held.
+        // What the origin got out is the cut and what the sockets' buffers held.
+        assert!(
+            sent < client::HEAD_BYTES + 32 * 1024 * 1024,
+            "{sent} bytes sent"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_endless_body_is_cut_at_the_download_cap() {
+        let limits = SourceLimits {
+            // The file limit above the download cap, so that the cap is what cuts.
+            config_bytes: 64 * 1024 * 1024,
+            ..endless_limits()
+        };
+        let (address, sent) = serve_endless(
+            b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_vec(),
+            vec![b'A'; 64 * 1024],
+        )
+        .await;
+        let fetched = get(loopback(limits), &format!("http://{address}/app.env"), None).await;
+        assert!(
+            matches!(&fetched, Err(FetchError::TooLarge { limit, .. }) if *limit == 4 * 1024 * 1024),
+            "{fetched:?}"
+        );
+        let sent = sent.load(Ordering::SeqCst);
         assert!(
             sent < 4 * 1024 * 1024 + 32 * 1024 * 1024,
             "{sent} bytes sent"

@@ -2,14 +2,18 @@
 //! too) or deflate (zlib), compared without regard to case as RFC 9110 has it; any
 //! other coding is refused by name, never taken for the content.
 //!
-//! A decoder that takes bytes and gives nothing back (a gzip header whose name never
-//! ends, endless empty blocks) is cut off after [`STALL_BYTES`] in a row: honest
-//! compressed data never goes that long without a byte of output.
+//! A decoder that takes bytes and gives little or nothing back (a gzip header whose name
+//! never ends, endless empty blocks, empty blocks with a byte between them) is cut off
+//! once what it took passes [`SLACK_BYTES`] plus [`BYTES_IN_PER_BYTE_OUT`] times what it
+//! gave: honest compressed data gives more than it takes, and stored data as much.
 
 use std::io::Write;
 
-/// Compressed bytes in a row that may decode to nothing.
-pub const STALL_BYTES: u64 = 1024 * 1024;
+/// Compressed bytes that may be taken before output must keep pace (a gzip header with
+/// its optional fields, a first block's tables).
+pub const SLACK_BYTES: u64 = 64 * 1024;
+/// Compressed bytes taken per byte given, at most, past the slack.
+pub const BYTES_IN_PER_BYTE_OUT: u64 = 4;
 
 /// Why an answer's coding cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,15 +31,17 @@ pub enum CodingError {
         /// The decoder's words.
         detail: String,
     },
-    /// Input that gives no output, past [`STALL_BYTES`].
+    /// Input that gives (almost) no output (see the module docs).
     #[error(
-        "the answer's {coding} data decodes to nothing: {consumed} compressed bytes in a row gave no output"
+        "the answer's {coding} data decodes to nothing: {consumed} compressed bytes gave {produced} bytes"
     )]
     Stalled {
         /// `gzip` or `deflate`.
         coding: &'static str,
-        /// Bytes taken with no output.
+        /// Bytes taken.
         consumed: u64,
+        /// Bytes given.
+        produced: u64,
     },
 }
 
@@ -49,8 +55,10 @@ pub enum Decoder {
         coding: &'static str,
         /// The decoder.
         inner: Box<Inflater>,
-        /// Bytes taken since the last byte of output.
-        since_output: u64,
+        /// Bytes taken so far.
+        consumed: u64,
+        /// Bytes given so far.
+        produced: u64,
     },
 }
 
@@ -88,7 +96,8 @@ impl Decoder {
         Decoder::Inflate {
             coding,
             inner: Box::new(inner),
-            since_output: 0,
+            consumed: 0,
+            produced: 0,
         }
     }
 
@@ -102,7 +111,8 @@ impl Decoder {
             Decoder::Inflate {
                 coding,
                 inner,
-                since_output,
+                consumed,
+                produced,
             } => {
                 let coding = *coding;
                 let invalid = |e: std::io::Error| CodingError::Invalid {
@@ -119,16 +129,16 @@ impl Decoder {
                         std::mem::take(decoder.get_mut())
                     }
                 };
-                if output.is_empty() {
-                    *since_output += input.len() as u64;
-                    if *since_output > STALL_BYTES {
-                        return Err(CodingError::Stalled {
-                            coding,
-                            consumed: *since_output,
-                        });
-                    }
-                } else {
-                    *since_output = 0;
+                *consumed += input.len() as u64;
+                *produced += output.len() as u64;
+                let allowed =
+                    SLACK_BYTES.saturating_add(produced.saturating_mul(BYTES_IN_PER_BYTE_OUT));
+                if *consumed > allowed {
+                    return Err(CodingError::Stalled {
+                        coding,
+                        consumed: *consumed,
+                        produced: *produced,
+                    });
                 }
                 Ok(output)
             }
@@ -229,11 +239,11 @@ mod tests {
                 Err(error) => break error,
             }
             pushed += name.len() as u64;
-            assert!(pushed < 4 * STALL_BYTES, "never cut off");
+            assert!(pushed < 4 * SLACK_BYTES, "never cut off");
         };
-        // flate2 bounds a header field itself; else the stall rule would.
+        // flate2 bounds a header field itself; else the pace rule would.
         assert!(
-            matches!(error, CodingError::Stalled { consumed, .. } if consumed > STALL_BYTES)
+            matches!(error, CodingError::Stalled { consumed, .. } if consumed > SLACK_BYTES)
                 || error.to_string().contains("header field too long"),
             "{error}"
         );
@@ -253,9 +263,46 @@ mod tests {
                 Err(error) => break error,
             }
             pushed += blocks.len() as u64;
-            assert!(pushed < 4 * STALL_BYTES, "never cut off");
+            assert!(pushed < 4 * SLACK_BYTES, "never cut off");
         };
         assert!(matches!(error, CodingError::Stalled { .. }), "{error}");
+    }
+
+    #[test]
+    fn empty_blocks_with_a_byte_between_them_are_cut_off_too() {
+        // A zlib header, then again and again: 64 empty stored blocks and a stored block
+        // of one byte. Output never stops, but falls ever further behind.
+        let mut decoder = Decoder::for_coding(Some("deflate")).unwrap();
+        assert!(decoder.push(&[0x78, 0x01]).unwrap().is_empty());
+        let mut round = [0x00u8, 0x00, 0x00, 0xff, 0xff].repeat(64);
+        round.extend_from_slice(&[0x00, 0x01, 0x00, 0xfe, 0xff, b'x']);
+        let mut pushed = 0u64;
+        let error = loop {
+            match decoder.push(&round) {
+                Ok(_) => {}
+                Err(error) => break error,
+            }
+            pushed += round.len() as u64;
+            assert!(pushed < 4 * SLACK_BYTES, "never cut off");
+        };
+        assert!(
+            matches!(error, CodingError::Stalled { produced, .. } if produced > 0),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn stored_data_is_given_as_fast_as_it_is_taken() {
+        // Incompressible data is stored: about as many bytes out as in.
+        let mut noise = Vec::with_capacity(1 << 20);
+        let mut state = 0x2545_f491_u32;
+        for _ in 0..(1 << 20) {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            noise.push(state as u8);
+        }
+        assert_eq!(decode("gzip", &gzip(&noise)).unwrap(), noise);
     }
 
     #[test]

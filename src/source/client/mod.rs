@@ -33,12 +33,21 @@ use super::tls::TlsMaterial;
 /// The codings asked for: what [`decode`] reads.
 const ACCEPTED_CODINGS: &str = "gzip, deflate";
 
+/// Bytes that may arrive between sending a request and its final answer's head: `1xx`
+/// answers and the head itself. hyper bounds one head (about 400 KiB) but not how many
+/// `1xx` answers come before it, and parsing them costs the server's async threads, so
+/// endless ones are cut here, long before the download cap.
+pub const HEAD_BYTES: u64 = 1024 * 1024;
+
 /// What one fetch may receive and spend, and what it has so far; shared by every
 /// connection and task of the fetch.
 pub struct Meter {
     shown: String,
     received: AtomicU64,
     cap: u64,
+    /// While a request waits for its answer: the total at which the heads are too long
+    /// (0: no answer awaited).
+    heads_until: AtomicU64,
     cpu_nanos: AtomicU64,
     cpu_cap: Duration,
     refusal: Mutex<Option<FetchError>>,
@@ -52,6 +61,7 @@ impl Meter {
             shown: shown.to_owned(),
             received: AtomicU64::new(0),
             cap,
+            heads_until: AtomicU64::new(0),
             cpu_nanos: AtomicU64::new(0),
             cpu_cap: cpu,
             refusal: Mutex::new(None),
@@ -76,7 +86,24 @@ impl Meter {
                 limit: self.cap,
             }));
         }
+        let heads_until = self.heads_until.load(Ordering::SeqCst);
+        if heads_until != 0 && total > heads_until {
+            return Err(self.refuse(FetchError::TooLarge {
+                what: format!("the answer heads from {}", self.shown),
+                limit: HEAD_BYTES,
+            }));
+        }
         Ok(())
+    }
+
+    /// From now until [`Meter::answered`], at most [`HEAD_BYTES`] more may arrive.
+    fn awaiting_answer(&self) {
+        let until = self.received().saturating_add(HEAD_BYTES).max(1);
+        self.heads_until.store(until, Ordering::SeqCst);
+    }
+
+    fn answered(&self) {
+        self.heads_until.store(0, Ordering::SeqCst);
     }
 
     fn add_cpu(&self, spent: Duration) {
@@ -189,6 +216,7 @@ impl HttpClient {
         .build(https);
         MeteredClient {
             client,
+            meter: meter.clone(),
             policy: self.policy.clone(),
             user_agent: self.user_agent.clone(),
         }
@@ -198,6 +226,7 @@ impl HttpClient {
 /// One fetch's client (see [`HttpClient::metered`]).
 pub struct MeteredClient {
     client: legacy::Client<hyper_rustls::HttpsConnector<connector::Route>, Full<Bytes>>,
+    meter: Arc<Meter>,
     policy: Arc<Policy>,
     user_agent: http::HeaderValue,
 }
@@ -293,7 +322,10 @@ impl MeteredClient {
                 .headers_mut()
                 .insert(PROXY_AUTHORIZATION, authorization);
         }
-        self.client.request(request).await.map_err(SendError)
+        self.meter.awaiting_answer();
+        let answer = self.client.request(request).await.map_err(SendError);
+        self.meter.answered();
+        answer
     }
 }
 
