@@ -925,22 +925,10 @@ def attack_future_dated():
     daemon.terminate()
 
 
-def attack_receiver_slots(count=16, pushes=6):
-    """16 unsigned senders that never finish their bodies, then 6 signed pushes."""
+def signed_pushes(receiver, secret, pushes):
+    """`pushes` GitHub pushes signed with `secret`, each on a new connection; the codes."""
     import hashlib
     import hmac
-    secret = b"abuse-secret"
-    secret_file = tempfile.NamedTemporaryFile(delete=False)
-    secret_file.write(secret)
-    secret_file.close()
-    receiver = free_port()
-    server = sourced_server("--receiver-listen", f"127.0.0.1:{receiver}", "--receiver-secret-file", secret_file.name)
-    started = time.time()
-    stalled = []
-    for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", receiver))
-        s.sendall(b"POST /receivers/github HTTP/1.1\r\nHost: x\r\ncontent-length: 100000\r\n\r\n{")
-        stalled.append(s)
     codes = {}
     for i in range(pushes):
         body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": f"https://git.example.com/org/r{i}.git"}}).encode()
@@ -954,6 +942,24 @@ def attack_receiver_slots(count=16, pushes=6):
             code = "error"
         conn.close()
         codes[code] = codes.get(code, 0) + 1
+    return codes
+
+
+def attack_receiver_slots(count=16, pushes=6):
+    """16 unsigned senders that never finish their bodies, then 6 signed pushes."""
+    secret = b"abuse-secret"
+    secret_file = tempfile.NamedTemporaryFile(delete=False)
+    secret_file.write(secret)
+    secret_file.close()
+    receiver = free_port()
+    server = sourced_server("--receiver-listen", f"127.0.0.1:{receiver}", "--receiver-secret-file", secret_file.name)
+    started = time.time()
+    stalled = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", receiver))
+        s.sendall(b"POST /receivers/github HTTP/1.1\r\nHost: x\r\ncontent-length: 100000\r\n\r\n{")
+        stalled.append(s)
+    codes = signed_pushes(receiver, secret, pushes)
     for s in stalled:
         s.close()
     report(f"receivers: {count} unsigned stalled senders, then {pushes} signed pushes", server, started,
@@ -1245,8 +1251,6 @@ def attack_h2_rapid_reset(connections=20, streams=5000):
 def attack_idle_receivers(count=64, pushes=8):
     """64 receiver connections that each send one unsigned push (401) and stay open,
     then 8 signed pushes on new connections."""
-    import hashlib
-    import hmac
     secret = b"abuse-secret"
     secret_file = tempfile.NamedTemporaryFile(delete=False)
     secret_file.write(secret)
@@ -1262,19 +1266,7 @@ def attack_idle_receivers(count=64, pushes=8):
                   + f"Content-Length: {len(unsigned)}\r\n\r\n".encode() + unsigned)
         read_answer(s)
         held.append(s)
-    codes = {}
-    for i in range(pushes):
-        body = json.dumps({"ref": "refs/heads/main", "repository": {"clone_url": f"https://git.example.com/org/r{i}.git"}}).encode()
-        signature = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-        conn = http.client.HTTPConnection("127.0.0.1", receiver, timeout=10)
-        try:
-            conn.request("POST", "/receivers/github", body=body, headers={
-                "Content-Type": "application/json", "X-Hub-Signature-256": signature, "X-GitHub-Event": "push"})
-            code = conn.getresponse().status
-        except OSError:
-            code = "error"
-        conn.close()
-        codes[code] = codes.get(code, 0) + 1
+    codes = signed_pushes(receiver, secret, pushes)
     for s in held:
         s.close()
     report(f"receivers: {count} idle connections after one unsigned push each", server, started,
