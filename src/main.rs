@@ -63,6 +63,12 @@ fn write_out(text: &str) -> anyhow::Result<()> {
 /// `metahooks serve`: the hook server (and the push receivers when configured) until
 /// SIGTERM or Ctrl-C.
 fn serve(args: &metahooks::cli::ServeArgs) -> anyhow::Result<()> {
+    use metahooks::cli::environment;
+    environment::check(
+        environment::process_names(),
+        &environment::serve_variables(),
+    )?;
+    environment::check_log_level(&args.log_level)?;
     // Held to the end: dropping it writes out the log lines still buffered.
     let _log = metahooks::telemetry::init(args.log_format, &args.log_level)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -128,9 +128,11 @@ pub fn serve_settings_with_receivers(
         _ => None,
     };
     let push_resync = receivers.as_ref().map(|_| args.receiver_resync_seconds);
+    let sources = source_settings(&args.controllers)?;
+    log_effective_policy(args, &settings, &sources);
     let fetcher = Fetcher::start(FetcherSettings {
         push_resync_seconds: push_resync,
-        ..source_settings(&args.controllers)?
+        ..sources
     })
     .context("cannot start the source fetcher")?;
     let controllers = ControllerSettings {
@@ -140,6 +142,77 @@ pub fn serve_settings_with_receivers(
     };
     let registry = Registry::standard(controllers).with_sources(std::sync::Arc::new(fetcher));
     Ok((settings, registry, receivers))
+}
+
+/// The first lines of a server's log: the policy and limits in force, as they came out of
+/// flags, variables and defaults, so that a hardening that is off shows (an empty list
+/// reads `any`).
+fn log_effective_policy(args: &ServeArgs, settings: &ServerSettings, sources: &FetcherSettings) {
+    let list = |values: &[String]| {
+        if values.is_empty() {
+            "any".to_owned()
+        } else {
+            values.join(",")
+        }
+    };
+    let controllers = &args.controllers;
+    tracing::info!(
+        ingress_hosts = %list(&controllers.ingress_host),
+        ingress_classes = %list(&controllers.ingress_class),
+        child_annotations = %list(&controllers.child_annotation),
+        service_types = %list(&controllers.service_type),
+        deny_secret_env = controllers.deny_secret_env,
+        mock_image = %controllers.mock_image,
+        "policy for what CRs may create"
+    );
+    let policy = &sources.policy;
+    let schemes: Vec<String> = std::iter::once("https".to_owned())
+        .chain(policy.extra_schemes.iter().cloned())
+        .collect();
+    let cidrs: Vec<String> = policy.allow_cidrs.iter().map(ToString::to_string).collect();
+    let hosts: Vec<String> = policy
+        .allow_hosts
+        .iter()
+        .map(|h| String::from(h.clone()))
+        .collect();
+    let none = |values: Vec<String>| {
+        if values.is_empty() {
+            "none".to_owned()
+        } else {
+            values.join(",")
+        }
+    };
+    let proxy = |proxy: &Option<crate::source::proxy::ProxyUrl>| {
+        proxy.as_ref().map_or("none".to_owned(), |p| p.shown())
+    };
+    tracing::info!(
+        schemes = %schemes.join(","),
+        allow_private_addresses = policy.allow_private_addresses,
+        allow_cidrs = %none(cidrs),
+        allow_hosts = %none(hosts),
+        https_proxy = %proxy(&policy.proxies.https),
+        http_proxy = %proxy(&policy.proxies.http),
+        no_proxy = %none(policy.proxies.no_proxy.clone()),
+        source_ca_file = policy.source_ca_pem.is_some(),
+        download_bytes = policy.limits.download_bytes,
+        fetch_timeout_seconds = policy.limits.timeout_seconds,
+        fetch_workers = sources.workers,
+        fetch_workers_per_namespace = sources.workers_per_namespace,
+        "policy for sources"
+    );
+    let limits = &settings.limits;
+    tracing::info!(
+        auth = settings.auth.is_some(),
+        tls = settings.tls.is_some(),
+        body_limit_bytes = limits.body_bytes,
+        body_budget_bytes = limits.body_budget_bytes,
+        body_budget_per_client_bytes = limits.body_budget_per_client_bytes,
+        max_in_flight = limits.max_in_flight,
+        deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
+        max_connections = limits.max_connections,
+        max_connections_per_peer = limits.max_connections_per_peer,
+        "limits of hook calls"
+    );
 }
 
 /// The egress proxies: `--source-proxy`, else the process environment's.

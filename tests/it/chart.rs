@@ -13,7 +13,7 @@ use super::manifests::{hook_namespaces, render, validate_built_in};
 /// The chart rendered as release `metahooks` into `namespace`, with `values` (a file under
 /// the chart), or None when the renderer is not installed.
 fn render_chart(namespace: &str, values: Option<&str>) -> Option<Vec<Value>> {
-    let python = support::oracles::tool("METAHOOKS_HELM_PYTHON")?;
+    let python = support::oracles::tool("MHTEST_HELM_PYTHON")?;
     let repo = support::repo_dir();
     let chart = repo.join("charts/metahooks");
     let mut command = std::process::Command::new(python);

@@ -95,13 +95,13 @@ fn users_example_report_matches_the_golden_text() {
     let output = emulate(&["-f", example.to_str().unwrap(), "--no-timing"]);
     assert!(output.status.success(), "{}", stdout(&output));
     let golden = support::repo_dir().join("hooks-tests/emulate/users.api-mock.txt");
-    if std::env::var("METAHOOKS_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+    if std::env::var("MHTEST_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
         std::fs::write(&golden, stdout(&output)).unwrap();
     }
     let expected = std::fs::read_to_string(&golden).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (METAHOOKS_UPDATE_GOLDEN=1 writes it)",
+            "{}: {e} (MHTEST_UPDATE_GOLDEN=1 writes it)",
             golden.display()
         )
     });

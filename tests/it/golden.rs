@@ -3,7 +3,7 @@
 //! Each request is posted to the real router (clock fixed at `support::golden_now`) and
 //! the answer must equal the stored response exactly. `hooks-tests/run.sh` is run too,
 //! against a live server with the real clock, so the curl path users copy stays honest.
-//! Requests are built by `build_cases` below; set `METAHOOKS_UPDATE_GOLDEN=1` to rewrite
+//! Requests are built by `build_cases` below; set `MHTEST_UPDATE_GOLDEN=1` to rewrite
 //! the files after an intended change, then review the diff.
 
 use crate::support;
@@ -74,7 +74,7 @@ async fn golden_cases_match_exactly() {
     let server = support::start_standard(Clock::Fixed(support::golden_now())).await;
     let base = format!("http://{}", server.hook_addr);
     let client = reqwest::Client::new();
-    if std::env::var("METAHOOKS_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+    if std::env::var("MHTEST_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
         for (controller, case, request) in build_cases(&client, &base).await {
             let dir = cases_dir().join(controller).join(case);
             std::fs::create_dir_all(&dir).expect("case dir");

@@ -12,16 +12,16 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 use support::servers::{GitDaemon, Repo};
 
-/// promtool from `METAHOOKS_PROMTOOL` or PATH; required when oracles are.
+/// promtool from `MHTEST_PROMTOOL` or PATH; required when oracles are.
 fn promtool() -> Option<String> {
-    let program = std::env::var("METAHOOKS_PROMTOOL").unwrap_or_else(|_| "promtool".to_owned());
+    let program = std::env::var("MHTEST_PROMTOOL").unwrap_or_else(|_| "promtool".to_owned());
     let found = Command::new(&program)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
         assert!(
-            std::env::var_os("METAHOOKS_REQUIRE_ORACLES").is_none(),
+            std::env::var_os("MHTEST_REQUIRE_ORACLES").is_none(),
             "promtool is required: scripts/test.sh installs it (Debian's prometheus package)"
         );
         return None;

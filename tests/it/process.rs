@@ -22,7 +22,7 @@ pub(crate) struct Serving {
     pub(crate) probes: String,
     receivers: Option<String>,
     /// The stdout lines read so far.
-    seen: Vec<String>,
+    pub(crate) seen: Vec<String>,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
@@ -552,6 +552,75 @@ fn a_startup_error_says_its_cause_once() {
         "{stderr}"
     );
     assert_eq!(line.matches("in use").count(), 1, "{line}");
+}
+
+#[test]
+fn a_misspelt_variable_or_log_level_stops_serve_before_it_starts() {
+    let refused = |variable: (&str, &str), args: &[&str]| {
+        let output = Command::new(binary())
+            .env(variable.0, variable.1)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--probe-listen",
+                "127.0.0.1:0",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "started");
+        assert!(output.stdout.is_empty(), "logged before refusing");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let typo = refused(("METAHOOKS_INGRES_HOST", "*.example.com"), &[]);
+    assert!(
+        typo.contains("unknown environment variable METAHOOKS_INGRES_HOST (did you mean METAHOOKS_INGRESS_HOST?)"),
+        "{typo}"
+    );
+    let level = refused(("HOME", "/root"), &["--log-level", "debugg"]);
+    assert!(level.contains("--log-level \"debugg\""), "{level}");
+    assert!(level.contains("did you mean debug?"), "{level}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_log_lines_state_the_policy_in_force() {
+    let mut command = Command::new(binary());
+    command
+        .env("METAHOOKS_INGRESS_HOST", "*.mocks.example.com")
+        .args([
+            "serve",
+            "--allow-cidr",
+            "10.0.0.0/8",
+            "--service-type",
+            "ClusterIP",
+        ]);
+    let server = Serving::start(command, false);
+    let lines: Vec<Value> = server
+        .seen
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_default())
+        .collect();
+    let line = |message: &str| {
+        lines
+            .iter()
+            .find(|l| l["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} line in {lines:#?}"))
+            .clone()
+    };
+    let children = line("policy for what CRs may create");
+    assert_eq!(children["ingress_hosts"], "*.mocks.example.com");
+    assert_eq!(children["service_types"], "ClusterIP");
+    assert_eq!(children["ingress_classes"], "any");
+    assert_eq!(children["deny_secret_env"], false);
+    let sources = line("policy for sources");
+    assert_eq!(sources["schemes"], "https");
+    assert_eq!(sources["allow_cidrs"], "10.0.0.0/8");
+    assert_eq!(sources["allow_private_addresses"], false);
+    assert_eq!(sources["https_proxy"], "none");
+    let limits = line("limits of hook calls");
+    assert_eq!(limits["auth"], false);
+    assert_eq!(limits["max_connections_per_peer"], 256);
 }
 
 #[test]

@@ -134,7 +134,7 @@ fn text(state: &SourceState) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sources_reach_their_origins_only_through_the_egress_proxy() {
-    let Some(program) = support::oracles::tool("METAHOOKS_TINYPROXY") else {
+    let Some(program) = support::oracles::tool("MHTEST_TINYPROXY") else {
         return;
     };
     let proxy = Tinyproxy::start(program);

@@ -389,10 +389,10 @@ struct Tools {
 
 fn tools() -> Option<Tools> {
     Some(Tools {
-        apache: support::oracles::tool("METAHOOKS_APACHE")?,
-        nginx: support::oracles::tool("METAHOOKS_NGINX")?,
-        fcgiwrap: support::oracles::tool("METAHOOKS_FCGIWRAP")?,
-        fcgi_libs: support::oracles::tool("METAHOOKS_FCGI_LIBS")?,
+        apache: support::oracles::tool("MHTEST_APACHE")?,
+        nginx: support::oracles::tool("MHTEST_NGINX")?,
+        fcgiwrap: support::oracles::tool("MHTEST_FCGIWRAP")?,
+        fcgi_libs: support::oracles::tool("MHTEST_FCGI_LIBS")?,
     })
 }
 

@@ -1,12 +1,12 @@
 //! External programs the tests compare against (kubernetes-validate, Prism). The test
-//! command (`scripts/test.sh`) installs pinned versions and sets `METAHOOKS_REQUIRE_ORACLES=1`;
+//! command (`scripts/test.sh`) installs pinned versions and sets `MHTEST_REQUIRE_ORACLES=1`;
 //! then a missing tool fails the test. A plain `cargo test` skips those checks loudly.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub fn required() -> bool {
-    std::env::var("METAHOOKS_REQUIRE_ORACLES").is_ok_and(|v| v == "1")
+    std::env::var("MHTEST_REQUIRE_ORACLES").is_ok_and(|v| v == "1")
 }
 
 /// The path of a tool named by an environment variable, or `None` (with a note) when
@@ -49,7 +49,7 @@ pub fn kubernetes_validate(
     objects: &[serde_json::Value],
     versions: &[&str],
 ) -> Option<Vec<String>> {
-    let tool = tool("METAHOOKS_KUBERNETES_VALIDATE")?;
+    let tool = tool("MHTEST_KUBERNETES_VALIDATE")?;
     let dir = tempfile::tempdir().expect("temp dir");
     let mut files = Vec::new();
     for (index, object) in objects.iter().enumerate() {

@@ -538,7 +538,7 @@ pub fn sshd_program() -> Option<PathBuf> {
         .find(|p| p.exists());
     if found.is_none() {
         assert!(
-            std::env::var_os("METAHOOKS_REQUIRE_ORACLES").is_none(),
+            std::env::var_os("MHTEST_REQUIRE_ORACLES").is_none(),
             "sshd (openssh-server) is required: scripts/test.sh installs it"
         );
     }
