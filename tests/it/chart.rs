@@ -1,5 +1,5 @@
 //! The Helm chart (`charts/metahooks`) as a platform team installs it, rendered offline by
-//! Helm's own library (the pinned `helm-python-sdk`, after `helm lint --strict`): with the
+//! the real `helm` (pinned by the test command, after `helm lint --strict`): with the
 //! defaults it is the kustomize base, object for object (but the Namespace, which Helm's
 //! `--create-namespace` makes); both ways each object passes `kubernetes-validate
 //! --strict`, and with every value set the values land where they should.
@@ -11,27 +11,51 @@ use serde_json::Value;
 use super::manifests::{hook_namespaces, render, validate_built_in};
 
 /// The chart rendered as release `metahooks` into `namespace`, with `values` (a file under
-/// the chart), or None when the renderer is not installed.
+/// the chart), or None when helm is not installed. `helm lint --strict` must pass first.
 fn render_chart(namespace: &str, values: Option<&str>) -> Option<Vec<Value>> {
-    let python = support::oracles::tool("MHTEST_HELM_PYTHON")?;
-    let repo = support::repo_dir();
-    let chart = repo.join("charts/metahooks");
-    let mut command = std::process::Command::new(python);
-    command
-        .arg(repo.join("scripts/oracles/render_chart.py"))
-        .arg(&chart)
-        .args(["metahooks", namespace]);
-    if let Some(values) = values {
-        command.arg(chart.join(values));
-    }
-    let output = command.output().expect("the chart renderer runs");
-    assert!(
-        output.status.success(),
-        "helm lint or render failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).unwrap();
+    let chart = support::repo_dir().join("charts/metahooks");
+    let values = values.map(|v| chart.join(v));
+    let text = helm_template(&chart, namespace, values.as_deref(), &[])
+        .map(|r| r.unwrap_or_else(|error| panic!("helm lint or template failed:\n{error}")))?;
     Some(support::yaml_documents(&text, "the rendered chart"))
+}
+
+/// `helm lint --strict`, then `helm template` with the CRDs, of `chart` as release
+/// `metahooks` into `namespace` with a values file and `--set` pairs; the rendered
+/// stream, or what helm said when either failed; None without helm.
+pub(crate) fn helm_template(
+    chart: &std::path::Path,
+    namespace: &str,
+    values: Option<&std::path::Path>,
+    set: &[&str],
+) -> Option<Result<String, String>> {
+    let helm = support::oracles::tool("MHTEST_HELM")?;
+    let mut options: Vec<std::ffi::OsString> = vec!["--namespace".into(), namespace.into()];
+    if let Some(values) = values {
+        options.extend(["--values".into(), values.as_os_str().to_owned()]);
+    }
+    for pair in set {
+        options.extend(["--set".into(), (*pair).into()]);
+    }
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(&helm)
+            .args(args)
+            .arg(chart)
+            .args(&options)
+            .output()
+            .expect("helm runs");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(said)
+        }
+    };
+    Some(run(&["lint", "--strict"]).and_then(|_| run(&["template", "metahooks", "--include-crds"])))
 }
 
 /// Numbers compared by value: YAML writers differ on `10` and `10.0`.
