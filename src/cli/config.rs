@@ -28,15 +28,18 @@ pub fn serve_settings(args: &ServeArgs) -> anyhow::Result<(ServerSettings, Regis
 fn auth(args: &ServeArgs) -> anyhow::Result<Option<Auth>> {
     Ok(
         match (
-            &args.auth_token_file,
+            args.auth_token_file.as_slice(),
             &args.auth_basic_username_file,
             &args.auth_basic_password_file,
         ) {
-            (Some(token), _, _) => {
-                let token = read_secret("--auth-token-file", token)?;
-                Some(Auth::bearer(&token))
+            ([_, ..], _, _) => {
+                let mut tokens = Vec::new();
+                for file in &args.auth_token_file {
+                    tokens.push(read_secret("--auth-token-file", file)?);
+                }
+                Some(Auth::bearers(tokens.iter().flat_map(|t| t.lines())))
             }
-            (None, Some(user), Some(password)) => {
+            ([], Some(user), Some(password)) => {
                 let user = read_secret("--auth-basic-username-file", user)?;
                 if user.contains(':') {
                     bail!("the basic-auth username may not contain ':' (RFC 7617)");

@@ -138,9 +138,11 @@ pub struct ServeArgs {
     /// one per core the process may use.
     #[arg(long, env = "METAHOOKS_COMPUTE_THREADS", default_value_t = 0)]
     pub compute_threads: usize,
-    /// Require `Authorization: Bearer <token>`, the token read from this file.
-    #[arg(long, env = "METAHOOKS_AUTH_TOKEN_FILE", conflicts_with_all = ["auth_basic_username_file", "auth_basic_password_file"])]
-    pub auth_token_file: Option<PathBuf>,
+    /// Require `Authorization: Bearer <token>` with a token read from these files
+    /// (repeatable or comma-separated; each file holds one token per line, and any of
+    /// them is accepted, so that a rotation never refuses the caller).
+    #[arg(long, env = "METAHOOKS_AUTH_TOKEN_FILE", value_delimiter = ',', conflicts_with_all = ["auth_basic_username_file", "auth_basic_password_file"])]
+    pub auth_token_file: Vec<PathBuf>,
     /// Require HTTP basic auth; username read from this file (with --auth-basic-password-file).
     #[arg(
         long,

@@ -11,7 +11,8 @@ use subtle::ConstantTimeEq;
 #[derive(Clone)]
 pub struct Auth {
     scheme: &'static str,
-    credentials: Vec<u8>,
+    /// Each accepted credential (several while a token is being rotated).
+    credentials: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -24,10 +25,26 @@ impl Auth {
     /// Metacontroller sends `Bearer ` + the Secret value with surrounding whitespace
     /// trimmed (pkg/hooks/auth.go), so the token file is trimmed the same way.
     pub fn bearer(token: &str) -> Auth {
+        Auth::bearers([token])
+    }
+
+    /// Any of `tokens` (each trimmed; empty ones ignored): while a token is rotated, the
+    /// old and the new are both accepted.
+    pub fn bearers<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Auth {
         Auth {
             scheme: "Bearer",
-            credentials: token.trim().as_bytes().to_vec(),
+            credentials: tokens
+                .into_iter()
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| t.as_bytes().to_vec())
+                .collect(),
         }
+    }
+
+    /// How many credentials are accepted.
+    pub fn accepted(&self) -> usize {
+        self.credentials.len()
     }
 
     /// Metacontroller trims username and password before encoding them.
@@ -39,7 +56,7 @@ impl Auth {
         ));
         Auth {
             scheme: "Basic",
-            credentials: encoded.into_bytes(),
+            credentials: vec![encoded.into_bytes()],
         }
     }
 
@@ -53,8 +70,15 @@ impl Auth {
             return false;
         };
         let (scheme, credentials) = (&sent[..space], &sent[space + 1..]);
-        scheme.eq_ignore_ascii_case(self.scheme.as_bytes())
-            && bool::from(credentials.ct_eq(&self.credentials))
+        // Every accepted credential is compared, matched or not, so the time taken does
+        // not say which one (or whether an earlier one) matched.
+        let matched = self
+            .credentials
+            .iter()
+            .fold(subtle::Choice::from(0), |any, accepted| {
+                any | credentials.ct_eq(accepted)
+            });
+        scheme.eq_ignore_ascii_case(self.scheme.as_bytes()) && bool::from(matched)
     }
 }
 
@@ -83,6 +107,16 @@ mod tests {
         assert!(!auth.allows(&headers("Bearers3cret")));
         assert!(Auth::bearer("  s3cret \t\n").allows(&headers("Bearer s3cret")));
         assert!(!auth.allows(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn any_of_several_tokens_is_accepted_while_one_is_rotated() {
+        let auth = Auth::bearers(["old-token", "", " new-token\n"]);
+        assert_eq!(auth.accepted(), 2);
+        assert!(auth.allows(&headers("Bearer old-token")));
+        assert!(auth.allows(&headers("Bearer new-token")));
+        assert!(!auth.allows(&headers("Bearer other")));
+        assert!(!auth.allows(&headers("Bearer ")));
     }
 
     #[test]

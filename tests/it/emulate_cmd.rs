@@ -468,3 +468,69 @@ fn what_a_decorator_sets_on_its_target_is_in_the_text_report() {
         "{text}"
     );
 }
+
+/// The shipped APIMock registration with `webhook.authorization` on every hook, pointing
+/// at Secret `hook-token` (key `token`) in `metahooks`, and that Secret holding `token`.
+fn registration_with_authorization(dir: &Path, token: &str) -> String {
+    let shipped = support::read_yaml_documents(
+        &support::repo_dir().join("manifests/controllers/apimock.yaml"),
+    );
+    let mut registration = shipped
+        .into_iter()
+        .find(|d| d["kind"] == "CompositeController")
+        .unwrap();
+    for hook in ["sync", "finalize", "customize"] {
+        registration["spec"]["hooks"][hook]["webhook"]["authorization"] = json!({
+            "secretRef": {"name": "hook-token", "namespace": "metahooks", "key": "token"}
+        });
+    }
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "hook-token", "namespace": "metahooks"},
+                        "stringData": {"token": format!("{token}\n")}});
+    let path = dir.join(format!("registration-{token}.json"));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [registration, secret]});
+    std::fs::write(&path, list.to_string()).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_with_authorization_sends_the_token_of_its_secret() {
+    let mut settings = support::local_settings();
+    settings.auth = Some(metahooks::server::Auth::bearer("right-token"));
+    let server = metahooks::server::Server::start(
+        settings,
+        metahooks::controllers::Registry::standard(
+            metahooks::controllers::ControllerSettings::default(),
+        ),
+        Clock::Fixed(support::golden_now()),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let example = support::repo_dir().join("manifests/examples/users.api-mock.cr.yaml");
+    let run = |token: &str| {
+        let registration = registration_with_authorization(dir.path(), token);
+        emulate_async(vec![
+            "-f".into(),
+            example.to_str().unwrap().to_owned(),
+            "-f".into(),
+            registration,
+            "--hooks-url".into(),
+            format!("http://{}", server.hook_addr),
+            "-o".into(),
+            "json".into(),
+        ])
+    };
+    let accepted = run("right-token").await;
+    let accepted = report(&accepted);
+    assert_eq!(accepted["findings"], json!([]), "{accepted}");
+    assert!(accepted["objects"].as_array().unwrap().len() >= 4);
+    let refused = run("wrong-token").await;
+    assert!(!refused.status.success());
+    let refused = report(&refused);
+    assert!(
+        rules(&refused).iter().any(|r| r == "NonOkAnswer"),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("401"), "{refused}");
+}

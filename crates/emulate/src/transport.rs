@@ -136,8 +136,9 @@ impl Transport {
     }
 
     /// POSTs `body` to the hook at `path` (the path part of the registration's URL) on
-    /// replica `replica`, at simulated time `now`, with `If-None-Match` when given (over
-    /// HTTP only: an in-process server is always asked in full).
+    /// replica `replica`, at simulated time `now`, with `If-None-Match` and
+    /// `Authorization` when given (over HTTP only: an in-process server is always asked in
+    /// full, and takes every caller).
     ///
     /// # Errors
     /// The reason no answer came (connection refused, timeout, unknown local hook).
@@ -148,7 +149,7 @@ impl Transport {
         body: Vec<u8>,
         now: jiff::Timestamp,
         timeout: Duration,
-        if_none_match: Option<&str>,
+        headers: CallHeaders<'_>,
     ) -> Result<Answer, String> {
         let started = Instant::now();
         match self {
@@ -169,7 +170,7 @@ impl Transport {
                 let base = bases
                     .get(replica % bases.len().max(1))
                     .ok_or("no hook URL to call")?;
-                post_http(client, base, path, body, timeout, if_none_match).await
+                post_http(client, base, path, body, timeout, headers).await
             }
         }
     }
@@ -185,6 +186,15 @@ impl Transport {
     }
 }
 
+/// The request headers a call carries besides the JSON body's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallHeaders<'a> {
+    /// `If-None-Match`: the ETag kept for this object, if any.
+    pub if_none_match: Option<&'a str>,
+    /// `Authorization`: from the webhook's credentials, if it has some.
+    pub authorization: Option<&'a str>,
+}
+
 /// One call over HTTP on its own task, as each of Metacontroller's workers is its own
 /// goroutine: the time measured is the exchange's, not how soon the task driving the
 /// round got back to it.
@@ -194,17 +204,21 @@ async fn post_http(
     path: &str,
     body: Vec<u8>,
     timeout: Duration,
-    if_none_match: Option<&str>,
+    headers: CallHeaders<'_>,
 ) -> Result<Answer, String> {
     let url = format!("{base}{path}");
     let client = client.clone();
-    let if_none_match = if_none_match.map(str::to_owned);
+    let if_none_match = headers.if_none_match.map(str::to_owned);
+    let authorization = headers.authorization.map(str::to_owned);
     let call = tokio::spawn(async move {
         let started = Instant::now();
         // Metacontroller's client gives up at the webhook timeout, headers and body
         // together.
-        let posted =
-            tokio::time::timeout(timeout, post_json(&client, &url, body, if_none_match)).await;
+        let posted = tokio::time::timeout(
+            timeout,
+            post_json(&client, &url, body, if_none_match, authorization),
+        )
+        .await;
         let elapsed = started.elapsed();
         match posted {
             Ok(answered) => answered.map(|answer| (answer, elapsed)),
@@ -231,6 +245,7 @@ async fn post_json(
     url: &str,
     body: Vec<u8>,
     if_none_match: Option<String>,
+    authorization: Option<String>,
 ) -> Result<(u16, Vec<u8>, Headers), String> {
     let mut request = client
         .post(url)
@@ -238,6 +253,9 @@ async fn post_json(
         .body(body);
     if let Some(etag) = if_none_match {
         request = request.header("if-none-match", etag);
+    }
+    if let Some(authorization) = authorization {
+        request = request.header("authorization", authorization);
     }
     let reply = request.send().await.map_err(|e| why_no_answer(url, &e))?;
     let status = reply.status().as_u16();

@@ -25,9 +25,10 @@ impl Emulator {
         parent: &Value,
         calling_version: &str,
     ) -> Result<Value, Problem> {
-        let Some(mut hook) = registration.hooks.get(&HookName::Customize).cloned() else {
+        if !registration.hooks.contains_key(&HookName::Customize) {
             return Ok(json!({}));
-        };
+        }
+        let mut hook = self.hook_of(registration, HookName::Customize)?;
         hook.strict |= self.strict_everywhere;
         let response = self.customize_answer(registration, &hook, parent).await?;
         let mut groups = Map::new();

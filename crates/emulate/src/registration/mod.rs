@@ -47,6 +47,85 @@ pub struct Hook {
     /// `webhook.etag` when enabled: answers are remembered with their ETag and asked for
     /// again with `If-None-Match`; `Some(None)` keeps them without expiry.
     pub etag: Option<Option<std::time::Duration>>,
+    /// `webhook.authorization` or `webhook.basicAuth`: where the credentials are.
+    pub credentials: Option<Credentials>,
+    /// The `Authorization` header the credentials make, once read from their Secret
+    /// (see `Cluster`'s hook resolution); sent with every call.
+    pub authorization: Option<String>,
+}
+
+/// Where a webhook's credentials are (Metacontroller v4.16+, `pkg/hooks/auth.go`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// `authorization`: `<type> <value of key>` (type `Bearer` when unset).
+    Authorization {
+        /// The header's scheme.
+        scheme: String,
+        /// The Secret's namespace and name.
+        secret: (String, String),
+        /// The key holding the credential.
+        key: String,
+    },
+    /// `basicAuth`: `Basic base64(username:password)` from two keys of one Secret.
+    Basic {
+        /// The Secret's namespace and name.
+        secret: (String, String),
+        /// The keys holding the username and the password.
+        keys: (String, String),
+    },
+}
+
+/// `webhook.authorization` / `webhook.basicAuth`, as Metacontroller's CRD has them.
+fn credentials(webhook: &Value, at: &str) -> Result<Option<Credentials>, String> {
+    let text = |value: &Value, field: &str| {
+        value
+            .pointer(field)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .filter(|s| !s.is_empty())
+    };
+    let required = |value: &Value, field: &str, what: &str| {
+        text(value, field).ok_or_else(|| {
+            format!(
+                "{at}.webhook.{what}{}: Required value",
+                field.replace('/', ".")
+            )
+        })
+    };
+    let authorization = webhook.get("authorization").filter(|a| !a.is_null());
+    let basic = webhook.get("basicAuth").filter(|b| !b.is_null());
+    match (authorization, basic) {
+        (Some(_), Some(_)) => Err(format!(
+            "{at}.webhook: authorization and basicAuth are mutually exclusive"
+        )),
+        (Some(auth), None) => {
+            let scheme = text(auth, "/type").unwrap_or_else(|| "Bearer".to_owned());
+            if scheme.trim().eq_ignore_ascii_case("basic") {
+                return Err(format!(
+                    "{at}.webhook.authorization: authorization type {scheme:?} is not supported; use the basicAuth field instead"
+                ));
+            }
+            Ok(Some(Credentials::Authorization {
+                scheme: scheme.trim().to_owned(),
+                secret: (
+                    required(auth, "/secretRef/namespace", "authorization")?,
+                    required(auth, "/secretRef/name", "authorization")?,
+                ),
+                key: required(auth, "/secretRef/key", "authorization")?,
+            }))
+        }
+        (None, Some(basic)) => Ok(Some(Credentials::Basic {
+            secret: (
+                required(basic, "/secretRef/namespace", "basicAuth")?,
+                required(basic, "/secretRef/name", "basicAuth")?,
+            ),
+            keys: (
+                text(basic, "/usernameKey").unwrap_or_else(|| "username".to_owned()),
+                text(basic, "/passwordKey").unwrap_or_else(|| "password".to_owned()),
+            ),
+        })),
+        (None, None) => Ok(None),
+    }
 }
 
 /// `webhook.etag` (`WebhookEtagConfig`): off unless `enabled: true`. Metacontroller's
@@ -164,6 +243,8 @@ const WEBHOOK_FIELDS: &[&str] = &[
     "service",
     "responseUnMarshallMode",
     "etag",
+    "authorization",
+    "basicAuth",
 ];
 /// Webhook fields Metacontroller knows and the emulator does not act on.
 const WEBHOOK_NOT_MODELLED: &[(&str, &str)] = &[
@@ -172,8 +253,6 @@ const WEBHOOK_NOT_MODELLED: &[(&str, &str)] = &[
         "https hooks are verified against the system roots only",
     ),
     ("clientTLS", "no client certificate is presented"),
-    ("authorization", "no Authorization header is sent"),
-    ("basicAuth", "no basic-auth credentials are sent"),
 ];
 
 /// A hook's `version`, `v1` when unset. Metacontroller's CRD has `enum: [v1, v2]`: the
@@ -244,12 +323,15 @@ impl Hook {
             Some(other) => return Err(format!("webhook.timeout {other} is not a duration string")),
         };
         let etag = etag_config(webhook, at)?;
+        let credentials = credentials(webhook, at)?;
         Ok(Hook {
             path,
             version,
             strict,
             timeout,
             etag,
+            credentials,
+            authorization: None,
         })
     }
 }

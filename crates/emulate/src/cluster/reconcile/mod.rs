@@ -8,7 +8,7 @@ use super::{CallRecord, Emulator, RoundReport, describe, qualified_name};
 use crate::Key;
 use crate::findings::{Problem, Rule};
 use crate::objects::{add_finalizer, has_finalizer, matches_rule, remove_finalizer};
-use crate::registration::{ControllerType, Hook, HookName, Registration};
+use crate::registration::{ControllerType, Credentials, Hook, HookName, Registration};
 
 mod webhook;
 use webhook::*;
@@ -70,7 +70,7 @@ impl Emulator {
         } else {
             HookName::Sync
         };
-        let mut hook = registered_hook(registration, hook_name)?;
+        let mut hook = self.hook_of(registration, hook_name)?;
         hook.strict |= self.strict_everywhere;
         self.current_replica = self.next_replica % self.transport.replicas();
         self.next_replica += 1;
@@ -412,6 +412,79 @@ fn desired_children(registration: &Registration, response: &Value) -> Vec<Value>
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default()
+}
+
+impl Emulator {
+    /// The registration's hook of that name, with the `Authorization` header its
+    /// credentials make read from their Secret, as Metacontroller reads it when it
+    /// creates the webhook executor (`ResolveAuthorization`, `ResolveBasicAuth` in
+    /// pkg/hooks/auth.go: the value trimmed, the scheme `Bearer` unless set).
+    pub(in crate::cluster) fn hook_of(
+        &self,
+        registration: &Registration,
+        name: HookName,
+    ) -> Result<Hook, Problem> {
+        let mut hook = registered_hook(registration, name)?;
+        let Some(credentials) = &hook.credentials else {
+            return Ok(hook);
+        };
+        let value = |(namespace, secret): &(String, String), key: &str, what: &str| {
+            let object = self.get("v1", "Secret", namespace, secret).ok_or_else(|| {
+                format!(
+                    "can't get {what} secret {namespace}/{secret}: secrets \"{secret}\" not found"
+                )
+            })?;
+            let encoded = object
+                .pointer(&format!(
+                    "/data/{}",
+                    key.replace('~', "~0").replace('/', "~1")
+                ))
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    format!("{what} secret {namespace}/{secret} does not contain key {key:?}")
+                })?;
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(|e| {
+                    format!("{what} secret {namespace}/{secret}: key {key:?} is not base64: {e}")
+                })?;
+            Ok::<String, String>(String::from_utf8_lossy(&bytes).trim().to_owned())
+        };
+        let header = match credentials {
+            Credentials::Authorization {
+                scheme,
+                secret,
+                key,
+            } => value(secret, key, "authorization").map(|v| format!("{scheme} {v}")),
+            Credentials::Basic { secret, keys } => {
+                value(secret, &keys.0, "basicAuth").and_then(|user| {
+                    if user.contains(':') {
+                        return Err("basicAuth username must not contain ':'".to_owned());
+                    }
+                    let password = value(secret, &keys.1, "basicAuth")?;
+                    use base64::Engine;
+                    Ok(format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD
+                            .encode(format!("{user}:{password}"))
+                    ))
+                })
+            }
+        };
+        hook.authorization = Some(header.map_err(|problem| {
+            (
+                Rule::NonOkAnswer,
+                format!(
+                    "{}: Metacontroller cannot create the webhook of {}'s {} hook: {problem}",
+                    registration.name,
+                    registration.name,
+                    name.key()
+                ),
+            )
+        })?);
+        Ok(hook)
+    }
 }
 
 /// The registration's hook of that name, or the finding that it has none.

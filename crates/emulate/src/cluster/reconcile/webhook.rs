@@ -154,8 +154,12 @@ pub(super) async fn exchange(
     // enrichHeaders: If-None-Match with the ETag kept for this object, if any (kept only
     // where the webhook enables etag).
     let if_none_match = tagged.map(|t| t.etag.as_str());
+    let headers = crate::transport::CallHeaders {
+        if_none_match,
+        authorization: hook.authorization.as_deref(),
+    };
     let mut posted = transport
-        .post(replica, &hook.path, body, now, hook.timeout, if_none_match)
+        .post(replica, &hook.path, body, now, hook.timeout, headers)
         .await;
     // A call that got no answer is still a call made (status 0 in the timeline).
     let (status, elapsed) = match &posted {
