@@ -249,3 +249,113 @@ fn the_charts_copies_are_the_kustomize_files() {
         );
     }
 }
+
+#[test]
+fn every_ci_values_file_renders_objects_that_validate() {
+    let dir = support::repo_dir().join("charts/metahooks/ci");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "{files:?}");
+    for file in files {
+        let Some(objects) = render_chart("platform", Some(&format!("ci/{file}"))) else {
+            return;
+        };
+        validate_built_in(&objects);
+    }
+}
+
+/// A misspelt or mistyped value fails the render, naming it: with no schema, each of
+/// these rendered exactly as the defaults do, a hardening silently off.
+#[test]
+fn a_misspelt_or_mistyped_value_fails_naming_it() {
+    let chart = support::repo_dir().join("charts/metahooks");
+    for (set, named) in [
+        ("replica=3", "'replica'"),
+        ("imag.tag=x", "'imag'"),
+        ("resource.limits.cpu=1", "'resource'"),
+        ("networkpolicy.enabled=false", "'networkpolicy'"),
+        ("policy.ingresHost=*.example.com", "'ingresHost'"),
+        ("replicas=two", "/replicas"),
+        ("hookAuth.enabled=true", "hookAuth.existingSecret"),
+        ("logFormat=yaml", "/logFormat"),
+    ] {
+        let Some(rendered) = helm_template(&chart, "metahooks", None, &[set]) else {
+            return;
+        };
+        let refused = rendered.expect_err(set);
+        assert!(refused.contains(named), "{set}: {refused}");
+    }
+}
+
+#[test]
+fn hook_authentication_reaches_every_registration_and_the_server() {
+    let Some(objects) = render_chart("platform", Some("ci/hook-auth-values.yaml")) else {
+        return;
+    };
+    let mut hooks = 0;
+    for registration in objects
+        .iter()
+        .filter(|o| o["apiVersion"] == "metacontroller.k8s.io/v1alpha1")
+    {
+        for (_, hook) in registration["spec"]["hooks"].as_object().unwrap() {
+            hooks += 1;
+            assert_eq!(
+                hook["webhook"]["authorization"],
+                serde_json::json!({"type": "Bearer", "secretRef": {"name": "hook-token", "namespace": "platform", "key": "token"}}),
+                "{registration}"
+            );
+            assert_eq!(hook["webhook"]["service"]["name"], "hooks");
+        }
+    }
+    assert_eq!(hooks, 9);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(deployment["metadata"]["name"], "hooks");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let env = pod["containers"][0]["env"].as_array().unwrap();
+    let token_files = env
+        .iter()
+        .find(|e| e["name"] == "METAHOOKS_AUTH_TOKEN_FILE")
+        .unwrap();
+    assert_eq!(
+        token_files["value"],
+        "/etc/metahooks/hook-auth/token,/etc/metahooks/hook-auth/next-token"
+    );
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "hook-auth")
+        .unwrap();
+    assert_eq!(volume["secret"]["secretName"], "hook-token");
+    assert_eq!(
+        pod["containers"][0]["readinessProbe"]["failureThreshold"],
+        2
+    );
+    assert_eq!(
+        objects
+            .iter()
+            .find(|o| o["kind"] == "ServiceAccount")
+            .unwrap()["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::111122223333:role/metahooks"
+    );
+    // One replica: a budget of minAvailable 1 would block every drain, so there is none.
+    assert!(!objects.iter().any(|o| o["kind"] == "PodDisruptionBudget"));
+    // Every object carries the standard labels.
+    for object in &objects {
+        if object["kind"] == "CustomResourceDefinition" {
+            continue;
+        }
+        for label in RELEASE_LABELS {
+            assert!(
+                object["metadata"]["labels"].get(label).is_some(),
+                "{label} missing on {} {}",
+                object["kind"],
+                object["metadata"]["name"]
+            );
+        }
+    }
+}

@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// `kubectl kustomize dir`, or None (with a note) when kubectl is not installed.
 pub(crate) fn render(dir: &std::path::Path) -> Option<Vec<Value>> {
@@ -177,6 +177,83 @@ fn an_overlay_in_another_namespace_takes_the_hooks_and_policies_along() {
     assert_eq!(
         admitted(&elsewhere, "metahooks-receivers", 0).as_deref(),
         Some("gateways")
+    );
+}
+
+/// An overlay as a platform team writes one, with only `resources:`, `namespace:` and
+/// `namePrefix:` (and the hook-auth component): every hook calls the renamed Service in
+/// the new namespace, with the token Secret in that namespace, and the server reads it.
+#[test]
+fn an_overlay_with_only_namespace_and_name_prefix_keeps_every_hook_on_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let base = format!(
+        "{up}{}",
+        support::repo_dir()
+            .join("manifests")
+            .to_string_lossy()
+            .trim_start_matches('/')
+    );
+    let write = |extra: &str| {
+        std::fs::write(
+            dir.path().join("kustomization.yaml"),
+            format!("namespace: platform-tools\nnamePrefix: acme-\nresources: [{base}]\n{extra}"),
+        )
+        .unwrap();
+        render(dir.path())
+    };
+    let Some(plain) = write("") else {
+        return;
+    };
+    let Some(with_auth) = write(&format!("components: [{base}/components/hook-auth]\n")) else {
+        return;
+    };
+    for objects in [&plain, &with_auth] {
+        let service = objects.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert_eq!(service["metadata"]["name"], "acme-metahooks");
+        assert_eq!(hook_namespaces(objects), vec!["platform-tools"; 9]);
+        let names: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["apiVersion"] == "metacontroller.k8s.io/v1alpha1")
+            .flat_map(|o| {
+                ["sync", "finalize", "customize"]
+                    .into_iter()
+                    .map(move |hook| &o["spec"]["hooks"][hook]["webhook"]["service"]["name"])
+            })
+            .collect();
+        assert_eq!(names.len(), 9);
+        assert!(names.iter().all(|n| *n == "acme-metahooks"), "{names:?}");
+        validate_built_in(objects);
+    }
+    for registration in with_auth
+        .iter()
+        .filter(|o| o["apiVersion"] == "metacontroller.k8s.io/v1alpha1")
+    {
+        for hook in ["sync", "finalize", "customize"] {
+            let secret =
+                &registration["spec"]["hooks"][hook]["webhook"]["authorization"]["secretRef"];
+            assert_eq!(
+                (&secret["name"], &secret["namespace"], &secret["key"]),
+                (
+                    &json!("metahooks-hook-token"),
+                    &json!("platform-tools"),
+                    &json!("token")
+                )
+            );
+        }
+    }
+    let deployment = with_auth
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "METAHOOKS_AUTH_TOKEN_FILE"
+                && e["value"] == "/etc/metahooks/hook-auth/token"),
+        "{env}"
     );
 }
 
