@@ -419,6 +419,31 @@ async fn build_cases(
         }
         let (_, settled) = post(client, base, "apimock", &ready).await;
         let settled_status = settled["status"].clone();
+        // Pod Security forbids the mock's pods: the Deployment says so in ReplicaFailure,
+        // and Ready says it too, in the Deployment's words (not "rolling out" for ever).
+        let mut forbidden = observed(version, &fresh_parent, &desired, false);
+        let deployment = forbidden["Deployment.apps/v1"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+            .next()
+            .unwrap();
+        deployment["status"]["conditions"] = json!([
+            {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+            {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+             "message": "pods \"pets-7d4b9c-x2x7q\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true"},
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+             "message": "ReplicaSet \"pets-7d4b9c\" has timed out progressing."}]);
+        cases.push((
+            "apimock",
+            "rollout-forbidden-by-pod-security",
+            request(
+                version,
+                parent("pets", pets.clone(), 1, Some(settled_status.clone())),
+                forbidden,
+                false,
+            ),
+        ));
         let edited = json!({"definition": PETS.replace("rex", "fido")});
         cases.push((
             "apimock",

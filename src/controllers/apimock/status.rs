@@ -176,6 +176,8 @@ fn ready(facts: &Facts<'_>, awaiting: bool) -> Decided {
             Reason::DefinitionInvalid,
             format!("the last valid definition is still served; fix {fix} to roll the new one"),
         )
+    } else if let Some(stuck) = rollout.stuck_condition("the mock Deployment") {
+        stuck
     } else if rollout.available && rollout.settled && current {
         Decided::new(
             ConditionType::Ready,

@@ -93,6 +93,12 @@ reasons! {
     DefinitionInvalid,
     /// Pods are moving to the newest template.
     RolloutInProgress,
+    /// The Deployment made no progress within its progress deadline (its `Progressing`
+    /// condition is `False` with this reason).
+    ProgressDeadlineExceeded,
+    /// The Deployment cannot create or delete pods (its `ReplicaFailure` condition: a
+    /// quota, or Pod Security forbidding the pods).
+    ReplicaFailure,
     /// The service runs its newest config on every pod.
     Ready,
     /// No config source is set.

@@ -24,6 +24,17 @@ pub struct Rollout {
     pub settled: bool,
     /// The value of the pod-template annotation a controller puts its content hash in.
     pub served_hash: Option<String>,
+    /// Why the rollout cannot finish, as the Deployment itself says, if it says so.
+    pub stuck: Option<Stuck>,
+}
+
+/// A rollout the Deployment controller has given up on, or cannot make pods for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stuck {
+    /// `ProgressDeadlineExceeded` or `ReplicaFailure`.
+    pub reason: Reason,
+    /// The Deployment's own message (its condition's).
+    pub message: String,
 }
 
 impl Rollout {
@@ -44,12 +55,32 @@ impl Rollout {
             .pointer("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1);
-        let available = deployment
+        let conditions: Vec<&Value> = deployment
             .pointer("/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .any(|c| c["type"] == "Available" && c["status"] == "True");
+            .collect();
+        let condition = |kind: &str, status: &str| {
+            conditions
+                .iter()
+                .find(|c| c["type"] == kind && c["status"] == status)
+                .copied()
+        };
+        let available = condition("Available", "True").is_some();
+        // A failure to make pods is the nearer cause; a passed deadline says only that
+        // nothing moved.
+        let stuck = condition("ReplicaFailure", "True")
+            .map(|c| (Reason::ReplicaFailure, c))
+            .or_else(|| {
+                condition("Progressing", "False")
+                    .filter(|c| c["reason"] == "ProgressDeadlineExceeded")
+                    .map(|c| (Reason::ProgressDeadlineExceeded, c))
+            })
+            .map(|(reason, c)| Stuck {
+                reason,
+                message: c["message"].as_str().unwrap_or_default().to_owned(),
+            });
         let settled = int("/status/observedGeneration") >= int("/metadata/generation")
             && int("/status/updatedReplicas") == wanted
             && int("/status/readyReplicas") == wanted
@@ -66,7 +97,29 @@ impl Rollout {
                 .and_then(|a| a.get(hash_annotation))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
+            stuck,
         }
+    }
+
+    /// `Ready=False` naming why the rollout cannot finish, as the Deployment says it,
+    /// when it says so; `what` names the Deployment ("the mock Deployment").
+    pub fn stuck_condition(&self, what: &str) -> Option<Decided> {
+        let stuck = self.stuck.as_ref()?;
+        let said = if stuck.message.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", stuck.message)
+        };
+        let why = match stuck.reason {
+            Reason::ReplicaFailure => "cannot create its pods",
+            _ => "made no progress within its progress deadline",
+        };
+        Some(Decided::new(
+            ConditionType::Ready,
+            false,
+            stuck.reason,
+            format!("{what} {why}{said}"),
+        ))
     }
 
     /// The `Available` condition, naming the Deployment as `what` ("the Deployment").
@@ -131,6 +184,33 @@ mod tests {
             !read(deployment(2, 2, 2, 1)).settled,
             "the template was not seen yet"
         );
+    }
+
+    #[test]
+    fn a_stuck_rollout_is_named_with_the_deployments_own_words() {
+        let mut stuck = deployment(2, 1, 1, 2);
+        stuck["status"]["conditions"] = json!([
+            {"type": "Available", "status": "True"},
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+             "message": "ReplicaSet \"m-6f9\" has timed out progressing."}]);
+        let read = Rollout::observe(Some(&stuck), "h");
+        let condition = read.stuck_condition("the Deployment").unwrap();
+        assert_eq!(condition.reason.as_str(), "ProgressDeadlineExceeded");
+        assert_eq!(
+            condition.message,
+            "the Deployment made no progress within its progress deadline: ReplicaSet \"m-6f9\" has timed out progressing."
+        );
+        stuck["status"]["conditions"] = json!([
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "late"},
+            {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+             "message": "pods \"m-6f9-x\" is forbidden: violates PodSecurity \"restricted:latest\""}]);
+        let condition = Rollout::observe(Some(&stuck), "h")
+            .stuck_condition("the Deployment")
+            .unwrap();
+        assert_eq!(condition.reason.as_str(), "ReplicaFailure");
+        assert!(condition.message.contains("violates PodSecurity"), "{}", condition.message);
+        // Progressing as usual: not stuck.
+        assert!(Rollout::observe(Some(&deployment(2, 1, 1, 2)), "h").stuck_condition("d").is_none());
     }
 
     #[test]

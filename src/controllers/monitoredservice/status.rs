@@ -158,6 +158,8 @@ fn ready(facts: &Facts<'_>, rollout: &Rollout, current: bool) -> Decided {
             Reason::ConfigInvalid,
             "the spec or the fetched config is not valid; see ConfigValid",
         )
+    } else if let Some(stuck) = rollout.stuck_condition("the Deployment") {
+        stuck
     } else if rollout.available && rollout.settled && current {
         Decided::new(
             ConditionType::Ready,
