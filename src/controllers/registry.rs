@@ -42,18 +42,75 @@ pub struct CallOutcome {
 /// What an answer changes among the children (or a decorator's attachments), told from
 /// the names it asks for and the names it was sent: for the log line of a call that
 /// changes what exists.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
     /// Children asked for that do not exist yet.
     pub created: usize,
     /// Existing children the answer leaves out (Metacontroller deletes them).
     pub deleted: usize,
+    /// A Deployment the answer rolls (its pod template's annotations change), if any.
+    pub rolled: Option<Rolled>,
+}
+
+/// A rollout an answer starts: who asks for it, and the revision it rolls to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rolled {
+    /// The parent's kind.
+    pub kind: String,
+    /// The Deployment's name.
+    pub deployment: String,
+    /// What the parent's status calls the revision rolled to (`status.revision`, or an
+    /// APIMock's `status.definition.sha256`); empty when it names none.
+    pub revision: String,
 }
 
 impl Changes {
     /// Whether nothing is created or deleted.
     pub fn is_empty(&self) -> bool {
         self.created == 0 && self.deleted == 0
+    }
+
+    /// With the rollout `desired` starts among `observed` Deployments, if it starts one.
+    fn with_rollout(
+        mut self,
+        parent: &Value,
+        observed: &ObjectMap,
+        desired: &[Value],
+        status: &Value,
+    ) -> Changes {
+        let template = |object: &Value| {
+            object
+                .pointer("/spec/template/metadata/annotations")
+                .cloned()
+        };
+        let rolled = desired
+            .iter()
+            .filter(|object| object.get("kind").and_then(Value::as_str) == Some("Deployment"))
+            .find(|wanted| {
+                let name = object_name(wanted).unwrap_or_default();
+                observed
+                    .0
+                    .iter()
+                    .filter(|(key, _)| key.starts_with("Deployment."))
+                    .flat_map(|(_, objects)| objects.values())
+                    .find(|existing| object_name(existing) == Some(name))
+                    .is_some_and(|existing| template(existing) != template(wanted))
+            });
+        self.rolled = rolled.map(|deployment| Rolled {
+            kind: parent
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            deployment: object_name(deployment).unwrap_or_default().to_owned(),
+            revision: status
+                .get("revision")
+                .or_else(|| status.pointer("/definition/sha256"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        });
+        self
     }
 
     /// The changes from `observed` to `desired`, each object named by its kind, API
@@ -85,6 +142,7 @@ impl Changes {
         Changes {
             created: wanted.difference(&existing).count(),
             deleted: existing.difference(&wanted).count(),
+            rolled: None,
         }
     }
 }
@@ -334,7 +392,14 @@ impl Prepared {
     /// yet handed to the engine: see [`Registry::want`]).
     fn run(&self, ctx: &Context) -> CallOutcome {
         let composite = |response: &CompositeResponse, r: &CompositeRequest| {
-            Some(Changes::between(&r.children, response.children.as_deref()))
+            let desired = response.children.as_deref();
+            let changes = Changes::between(&r.children, desired).with_rollout(
+                &r.parent,
+                &r.children,
+                desired.unwrap_or_default(),
+                response.status.as_ref().unwrap_or(&Value::Null),
+            );
+            Some(changes)
         };
         let decorator = |response: &DecoratorResponse, r: &DecoratorRequest| {
             Some(Changes::between(
@@ -427,4 +492,54 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, HookError> {
         }
     };
     Err(BadRequest::NotAHookRequest { at, problem }.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(hash: &str) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+               "spec": {"template": {"metadata": {"annotations": {"hash": hash}}}}})
+    }
+
+    #[test]
+    fn an_answer_that_changes_a_deployments_pod_template_rolls_it() {
+        let observed: ObjectMap = serde_json::from_value(json!({
+            "Deployment.apps/v1": {"team-a/web": deployment("a")},
+            "ConfigMap.v1": {}
+        }))
+        .unwrap();
+        let parent = json!({"kind": "MonitoredService"});
+        let status = json!({"revision": "main@sha1:0123"});
+        let rolled = Changes::between(&observed, Some(&[deployment("b")]))
+            .with_rollout(&parent, &observed, &[deployment("b")], &status)
+            .rolled
+            .unwrap();
+        assert_eq!(
+            (
+                rolled.kind.as_str(),
+                rolled.deployment.as_str(),
+                rolled.revision.as_str()
+            ),
+            ("MonitoredService", "web", "main@sha1:0123")
+        );
+        let unchanged = Changes::between(&observed, Some(&[deployment("a")])).with_rollout(
+            &parent,
+            &observed,
+            &[deployment("a")],
+            &status,
+        );
+        assert_eq!(unchanged.rolled, None);
+        // A Deployment made for the first time is created, not rolled.
+        let fresh = ObjectMap::default();
+        let created = Changes::between(&fresh, Some(&[deployment("a")])).with_rollout(
+            &parent,
+            &fresh,
+            &[deployment("a")],
+            &status,
+        );
+        assert_eq!((created.created, created.rolled), (1, None));
+    }
 }

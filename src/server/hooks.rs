@@ -213,9 +213,9 @@ fn labels(state: &HookState, target: &Target) -> (&'static str, &'static str) {
 }
 
 /// Every call is logged at debug, as Kubernetes controllers log each sync; an answer
-/// that creates or deletes children is logged at info, a caller's mistake (a bad body, a
-/// wrong path, overload) as a warning and a fault of ours as an error. Each line names
-/// the call itself: the span is only entered at debug.
+/// that creates or deletes children, or rolls a Deployment, is logged at info, a caller's
+/// mistake (a bad body, a wrong path, overload) as a warning and a fault of ours as an
+/// error. Each line names the call itself: the span is only entered at debug.
 fn log_call(
     (controller, hook): (&'static str, &'static str),
     parent: &ParentRef,
@@ -242,6 +242,19 @@ fn log_call(
         };
     }
     match (refusal, changes) {
+        (
+            None,
+            Some(Changes {
+                rolled: Some(rolled),
+                ..
+            }),
+        ) => line!(
+            info,
+            "hook answer rolls a Deployment",
+            parent_kind = rolled.kind.as_str(),
+            deployment = rolled.deployment.as_str(),
+            revision = rolled.revision.as_str()
+        ),
         (None, Some(changes)) if !changes.is_empty() => line!(
             info,
             "hook answer changes the children",

@@ -9,12 +9,17 @@ use crate::controllers::common::policy::{ExposurePolicy, refusal};
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reason::Reason;
 
-/// Why the spec's Ingress or Service cannot be emitted, if it cannot.
+/// Why the spec's Ingress cannot be emitted, if it cannot (the rest of the mock can be,
+/// without it).
 ///
 /// # Errors
 /// `InvalidSpec` for a value the API server or an ingress controller would refuse or
 /// misread, `NotAllowed` for one the policy refuses; the message names the field.
-pub fn check(spec: &ApiMockSpec, policy: &ExposurePolicy, namespace: &str) -> Result<(), Problem> {
+pub fn check_ingress_exposure(
+    spec: &ApiMockSpec,
+    policy: &ExposurePolicy,
+    namespace: &str,
+) -> Result<(), Problem> {
     if let Some(ingress) = &spec.ingress {
         check_ingress(ingress)?;
         if !policy.allows_host(&ingress.hostname, namespace) {
@@ -39,6 +44,15 @@ pub fn check(spec: &ApiMockSpec, policy: &ExposurePolicy, namespace: &str) -> Re
             policy,
         )?;
     }
+    Ok(())
+}
+
+/// Why the spec's Service cannot be emitted, if it cannot (then nothing is: the mock's
+/// Deployment is reached through it).
+///
+/// # Errors
+/// As [`check_ingress_exposure`], for `spec.service`.
+pub fn check(spec: &ApiMockSpec, policy: &ExposurePolicy) -> Result<(), Problem> {
     if let Some(service) = &spec.service {
         let type_ = service.type_.unwrap_or_default().as_str();
         if !policy.allows_service_type(type_) {
@@ -168,7 +182,7 @@ mod tests {
     }
 
     fn reason(ingress: serde_json::Value, policy: &ExposurePolicy) -> Option<String> {
-        check(&spec(ingress), policy, "team-a")
+        check_ingress_exposure(&spec(ingress), policy, "team-a")
             .err()
             .map(|p| format!("{}: {}", p.reason, p.message))
     }
@@ -252,7 +266,7 @@ mod tests {
         let balancer: ApiMockSpec =
             serde_json::from_value(json!({"definition": "x", "service": {"type": "LoadBalancer"}}))
                 .unwrap();
-        let found = check(&balancer, &policy, "team-a").unwrap_err();
+        let found = check(&balancer, &policy).unwrap_err();
         assert!(
             found.message.contains("--service-type"),
             "{}",

@@ -89,8 +89,8 @@ impl ApiMockHooks {
             ),
         };
 
-        let spec = match self.checked_spec(parent, name, namespace) {
-            Ok(spec) => spec,
+        let (spec, exposed) = match self.checked_spec(parent, name, namespace) {
+            Ok(checked) => checked,
             Err((validated, serving_observed)) => {
                 return call.keep_running(validated, None, serving_observed);
             }
@@ -121,7 +121,14 @@ impl ApiMockHooks {
             let response = call.keep_running(decision.validated, source, false)?;
             return Ok(response.with_resync_after(resync_seconds));
         };
-        let response = self.serve(&call, &spec, &served, decision.validated, source, namespace)?;
+        let response = self.serve(
+            &call,
+            &spec,
+            &served,
+            (decision.validated, exposed),
+            source,
+            namespace,
+        )?;
         Ok(response.with_resync_after(resync_seconds))
     }
 
@@ -131,7 +138,7 @@ impl ApiMockHooks {
         call: &Call<'_>,
         spec: &spec::ApiMockSpec,
         served: &decide::ServedDefinition<'_>,
-        validated: Decided,
+        (validated, exposed): (Decided, Option<Decided>),
         source: Option<SourceFacts>,
         namespace: &str,
     ) -> Result<CompositeResponse, HookError> {
@@ -153,6 +160,7 @@ impl ApiMockHooks {
         let urls = Urls::of(name, namespace, spec);
         let facts = Facts {
             validated,
+            exposed,
             serving: Some(&served.analysis.sha256),
             definition: definition_status(&served.analysis),
             rollout: call.rollout.clone(),
@@ -175,29 +183,50 @@ impl ApiMockHooks {
     }
 
     /// The spec, when the name can name the children, the spec parses and the policy
-    /// allows what it exposes; otherwise the Validated condition that says why not, and
-    /// whether the observed Deployment still serves what it served.
+    /// allows its Service; otherwise the Validated condition that says why not, and
+    /// whether the observed Deployment still serves what it served. An Ingress that
+    /// cannot be made is left out of the spec, and the `Exposed` condition says why: the
+    /// rest of the mock runs without it.
     fn checked_spec(
         &self,
         parent: &Value,
         name: &str,
         namespace: &str,
-    ) -> Result<spec::ApiMockSpec, (Decided, bool)> {
+    ) -> Result<(spec::ApiMockSpec, Option<Decided>), (Decided, bool)> {
         let invalid =
             |reason, message| Decided::new(ConditionType::Validated, false, reason, message);
         if let Err(problem) = check_dns1035_label(name) {
             let message = format!("metadata.name cannot name the mock's Service: {problem}");
             return Err((invalid(Reason::InvalidName, message), false));
         }
-        let spec = spec::parse_spec(parent)
+        let mut spec = spec::parse_spec(parent)
             .map_err(|problem| (invalid(Reason::InvalidSpec, problem.to_string()), true))?;
         let checked =
             bounds::check_optional("spec.image", spec.image.as_deref(), bounds::IMAGE_BYTES)
-                .and_then(|()| exposure::check(&spec, &self.policy, namespace));
+                .and_then(|()| exposure::check(&spec, &self.policy));
         if let Err(Problem { reason, message }) = checked {
             return Err((invalid(reason, message), true));
         }
-        Ok(spec)
+        let exposed = spec.ingress.as_ref().map(|ingress| {
+            match exposure::check_ingress_exposure(&spec, &self.policy, namespace) {
+                Ok(()) => Decided::new(
+                    ConditionType::Exposed,
+                    true,
+                    Reason::IngressAdmitted,
+                    format!("the Ingress routes {}{}", ingress.hostname, ingress.path),
+                ),
+                Err(Problem { reason, message }) => Decided::new(
+                    ConditionType::Exposed,
+                    false,
+                    reason,
+                    format!("{message}; the Ingress is left out, and the mock runs without it"),
+                ),
+            }
+        });
+        if exposed.as_ref().is_some_and(|e| !e.status) {
+            spec.ingress = None;
+        }
+        Ok((spec, exposed))
     }
 }
 
@@ -343,6 +372,7 @@ impl Call<'_> {
             .filter(|_| serving_observed);
         let facts = Facts {
             validated,
+            exposed: None,
             serving: serving.as_deref(),
             definition: None,
             rollout: self.rollout.clone(),

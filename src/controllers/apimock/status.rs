@@ -11,6 +11,8 @@ use crate::controllers::common::rollout::Rollout;
 /// Inputs to one status computation.
 pub struct Facts<'a> {
     pub validated: Decided,
+    /// For a spec with an Ingress: whether it is made, or why it is left out.
+    pub exposed: Option<Decided>,
     /// Hash of the definition the children serve, when there are children.
     pub serving: Option<&'a str>,
     pub definition: Option<DefinitionStatus>,
@@ -111,6 +113,7 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
     };
     let available = rollout.available_condition("the mock Deployment");
     let mut decided = vec![facts.validated, available, ready];
+    decided.extend(facts.exposed);
     decided.extend(facts.apply_limit);
     let (source, revision) = match facts.source {
         Some(source) => {

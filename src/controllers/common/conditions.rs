@@ -48,6 +48,8 @@ pub enum ConditionType {
     Available,
     /// The children fit Metacontroller's client-side apply (APIMock).
     FitsClientSideApply,
+    /// The Ingress the spec asks for is made (APIMock with `spec.ingress`).
+    Exposed,
 }
 
 impl ConditionType {
@@ -60,6 +62,7 @@ impl ConditionType {
             ConditionType::ConfigValid => "ConfigValid",
             ConditionType::Available => "Available",
             ConditionType::FitsClientSideApply => "FitsClientSideApply",
+            ConditionType::Exposed => "Exposed",
         }
     }
 }

@@ -111,6 +111,9 @@ reasons! {
     ConfigInvalid,
     /// The Deployment does not exist yet.
     DeploymentMissing,
+    // Exposed.
+    /// The Ingress the spec asks for is made.
+    IngressAdmitted,
     /// A child's name is held by an object this parent does not own.
     NameTaken,
     /// The Deployment says enough replicas are available.

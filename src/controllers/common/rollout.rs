@@ -208,9 +208,17 @@ mod tests {
             .stuck_condition("the Deployment")
             .unwrap();
         assert_eq!(condition.reason.as_str(), "ReplicaFailure");
-        assert!(condition.message.contains("violates PodSecurity"), "{}", condition.message);
+        assert!(
+            condition.message.contains("violates PodSecurity"),
+            "{}",
+            condition.message
+        );
         // Progressing as usual: not stuck.
-        assert!(Rollout::observe(Some(&deployment(2, 1, 1, 2)), "h").stuck_condition("d").is_none());
+        assert!(
+            Rollout::observe(Some(&deployment(2, 1, 1, 2)), "h")
+                .stuck_condition("d")
+                .is_none()
+        );
     }
 
     #[test]

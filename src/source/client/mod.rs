@@ -80,17 +80,18 @@ impl Meter {
     fn count(&self, bytes: usize) -> Result<(), FetchError> {
         let bytes = bytes as u64;
         let total = self.received.fetch_add(bytes, Ordering::SeqCst) + bytes;
-        if total > self.cap {
-            return Err(self.refuse(FetchError::TooLarge {
-                what: format!("what {} sent", self.shown),
-                limit: self.cap,
-            }));
-        }
+        // Heads first: when one read passes both, the heads are the nearer cause.
         let heads_until = self.heads_until.load(Ordering::SeqCst);
         if heads_until != 0 && total > heads_until {
             return Err(self.refuse(FetchError::TooLarge {
                 what: format!("the answer heads from {}", self.shown),
                 limit: HEAD_BYTES,
+            }));
+        }
+        if total > self.cap {
+            return Err(self.refuse(FetchError::TooLarge {
+                what: format!("what {} sent", self.shown),
+                limit: self.cap,
             }));
         }
         Ok(())

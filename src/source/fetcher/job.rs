@@ -117,12 +117,21 @@ impl Job {
     fn report(&self, outcomes: &[Option<FetchError>], started: Instant) {
         let mut failures = 0;
         let mut reasons: Vec<&'static str> = Vec::new();
+        // Who waits on the fetch: the sources (a path of the remote, with its
+        // credentials) parents asked for, and their namespaces.
+        let (waiting_sources, waiting_namespaces) = (self.requests.len(), self.namespaces().len());
         for error in outcomes.iter().flatten() {
             failures += 1;
             reasons.push(error.reason());
             // The message quotes the remote; it goes into the log escaped.
             let error = crate::telemetry::Escaped(error);
-            tracing::warn!(reason = error.0.reason(), error = %error, "source fetch failed");
+            tracing::warn!(
+                reason = error.0.reason(),
+                error = %error,
+                waiting_sources,
+                waiting_namespaces,
+                "source fetch failed"
+            );
         }
         reasons.sort_unstable();
         reasons.dedup();
