@@ -25,6 +25,13 @@ pub fn for_repository(base_url: &str) -> Emulator {
     let registrations = paths
         .iter()
         .flat_map(|path| super::read_yaml_documents(path))
+        // The directory also holds the ClusterRole Metacontroller needs for them.
+        .filter(|document| {
+            matches!(
+                document["kind"].as_str(),
+                Some("CompositeController" | "DecoratorController")
+            )
+        })
         .map(|document| Registration::parse(document, &kinds))
         .collect::<Result<Vec<_>, _>>()
         .unwrap_or_else(|e| panic!("a registration in manifests/ does not parse: {e}"));
