@@ -428,3 +428,52 @@ fn config_monitors_group_is_an_opt_in_that_follows_the_server() {
         ]
     );
 }
+
+/// The release workflow refuses a tag that the repository does not carry everywhere; on
+/// the version in Cargo.toml, everything agrees.
+#[test]
+fn every_file_that_names_the_version_names_cargos() {
+    let script = support::repo_dir().join("scripts/release-check.sh");
+    let run = |version: &str| {
+        std::process::Command::new(&script)
+            .arg(version)
+            .output()
+            .unwrap()
+    };
+    let current = run(env!("CARGO_PKG_VERSION"));
+    assert!(
+        current.status.success(),
+        "{}",
+        String::from_utf8_lossy(&current.stderr)
+    );
+    let other = run("99.0.0");
+    assert!(!other.status.success());
+    let said = String::from_utf8_lossy(&other.stderr);
+    for file in [
+        "Cargo.toml",
+        "Chart.yaml's version",
+        "Chart.yaml's appVersion",
+        "manifests/server/deployment.yaml",
+        "CHANGELOG.md",
+    ] {
+        assert!(said.contains(file), "{file} not checked: {said}");
+    }
+    let workflow =
+        std::fs::read_to_string(support::repo_dir().join(".github/workflows/release.yaml"))
+            .unwrap();
+    assert!(workflow.contains("./scripts/release-check.sh"));
+    // Every action is pinned by a full commit, its version in a comment.
+    for line in workflow
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- uses:") || l.trim_start().starts_with("uses:"))
+    {
+        let reference = line.split('@').nth(1).unwrap_or_default();
+        let (commit, comment) = reference.split_once(" # v").unwrap_or((reference, ""));
+        assert!(
+            commit.len() == 40
+                && commit.chars().all(|c| c.is_ascii_hexdigit())
+                && !comment.is_empty(),
+            "not pinned by commit with its version: {line}"
+        );
+    }
+}
