@@ -117,12 +117,30 @@ pub async fn start(
 }
 
 fn router(state: Arc<Receiver>) -> Router {
+    // Every answer is `{"error", "reason"}`, as the receivers' own refusals are.
+    let json = |status: StatusCode, reason: &str, error: &str| {
+        (
+            status,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            json!({"error": error, "reason": reason}).to_string(),
+        )
+    };
     Router::new()
-        .route("/receivers/{forge}", post(receive))
-        .fallback(|| async {
-            (
+        .route(
+            "/receivers/{forge}",
+            post(receive).fallback(move |method: axum::http::Method| async move {
+                json(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "MethodNotAllowed",
+                    &format!("{method} is not supported: pushes are delivered with POST"),
+                )
+            }),
+        )
+        .fallback(move || async move {
+            json(
                 StatusCode::NOT_FOUND,
-                "receivers are POST /receivers/github, /receivers/gitlab, /receivers/gitea and /receivers/generic\n",
+                "UnknownPath",
+                "receivers are POST /receivers/github, /receivers/gitlab, /receivers/gitea and /receivers/generic",
             )
         })
         .with_state(state)

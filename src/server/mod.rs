@@ -246,7 +246,10 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response:
 
 /// Hooks are POST only; anything else gets a JSON 405 that says so.
 async fn method_not_allowed(method: axum::http::Method) -> axum::response::Response {
-    let body = serde_json::json!({ "error": format!("{method} is not supported: hooks are called with POST") });
+    let body = serde_json::json!({
+        "error": format!("{method} is not supported: hooks are called with POST"),
+        "reason": "method_not_allowed",
+    });
     (
         StatusCode::METHOD_NOT_ALLOWED,
         [

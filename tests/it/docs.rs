@@ -332,3 +332,44 @@ async fn the_worked_example_runs_as_written() {
         "the page says the exit code is 1"
     );
 }
+
+/// docs/operations.md lists every flag of `serve` in one table (a blank line inside it
+/// would end the table, and Markdown would show the rest as text).
+#[test]
+fn every_serve_flag_is_a_row_of_the_one_flags_table() {
+    let docs = std::fs::read_to_string(support::repo_dir().join("docs/operations.md")).unwrap();
+    let section = docs
+        .split("\n## Flags\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/operations.md has a Flags section");
+    let tables: Vec<Vec<&str>> = section
+        .split("\n\n")
+        .map(|block| {
+            block
+                .lines()
+                .filter(|l| l.starts_with('|'))
+                .collect::<Vec<_>>()
+        })
+        .filter(|rows| !rows.is_empty())
+        .collect();
+    assert_eq!(tables.len(), 1, "the flags are in one table: {tables:#?}");
+    let cli = <metahooks::cli::Cli as clap::CommandFactory>::command();
+    let serve = cli.find_subcommand("serve").unwrap();
+    for argument in serve.get_arguments() {
+        let Some(long) = argument.get_long() else {
+            continue;
+        };
+        if matches!(long, "help" | "version") {
+            continue;
+        }
+        let flag = format!("`--{long}`");
+        assert!(
+            tables[0].iter().any(|row| row
+                .split('|')
+                .nth(1)
+                .is_some_and(|cell| cell.contains(&flag))),
+            "{flag} has no row in docs/operations.md's Flags table"
+        );
+    }
+}

@@ -160,9 +160,14 @@ async fn post_raw(base: &str, path: &str, body: Vec<u8>) -> reqwest::Response {
         .expect("request is answered")
 }
 
+/// The status and `error` of an error answer, which always carries a `reason` too.
 async fn error_of(response: reqwest::Response) -> (u16, String) {
     let status = response.status().as_u16();
     let body: Value = response.json().await.expect("error body is JSON");
+    assert!(
+        body["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "an error answer without a reason: {body}"
+    );
     (
         status,
         body["error"].as_str().expect("error field").to_owned(),

@@ -310,3 +310,31 @@ async fn a_replayed_delivery_is_answered_without_a_fetch() {
         "{other}"
     );
 }
+
+/// Every answer of the receiver port is `{"error", "reason"}`, the wrong method and an
+/// unknown path included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wrong_method_and_an_unknown_path_get_a_reason() {
+    let s = setup().await;
+    let base = format!("http://{}", s.receivers.addr);
+    let get = reqwest::get(format!("{base}/receivers/github"))
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    let body: Value = get.json().await.unwrap();
+    assert_eq!(body["reason"], "MethodNotAllowed", "{body}");
+    let unknown = reqwest::Client::new()
+        .post(format!("{base}/elsewhere"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(body["reason"], "UnknownPath", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("/receivers/github")
+    );
+}

@@ -38,22 +38,52 @@ pub enum ManifestError {
     Yaml(#[from] Error),
 }
 
-/// The documents of a file of manifests: a JSON file (its first character other than
-/// white space is `{` or `[`) is read as a stream of JSON values, anything else as a YAML
-/// stream. JSON is read as JSON because YAML's reading of it differs where people notice:
-/// `"\ud83d\ude00"`, how JSON writers escape an emoji, is a surrogate pair to JSON and an
-/// invalid escape to YAML.
+/// The documents of a file of manifests, split where YAML splits a stream (a line that
+/// starts with `---`): a document whose first character other than white space is `{` or
+/// `[` is read as JSON values (several may follow one another), any other as YAML. So a
+/// JSON file, a YAML stream, and JSON objects separated by `---` (as some tools write
+/// them) all read as YAML would read them. JSON is read as JSON because YAML's reading of
+/// it differs where people notice: `"\ud83d\ude00"`, how JSON writers escape an emoji, is
+/// a surrogate pair to JSON and an invalid escape to YAML.
 ///
 /// # Errors
 /// A document does not parse, or is not the shape of `T`.
 pub fn manifests<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, ManifestError> {
-    if text.trim_start().starts_with(['{', '[']) {
-        let values: Result<Vec<T>, serde_json::Error> = serde_json::Deserializer::from_str(text)
-            .into_iter::<T>()
-            .collect();
-        return Ok(values?);
+    let mut all = Vec::new();
+    for document in stream_documents(text) {
+        if document.trim_start().starts_with(['{', '[']) {
+            let values: Result<Vec<T>, serde_json::Error> =
+                serde_json::Deserializer::from_str(&document)
+                    .into_iter::<T>()
+                    .collect();
+            all.extend(values?);
+        } else if !document.trim().is_empty() {
+            all.extend(documents::<T>(&document)?);
+        }
     }
-    Ok(documents(text)?)
+    Ok(all)
+}
+
+/// `text` cut at YAML's document markers: a line that is `---`, or starts with `---` and
+/// white space (what follows belongs to the next document). A marker is one at the start
+/// of a line only, as YAML has it, so `---` inside a quoted string or an indented block
+/// does not cut.
+fn stream_documents(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for line in text.split_inclusive('\n') {
+        let marker = line
+            .strip_prefix("---")
+            .filter(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace));
+        match marker {
+            Some(rest) => out.push(rest.to_owned()),
+            None => {
+                if let Some(current) = out.last_mut() {
+                    current.push_str(line);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Writes `value` as YAML.
@@ -84,5 +114,21 @@ mod tests {
         assert_eq!(yaml, vec![json!({"a": 1}), json!({"b": 2})]);
         let broken = manifests::<Value>("{\"a\": ").map(|_| ());
         assert!(matches!(broken, Err(ManifestError::Json(_))), "{broken:?}");
+        // JSON objects separated by document markers, as some tools write them.
+        let marked: Vec<Value> =
+            manifests("{\"a\": 1}\n---\n{\"b\": \"\\ud83d\\ude00\"}\n---\nc: 3\n--- {\"d\": 4}\n")
+                .unwrap_or_default();
+        assert_eq!(
+            marked,
+            vec![
+                json!({"a": 1}),
+                json!({"b": "\u{1F600}"}),
+                json!({"c": 3}),
+                json!({"d": 4})
+            ]
+        );
+        // A marker only at the start of a line.
+        let quoted: Vec<Value> = manifests("a: |\n  x\n  ---\n  y\n").unwrap_or_default();
+        assert_eq!(quoted, vec![json!({"a": "x\n---\ny\n"})]);
     }
 }
