@@ -486,6 +486,9 @@ pub struct Interest {
     pub fetch_now: Option<String>,
     /// Another replica fetched a newer copy of the same ref: fetch now.
     pub behind: bool,
+    /// The parent that asks (`namespace/name`), so a failed fetch can say how many wait
+    /// on it; None when no parent asks (a receiver, a test).
+    pub parent: Option<std::sync::Arc<str>>,
 }
 
 impl Interest {
@@ -497,6 +500,7 @@ impl Interest {
             running: None,
             fetch_now: None,
             behind: false,
+            parent: None,
         }
     }
 }

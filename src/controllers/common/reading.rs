@@ -25,7 +25,7 @@ pub fn composite_sync<E>(
     parent: &Value,
     answer: impl FnOnce(&mut Reads<'_>, &mut refresh::Outcome) -> Result<CompositeResponse, E>,
 ) -> Result<Answer<CompositeResponse>, E> {
-    let mut reads = Reads::new(ctx.sources.as_ref());
+    let mut reads = Reads::new(ctx.sources.as_ref()).for_parent(parent);
     let response = refresh::recording(parent, |asked| answer(&mut reads, asked))?;
     Ok(Answer {
         response,
@@ -68,6 +68,8 @@ impl SourceUse {
 pub struct Reads<'v> {
     view: &'v dyn SourceView,
     used: Vec<SourceUse>,
+    /// The parent the reads are for (`namespace/name`), told to the engine.
+    parent: Option<std::sync::Arc<str>>,
 }
 
 impl<'v> Reads<'v> {
@@ -76,7 +78,25 @@ impl<'v> Reads<'v> {
         Reads {
             view,
             used: Vec::new(),
+            parent: None,
         }
+    }
+
+    /// The same, for the call of `parent`.
+    pub fn for_parent(mut self, parent: &Value) -> Reads<'v> {
+        let field = |pointer| {
+            parent
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        let key = format!(
+            "{}/{}",
+            field("/metadata/namespace"),
+            field("/metadata/name")
+        );
+        self.parent = Some(key.into());
+        self
     }
 
     /// What the engine holds for `request`, asking it to be kept fresh at `interval`;
@@ -134,8 +154,10 @@ impl<'v> Reads<'v> {
         {
             Some(index) => index,
             None => {
+                let mut interest = Interest::keep(request, interval);
+                interest.parent = self.parent.clone();
                 self.used.push(SourceUse {
-                    interest: Interest::keep(request, interval),
+                    interest,
                     seen: None,
                     token: None,
                 });

@@ -92,7 +92,7 @@ impl DecoratorHooks for ConfigSyncHooks {
         request: &DecoratorRequest,
         ctx: &Context,
     ) -> Result<Answer<DecoratorResponse>, HookError> {
-        let mut reads = Reads::new(ctx.sources.as_ref());
+        let mut reads = Reads::new(ctx.sources.as_ref()).for_parent(&request.object);
         let response = self.answer(request, &mut reads)?;
         Ok(Answer {
             response,

@@ -117,9 +117,15 @@ impl Job {
     fn report(&self, outcomes: &[Option<FetchError>], started: Instant) {
         let mut failures = 0;
         let mut reasons: Vec<&'static str> = Vec::new();
-        // Who waits on the fetch: the sources (a path of the remote, with its
-        // credentials) parents asked for, and their namespaces.
-        let (waiting_sources, waiting_namespaces) = (self.requests.len(), self.namespaces().len());
+        // Who waits on the fetch: the parents that asked for the remote lately, and their
+        // namespaces.
+        let waiting_parents = super::read(&self.inner.state)
+            .remotes
+            .get(&self.remote_key)
+            .map_or(0, |remote| {
+                remote.waiting_parents(Instant::now(), self.interval)
+            });
+        let waiting_namespaces = self.namespaces().len();
         for error in outcomes.iter().flatten() {
             failures += 1;
             reasons.push(error.reason());
@@ -128,7 +134,7 @@ impl Job {
             tracing::warn!(
                 reason = error.0.reason(),
                 error = %error,
-                waiting_sources,
+                waiting_parents,
                 waiting_namespaces,
                 "source fetch failed"
             );

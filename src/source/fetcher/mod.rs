@@ -55,6 +55,33 @@ struct RemoteEntry {
     /// Revisions parents said they run, each with when the engine first heard of it
     /// (the newest few): a copy fetched after that is at least as new.
     heard: VecDeque<(Revision, Instant)>,
+    /// The parents (`namespace/name`) that asked for the remote, and when each last did
+    /// (those silent for a few intervals are let go): who waits on its next fetch.
+    parents: HashMap<std::sync::Arc<str>, Instant>,
+}
+
+/// Most parents remembered per remote (for the log line of a failed fetch only).
+const PARENTS_REMEMBERED: usize = 10_000;
+
+impl RemoteEntry {
+    /// `parent` asked for this remote at `now`, polling every `interval`.
+    fn heard_from(&mut self, parent: &std::sync::Arc<str>, now: Instant, interval: Duration) {
+        self.parents.insert(parent.clone(), now);
+        if self.parents.len() > PARENTS_REMEMBERED {
+            let silent_for = interval * FORGET_AFTER_INTERVALS;
+            self.parents
+                .retain(|_, last| now.saturating_duration_since(*last) < silent_for);
+        }
+    }
+
+    /// How many parents have asked for the remote lately.
+    pub(super) fn waiting_parents(&self, now: Instant, interval: Duration) -> usize {
+        let silent_for = interval * FORGET_AFTER_INTERVALS;
+        self.parents
+            .values()
+            .filter(|last| now.saturating_duration_since(**last) < silent_for)
+            .count()
+    }
 }
 
 /// Most handled "fetch now" tokens remembered per remote.
@@ -314,12 +341,14 @@ impl Fetcher {
         interval: Duration,
         running: Option<&Revision>,
         fetch_now: Option<&str>,
+        parent: Option<std::sync::Arc<str>>,
     ) {
         self.send(writer::Command::Want(Box::new(writer::Wanted {
             request: request.clone(),
             interval,
             running: running.cloned(),
             fetch_now: fetch_now.map(str::to_owned),
+            parent,
         })));
     }
 
@@ -424,11 +453,12 @@ impl Sources for Fetcher {
             interest.interval,
             interest.running.as_ref(),
             interest.fetch_now.as_deref(),
+            interest.parent.clone(),
         );
         if interest.behind {
             // Another replica may run a newer copy: this one's is refreshed now, as
             // often as pushes are at most.
-            self.ask_for(&interest.request, PUSH_SPACING, None, None);
+            self.ask_for(&interest.request, PUSH_SPACING, None, None, None);
         }
     }
 
@@ -474,7 +504,7 @@ impl Fetcher {
         interval: Duration,
         running: Option<&Revision>,
     ) -> SourceState {
-        self.ask_for(request, interval, running, None);
+        self.ask_for(request, interval, running, None, None);
         self.read(request, interval, running)
     }
 
@@ -483,7 +513,7 @@ impl Fetcher {
         if self.token(request, token) == Refresh::Handled {
             return Refresh::Handled;
         }
-        self.ask_for(request, interval, None, Some(token));
+        self.ask_for(request, interval, None, Some(token), None);
         self.token(request, token)
     }
 }
@@ -494,6 +524,22 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    #[test]
+    fn the_parents_that_wait_on_a_remote_are_those_that_asked_lately() {
+        let mut remote = RemoteEntry::default();
+        let start = Instant::now();
+        let minute = Duration::from_secs(60);
+        let (a, b): (std::sync::Arc<str>, std::sync::Arc<str>) =
+            ("team-a/web".into(), "team-b/api".into());
+        remote.heard_from(&a, start, minute);
+        remote.heard_from(&b, start, minute);
+        remote.heard_from(&a, start + minute, minute);
+        assert_eq!(remote.waiting_parents(start + minute, minute), 2);
+        // b has been silent for three intervals; a asked again since.
+        let later = start + minute * 3 + Duration::from_secs(1);
+        assert_eq!(remote.waiting_parents(later, minute), 1);
+    }
     use crate::source::{Credentials, Location};
 
     /// A repository on disk with one commit per call, read through `file://`.

@@ -68,6 +68,7 @@ pub(super) struct Wanted {
     pub(super) interval: Duration,
     pub(super) running: Option<Revision>,
     pub(super) fetch_now: Option<String>,
+    pub(super) parent: Option<std::sync::Arc<str>>,
 }
 
 /// A job that ended on `remote_key`; `resolved` is the commit it fetched or read, if
@@ -155,14 +156,23 @@ impl Writer {
 
     fn apply(&mut self, inner: &Arc<Inner>, state: &mut State, command: Command) {
         match command {
-            Command::Want(wanted) => want(
-                inner,
-                state,
-                &wanted.request,
-                wanted.interval,
-                wanted.running.as_ref(),
-                wanted.fetch_now.as_deref(),
-            ),
+            Command::Want(wanted) => {
+                if let Some(parent) = &wanted.parent {
+                    let remote = state
+                        .remotes
+                        .entry(wanted.request.key().remote)
+                        .or_default();
+                    remote.heard_from(parent, Instant::now(), wanted.interval);
+                }
+                want(
+                    inner,
+                    state,
+                    &wanted.request,
+                    wanted.interval,
+                    wanted.running.as_ref(),
+                    wanted.fetch_now.as_deref(),
+                );
+            }
             Command::Push { repository } => push(inner, state, &repository),
             Command::PushDue { remote_key } => push_due(inner, state, &remote_key),
             Command::Stored {
