@@ -337,7 +337,11 @@ impl Watch<'_> {
     {
         let mut connection = std::pin::pin!(connection);
         let why = loop {
-            let idle_until = self.slot.idle_since().map(|since| {
+            // An HTTP/1.1 connection that has had a call is closed when idle by hyper's
+            // header-read timer: only HTTP/2 and a first request are timed here, so a
+            // call on a kept-alive HTTP/1.1 connection costs this task no wake-up.
+            let timed = self.h2 || !self.slot.calls_started();
+            let idle_until = self.slot.idle_since().filter(|_| timed).map(|since| {
                 let limit = if self.slot.calls_started() {
                     self.limits.idle
                 } else {
@@ -348,7 +352,7 @@ impl Watch<'_> {
             tokio::select! {
                 served = &mut connection => return log_end(served),
                 () = self.slot.evicted() => break "its slot went to a new connection",
-                () = self.slot.activity() => {}
+                () = self.slot.activity(), if timed => {}
                 () = sleep_until(idle_until) => break "idle past its limit",
                 _ = draining.wait_for(|drain| *drain) => break "the server is stopping",
             }

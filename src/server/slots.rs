@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -27,6 +27,8 @@ pub struct Slots {
     table: Arc<Mutex<Table>>,
     max: usize,
     max_per_peer: usize,
+    /// What idle times are counted from.
+    epoch: Instant,
 }
 
 struct Table {
@@ -38,25 +40,31 @@ struct Table {
 
 struct Entry {
     peer: IpAddr,
-    /// Calls being answered on the connection (HTTP/2 may have several).
-    busy: usize,
-    /// Since when no call has been in flight (the accept, at first).
-    idle_since: Instant,
     signals: Arc<Signals>,
 }
 
-/// What the serving side of a connection is told, and what it knows of itself even once
-/// its slot is gone.
+/// What the serving side of a connection is told, and what the table reads of it. A call
+/// starting or ending touches only these atomics, never the table's lock: that happens
+/// on every call, an eviction only when a port is full.
 #[derive(Default)]
 struct Signals {
     /// Its slot was given to a new connection: close now.
     evict: Notify,
     /// Its count of calls in flight changed (its idle timer starts or stops).
     activity: Notify,
-    /// Calls in flight (the table's count, kept also after an eviction removed the entry).
+    /// Calls being answered on the connection (HTTP/2 may have several).
     in_flight: AtomicUsize,
+    /// Since when no call has been in flight (the accept, at first), in nanoseconds
+    /// after the slots' epoch.
+    idle_since: AtomicU64,
     /// Whether any call has started on it.
     started: AtomicBool,
+}
+
+impl Signals {
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) > 0
+    }
 }
 
 /// Why a new connection got no slot.
@@ -90,7 +98,12 @@ impl Slots {
             })),
             max: max.max(1),
             max_per_peer: max_per_peer.clamp(1, max.max(1)),
+            epoch: Instant::now(),
         }
+    }
+
+    fn nanos_since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Connections open right now.
@@ -107,7 +120,7 @@ impl Slots {
     /// is free, or an idle connection would give up its own.
     pub fn can_admit(&self) -> bool {
         let table = self.lock();
-        table.open.len() < self.max || table.open.values().any(|entry| entry.busy == 0)
+        table.open.len() < self.max || table.open.values().any(|entry| !entry.signals.busy())
     }
 
     /// A slot for a new connection from `peer`, making room by closing the connection
@@ -128,12 +141,13 @@ impl Slots {
         let id = table.next_id;
         table.next_id += 1;
         let signals = Arc::new(Signals::default());
+        signals
+            .idle_since
+            .store(self.nanos_since_epoch(Instant::now()), Ordering::SeqCst);
         table.open.insert(
             id,
             Entry {
                 peer,
-                busy: 0,
-                idle_since: Instant::now(),
                 signals: signals.clone(),
             },
         );
@@ -158,8 +172,8 @@ impl Table {
     fn longest_idle(&self, eligible: impl Fn(&Entry) -> bool) -> Option<u64> {
         self.open
             .iter()
-            .filter(|(_, entry)| entry.busy == 0 && eligible(entry))
-            .min_by_key(|(id, entry)| (entry.idle_since, **id))
+            .filter(|(_, entry)| !entry.signals.busy() && eligible(entry))
+            .min_by_key(|(id, entry)| (entry.signals.idle_since.load(Ordering::SeqCst), **id))
             .map(|(id, _)| *id)
     }
 
@@ -193,10 +207,10 @@ impl Slot {
     /// A call starts on the connection; it is busy until the returned guard is dropped.
     pub fn call(&self) -> Call {
         self.signals.started.store(true, Ordering::Relaxed);
-        self.change_busy(|busy| busy + 1);
+        self.signals.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.signals.activity.notify_one();
         Call {
-            slots: self.slots.clone(),
-            id: self.id,
+            epoch: self.slots.epoch,
             signals: self.signals.clone(),
         }
     }
@@ -214,9 +228,11 @@ impl Slot {
     /// Since when the connection has had no call in flight; `None` while it has one (or
     /// once its slot is gone).
     pub fn idle_since(&self) -> Option<Instant> {
-        let table = self.slots.lock();
-        let entry = table.open.get(&self.id)?;
-        (entry.busy == 0).then_some(entry.idle_since)
+        if self.signals.busy() || !self.slots.lock().open.contains_key(&self.id) {
+            return None;
+        }
+        let nanos = self.signals.idle_since.load(Ordering::SeqCst);
+        Some(self.slots.epoch + std::time::Duration::from_nanos(nanos))
     }
 
     /// Whether a call has started on the connection since it was accepted.
@@ -226,11 +242,7 @@ impl Slot {
 
     /// Whether a call is in flight on the connection, whether or not it still has its slot.
     pub fn in_flight(&self) -> bool {
-        self.signals.in_flight.load(Ordering::SeqCst) > 0
-    }
-
-    fn change_busy(&self, change: impl Fn(usize) -> usize) {
-        change_busy(&self.slots, self.id, &self.signals, change);
+        self.signals.busy()
     }
 }
 
@@ -242,32 +254,18 @@ impl Drop for Slot {
 
 /// A call in flight on a connection.
 pub struct Call {
-    slots: Slots,
-    id: u64,
+    epoch: Instant,
     signals: Arc<Signals>,
 }
 
 impl Drop for Call {
     fn drop(&mut self) {
-        change_busy(&self.slots, self.id, &self.signals, |busy| {
-            busy.saturating_sub(1)
-        });
+        // The idle time first: a connection is never seen idle with an older time.
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.signals.idle_since.store(now, Ordering::SeqCst);
+        self.signals.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.signals.activity.notify_one();
     }
-}
-
-fn change_busy(slots: &Slots, id: u64, signals: &Signals, change: impl Fn(usize) -> usize) {
-    {
-        let mut table = slots.lock();
-        let in_flight = change(signals.in_flight.load(Ordering::SeqCst));
-        signals.in_flight.store(in_flight, Ordering::SeqCst);
-        if let Some(entry) = table.open.get_mut(&id) {
-            entry.busy = change(entry.busy);
-            if entry.busy == 0 {
-                entry.idle_since = Instant::now();
-            }
-        }
-    }
-    signals.activity.notify_one();
 }
 
 #[cfg(test)]
