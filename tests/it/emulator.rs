@@ -27,6 +27,10 @@ enum Fault {
     NoStatus,
     MissingKind,
     ServerFields,
+    /// Two children, in another order on every call (a Go hook ranging over a map).
+    ShuffledChildren,
+    /// The same answer with its keys in another order on every call.
+    ShuffledKeys,
 }
 
 struct Hook {
@@ -75,7 +79,32 @@ async fn sync(
             .map(|_| ())
             .unwrap_or(()),
         Fault::ServerFields => child["metadata"]["resourceVersion"] = json!("7"),
-        Fault::None => {}
+        Fault::ShuffledChildren if request["finalizing"] != json!(true) => {
+            let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-other")}, "data": {"c": "d"}});
+            let children = if call % 2 == 0 {
+                json!([child, other])
+            } else {
+                json!([other, child])
+            };
+            return Json(json!({"status": {"children": 2}, "children": children})).into_response();
+        }
+        Fault::ShuffledKeys if request["finalizing"] != json!(true) => {
+            // Written by hand: serde_json's maps would sort the keys.
+            let child = format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}-cm"}},"data":{{"a":"b"}}}}"#
+            );
+            let body = if call % 2 == 0 {
+                format!(r#"{{"status":{{"children":1,"ok":true}},"children":[{child}]}}"#)
+            } else {
+                format!(r#"{{"children":[{child}],"status":{{"ok":true,"children":1}}}}"#)
+            };
+            return (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response();
+        }
+        Fault::ShuffledChildren | Fault::ShuffledKeys | Fault::None => {}
     }
     if request["finalizing"] == json!(true) {
         let gone = request["children"]["ConfigMap.v1"]
@@ -249,9 +278,28 @@ async fn catches_answers_that_differ_for_identical_requests() {
     let message = violation(Fault::NonDeterministic, "v1").await;
     assert!(
         message.starts_with("[UnstableAnswer]")
-            && message.contains("answered two identical requests differently"),
+            && message.contains(
+                "answered two identical requests differently at /children/0/data/nonce: "
+            ),
         "{message}"
     );
+}
+
+/// Metacontroller keys children by kind, namespace and name, and decodes JSON: neither
+/// the order of the children nor the order of keys is a difference to it
+/// (`MakeChildMap`, pkg/controller/common/children.go).
+#[tokio::test]
+async fn children_or_keys_in_another_order_are_the_same_answer() {
+    for fault in [Fault::ShuffledChildren, Fault::ShuffledKeys] {
+        for _ in 0..20 {
+            let mut emulator = emulator_with(fault, "v2").await;
+            emulator
+                .converge(8)
+                .await
+                .unwrap_or_else(|finding| panic!("{fault:?}: {finding}"));
+            assert!(emulator.get("v1", "ConfigMap", "ns", "one-cm").is_some());
+        }
+    }
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{Answered, Prepared};
 use crate::Key;
-use crate::answers::same_answer;
+use crate::answers::{difference, same_answer};
 use crate::findings::{Problem, Rule};
 use crate::registration::{Hook, HookName, Registration};
 use crate::transport::Transport;
@@ -51,7 +51,7 @@ pub(in crate::cluster) async fn stable_answer(
         } else {
             let third = asker.ask().await?;
             if !same_answer(parent, (&again.0, &again.1), (&third.0, &third.1)) {
-                return Err(unstable(name, &again.1, &third.1));
+                return Err(unstable(name, parent, &again.1, &third.1));
             }
             third
         };
@@ -112,12 +112,37 @@ fn same_as_earlier(prepared: &Prepared, first: &(String, Value)) -> bool {
         .is_ok_and(|earlier| same_answer(&prepared.parent, (text, &earlier), (&first.0, &first.1)))
 }
 
-/// The finding for two different answers to identical requests.
-fn unstable(name: HookName, one: &Value, other: &Value) -> Problem {
+/// The finding for two different answers to identical requests: where they differ (a
+/// JSON pointer) and only what differs there.
+fn unstable(name: HookName, parent: &Value, one: &Value, other: &Value) -> Problem {
+    let shown = |value: &Option<Value>| match value {
+        Some(value) => {
+            let text = value.to_string();
+            let mut cut = text.len().min(200);
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            if cut < text.len() {
+                format!("{}… ({} bytes)", &text[..cut], text.len())
+            } else {
+                text
+            }
+        }
+        None => "(absent)".to_owned(),
+    };
+    let detail = match difference(parent, one, other) {
+        Some((pointer, first, second)) => format!(
+            " at {}: {} then {}",
+            if pointer.is_empty() { "/" } else { &pointer },
+            shown(&first),
+            shown(&second)
+        ),
+        None => String::new(),
+    };
     (
         Rule::UnstableAnswer,
         format!(
-            "{} answered two identical requests differently:\n{one}\n{other}",
+            "{} answered two identical requests differently{detail}",
             name.key()
         ),
     )
