@@ -111,12 +111,20 @@ fn env(container: &Value, at: &str, found: &mut Vec<String>) {
     }
 }
 
-/// A Service (but ExternalName) needs ports; with more than one, each needs a name,
-/// and names are unique; port numbers in range; targetPort a number in range or a name.
+/// A Service needs ports unless it is headless or ExternalName (`ValidateService`,
+/// pkg/apis/core/validation: `len(Ports) == 0 && !isHeadlessService && Type !=
+/// ExternalName`, a headless Service's cluster IP being `None`); with more than one port,
+/// each needs a name, and names are unique; port numbers in range; targetPort a number in
+/// range or a name.
 fn service(object: &Value, found: &mut Vec<String>) {
     let external = object.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
+    let headless = object.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None")
+        || object
+            .pointer("/spec/clusterIPs")
+            .and_then(Value::as_array)
+            .is_some_and(|ips| ips.len() == 1 && ips[0] == "None");
     let ports = object.pointer("/spec/ports").and_then(Value::as_array);
-    if !external && ports.is_none_or(Vec::is_empty) {
+    if !external && !headless && ports.is_none_or(Vec::is_empty) {
         found.push("spec.ports: Required value".to_owned());
     }
     let ports = ports.map_or(&[][..], Vec::as_slice);
@@ -207,6 +215,12 @@ mod tests {
         let external = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
             "spec": {"type": "ExternalName", "externalName": "example.com"}});
         assert!(refusals(external).is_empty());
+        // A headless Service (a StatefulSet's governing Service, say) needs no ports.
+        for headless in [json!({"clusterIP": "None"}), json!({"clusterIPs": ["None"]})] {
+            let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
+                "spec": headless});
+            assert!(refusals(service).is_empty());
+        }
 
         let ingress = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"},
             "spec": {"rules": [{"http": {"paths": [{"path": "/", "backend": {}}]}}]}});
