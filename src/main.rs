@@ -15,6 +15,9 @@ fn main() -> ExitCode {
         let code = metahooks::source::worker::child::main();
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    if let Command::Emulate(args) = &cli.command {
+        return emulate(args);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -24,20 +27,37 @@ fn main() -> ExitCode {
     }
 }
 
+/// `metahooks emulate`, with exit codes a CI job can tell apart: 0 when the hooks did
+/// nothing Metacontroller would object to, 1 when they did (the findings are in the
+/// report), 2 when the run itself could not be made (an input file, a registration, the
+/// hook URL, a story: the setup, not the hook, is wrong).
+fn emulate(args: &metahooks::cli::EmulateArgs) -> ExitCode {
+    match metahooks::cli::emulate::emulate(args) {
+        Ok((report, clean)) => {
+            if let Err(error) = write_out(&report) {
+                eprintln!("metahooks: {}", metahooks::cli::explain(&error));
+                return ExitCode::from(2);
+            }
+            if clean {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("metahooks: the emulation found problems (see findings above)");
+                ExitCode::from(1)
+            }
+        }
+        Err(error) => {
+            eprintln!("metahooks: {}", metahooks::cli::explain(&error));
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&args),
         Command::Render(args) => write_out(&metahooks::cli::render::render(&args)?),
-        Command::Emulate(args) => {
-            let (report, clean) = metahooks::cli::emulate::emulate(&args)?;
-            write_out(&report)?;
-            if !clean {
-                return Err(anyhow::anyhow!(
-                    "the emulation found problems (see findings above)"
-                ));
-            }
-            Ok(())
-        }
+        // Answered by `emulate` before `run`, for its exit codes.
+        Command::Emulate(_) => Ok(()),
         Command::Crds => write_out(&metahooks::crds::all_yaml()?),
         Command::SourceWorker => Ok(()),
         Command::Version => write_out(&format!("metahooks {}\n", env!("CARGO_PKG_VERSION"))),

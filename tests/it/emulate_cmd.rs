@@ -136,8 +136,9 @@ fn bad_input_files_are_named_and_refused() {
         let output = emulate(&["-f", path.to_str().unwrap()]);
         let error = String::from_utf8_lossy(&output.stderr);
         assert!(
-            !output.status.success() && error.contains(expected) && error.contains(file),
-            "{file}: {error}"
+            output.status.code() == Some(2) && error.contains(expected) && error.contains(file),
+            "{file}: exit {:?}: {error}",
+            output.status.code()
         );
     }
 }
@@ -251,7 +252,7 @@ async fn each_fault_of_a_broken_hook_server_is_its_own_finding() {
         ])
         .await;
         let report = report(&output);
-        assert!(!output.status.success(), "{rule}: exit code 0");
+        assert_eq!(output.status.code(), Some(1), "{rule}: findings exit 1");
         assert!(
             rules(&report).contains(&rule.to_owned()),
             "{rule}: {:#}",
@@ -341,7 +342,7 @@ fn a_run_that_reconciles_nothing_fails_and_says_why() {
     for file in [&typo, &empty] {
         let output = emulate(&["-f", file.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{}", stdout(&output));
+        assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
         assert!(
             stderr.contains("nothing was reconciled")
                 && stderr.contains("APIMock apirator.io/v1alpha1"),

@@ -216,7 +216,10 @@ mod tests {
             "spec": {"type": "ExternalName", "externalName": "example.com"}});
         assert!(refusals(external).is_empty());
         // A headless Service (a StatefulSet's governing Service, say) needs no ports.
-        for headless in [json!({"clusterIP": "None"}), json!({"clusterIPs": ["None"]})] {
+        for headless in [
+            json!({"clusterIP": "None"}),
+            json!({"clusterIPs": ["None"]}),
+        ] {
             let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
                 "spec": headless});
             assert!(refusals(service).is_empty());
