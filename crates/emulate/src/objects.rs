@@ -82,18 +82,30 @@ pub fn labels_match(selector: &Value, object: &Value) -> bool {
 /// dropped since last time are removed); arrays of objects that share a conventional
 /// key (containerPort, port, mountPath, name, uid, ip, path, in that order) merge item
 /// by item as "list maps"; other arrays and scalars take the desired value.
+///
+/// Where the live value is a map or a list and the desired one is null or of another
+/// type, Go's type assertion in `merge` yields a nil map or list, which merges as an
+/// empty one: a map keeps its keys but those applied before (`annotations: null` keeps
+/// what others put there), and a list that is no list map becomes null.
 pub fn three_way(live: &Value, previous: &Value, desired: &Value) -> Value {
+    let previous_items: &[Value] = previous.as_array().map_or(&[], Vec::as_slice);
     match (live, desired) {
         (Value::Object(live_map), Value::Object(desired_map)) => {
             Value::Object(merge_maps(live_map, previous.as_object(), desired_map))
         }
+        (Value::Object(live_map), _) => {
+            Value::Object(merge_maps(live_map, previous.as_object(), &Map::new()))
+        }
         (Value::Array(live_items), Value::Array(desired_items)) => {
-            let previous_items: &[Value] = previous.as_array().map_or(&[], Vec::as_slice);
             match list_map_key(&[live_items, previous_items, desired_items]) {
                 Some(key) => merge_list_map(key, live_items, previous_items, desired_items),
                 None => desired.clone(),
             }
         }
+        (Value::Array(live_items), _) => match list_map_key(&[live_items, previous_items]) {
+            Some(key) => merge_list_map(key, live_items, previous_items, &[]),
+            None => Value::Null,
+        },
         _ => desired.clone(),
     }
 }
@@ -262,5 +274,43 @@ fn service_defaults(object: &mut Value) {
         {
             port["targetPort"] = number;
         }
+    }
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    #[test]
+    fn null_or_another_type_where_a_map_lives_prunes_what_was_applied_and_keeps_the_rest() {
+        // `metadata.annotations: null` (Python's `ann or None`): the annotation we applied
+        // goes, the one another controller wrote stays; the map stays a map.
+        let live = json!({"metadata": {"annotations": {"ours": "1", "theirs": "x"}}});
+        let previous = json!({"metadata": {"annotations": {"ours": "1"}}});
+        for desired in [
+            json!({"metadata": {"annotations": null}}),
+            json!({"metadata": {"annotations": "text"}}),
+        ] {
+            assert_eq!(
+                three_way(&live, &previous, &desired),
+                json!({"metadata": {"annotations": {"theirs": "x"}}}),
+                "{desired}"
+            );
+        }
+        // `data: null` keeps the keys others wrote.
+        let live = json!({"data": {"a": "1", "foreign": "f"}});
+        assert_eq!(
+            three_way(&live, &json!({"data": {"a": "1"}}), &json!({"data": null})),
+            json!({"data": {"foreign": "f"}})
+        );
+        // A plain list meeting null becomes null; a scalar meeting a map takes the map.
+        assert_eq!(
+            three_way(&json!({"args": ["a"]}), &json!({}), &json!({"args": null})),
+            json!({"args": null})
+        );
+        assert_eq!(
+            three_way(&json!({"x": 1}), &json!({}), &json!({"x": {"y": 2}})),
+            json!({"x": {"y": 2}})
+        );
     }
 }
