@@ -446,7 +446,13 @@ impl Registration {
         Ok(Registration {
             name,
             type_,
-            resync_period_seconds: spec.get("resyncPeriodSeconds").and_then(Value::as_f64),
+            // Whole seconds, raised to at least one: Start (composite and decorator
+            // controller.go) puts "a reasonable limit on it", so 0 is a resync a second,
+            // not none.
+            resync_period_seconds: spec
+                .get("resyncPeriodSeconds")
+                .and_then(Value::as_f64)
+                .map(|seconds| seconds.trunc().max(1.0)),
             generate_selector: spec
                 .get("generateSelector")
                 .and_then(Value::as_bool)
@@ -628,6 +634,26 @@ mod tests {
             Some("/c/sync".to_owned())
         );
         assert!(registration(json!({"version": "v2"})).is_err_and(|e| e.contains("webhook")));
+    }
+
+    #[test]
+    fn a_resync_period_below_a_second_is_a_second_as_start_has_it() {
+        let kinds = Kinds::default();
+        let period = |seconds: Value| {
+            Registration::parse(
+                json!({"kind": "CompositeController", "metadata": {"name": "c"},
+                       "spec": {"parentResource": {"apiVersion": "v1", "resource": "configmaps"},
+                                "resyncPeriodSeconds": seconds,
+                                "hooks": {"sync": {"webhook": {"url": "http://h/s"}}}}}),
+                &kinds,
+            )
+            .ok()
+            .and_then(|r| r.resync_period_seconds)
+        };
+        assert_eq!(period(json!(0)), Some(1.0));
+        assert_eq!(period(json!(-5)), Some(1.0));
+        assert_eq!(period(json!(45)), Some(45.0));
+        assert_eq!(period(Value::Null), None);
     }
 
     #[test]
