@@ -469,3 +469,45 @@ async fn a_v1_customize_hook_of_a_namespaced_parent_sees_only_its_namespace() {
         );
     }
 }
+
+/// A decorator's attachment in another namespace than its target's is refused as a
+/// composite child is: owned by the target and listed in its namespace, it would be
+/// deleted by the garbage collector and made again on every sync.
+#[tokio::test]
+async fn a_decorators_attachment_in_another_namespace_is_refused() {
+    let app = axum::Router::new().route(
+        "/sync",
+        post(|Json(_request): Json<Value>| async move {
+            Json(json!({"labels": {}, "annotations": {}, "status": null,
+                        "attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                         "metadata": {"name": "stray", "namespace": "elsewhere"}}]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let kinds = Kinds::default();
+    let registration = Registration::parse(
+        json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+               "metadata": {"name": "decorate"},
+               "spec": {"resources": [{"apiVersion": "v1", "resource": "configmaps",
+                                       "labelSelector": {"matchLabels": {"decorate": "yes"}}}],
+                        "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "hooks": {"sync": {"version": "v2", "webhook": {"url": "http://hooks.example/sync"}}}}}),
+        &kinds,
+    )
+    .unwrap();
+    let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
+    emulator.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "target", "namespace": "team-a", "labels": {"decorate": "yes"}}}));
+    let error = emulator.converge(5).await.expect_err("refused");
+    assert!(
+        error.contains("elsewhere") && error.contains("not the parent's"),
+        "{error}"
+    );
+    assert!(
+        emulator
+            .get("v1", "ConfigMap", "elsewhere", "stray")
+            .is_none()
+    );
+}

@@ -182,13 +182,10 @@ pub(super) fn check_child_labels(
 /// What stops one desired child on its own (the others are still applied): no name (the
 /// API server's "name or generateName is required"), or a namespace other than its
 /// namespaced parent's (the garbage collector cannot resolve an owner in another
-/// namespace and deletes the child).
-pub(super) fn child_refusal(
-    registration: &Registration,
-    parent: &Value,
-    child: &Value,
-    cluster_scoped: bool,
-) -> Option<String> {
+/// namespace and deletes the child). The same for a decorator's attachments: they are
+/// owned by the target and listed in its namespace (`claimChildren`), so one elsewhere
+/// is deleted and made again on every sync.
+pub(super) fn child_refusal(parent: &Value, child: &Value, cluster_scoped: bool) -> Option<String> {
     let (_, kind, namespace, name) = key_of(child);
     if name.is_empty() {
         return Some(format!(
@@ -196,8 +193,7 @@ pub(super) fn child_refusal(
         ));
     }
     let parent_namespace = key_of(parent).2;
-    if registration.type_ == ControllerType::Composite
-        && !cluster_scoped
+    if !cluster_scoped
         && !parent_namespace.is_empty()
         && !namespace.is_empty()
         && namespace != parent_namespace

@@ -42,7 +42,7 @@ impl Emulator {
             let refusal = self
                 .kinds
                 .unserved(&api_version, &kind)
-                .or_else(|| child_refusal(registration, parent, &child, cluster_scoped));
+                .or_else(|| child_refusal(parent, &child, cluster_scoped));
             match refusal {
                 Some(message) => managed.failed.push((Rule::InvalidChild, message)),
                 None => accepted.push(child),
