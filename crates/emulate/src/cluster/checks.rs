@@ -146,15 +146,14 @@ pub(super) fn check_child_labels(
         } else {
             namespace
         };
-        let labels = child.pointer("/metadata/labels").filter(|l| !l.is_null());
-        if labels.is_some_and(|l| {
-            !l.as_object()
-                .is_some_and(|m| m.values().all(Value::is_string))
-        }) {
+        if let Some(problem) = child
+            .pointer("/metadata/labels")
+            .and_then(|labels| string_map_problem(".metadata.labels", labels))
+        {
             return Err((
                 Rule::InvalidChild,
                 format!(
-                    "invalid labels on desired child {kind} {namespace}/{name}: label values must be strings (Metacontroller applies nothing and writes no status)"
+                    "invalid labels on desired child {kind} {namespace}/{name}: {problem} (Metacontroller applies nothing and writes no status)"
                 ),
             ));
         }
@@ -177,6 +176,36 @@ pub(super) fn check_child_labels(
         }
     }
     Ok(())
+}
+
+/// Why `NestedStringMap` (apimachinery's unstructured helpers, which Metacontroller reads a
+/// desired child's labels with) refuses `value` at `path`, in its words: a null or a value
+/// other than a map, or a value in the map that is not a string. Metacontroller decodes
+/// answers as unstructured objects, whose whole numbers are int64.
+fn string_map_problem(path: &str, value: &Value) -> Option<String> {
+    let go = |value: &Value| -> (String, &'static str) {
+        match value {
+            Value::Null => ("<nil>".to_owned(), "<nil>"),
+            Value::Bool(b) => (b.to_string(), "bool"),
+            Value::Number(n) if n.is_i64() || n.is_u64() => (n.to_string(), "int64"),
+            Value::Number(n) => (n.to_string(), "float64"),
+            Value::String(s) => (s.clone(), "string"),
+            Value::Array(_) => ("[…]".to_owned(), "[]interface {}"),
+            Value::Object(_) => ("map[…]".to_owned(), "map[string]interface {}"),
+        }
+    };
+    let Some(map) = value.as_object() else {
+        let (shown, type_) = go(value);
+        return Some(format!(
+            "{path} accessor error: {shown} is of the type {type_}, expected map[string]interface{{}}"
+        ));
+    };
+    map.iter().find(|(_, v)| !v.is_string()).map(|(key, v)| {
+        let (shown, type_) = go(v);
+        format!(
+            "{path} accessor error: contains non-string value in the map under key {key:?}: {shown} is of the type {type_}, expected string"
+        )
+    })
 }
 
 /// What stops one desired child on its own (the others are still applied): no name (the
@@ -290,4 +319,34 @@ fn has_selector(parent: &Value) -> bool {
             })
     };
     non_empty("matchLabels") || non_empty("matchExpressions")
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::string_map_problem;
+    use serde_json::json;
+
+    #[test]
+    fn labels_are_refused_in_apimachinerys_words() {
+        let at = ".metadata.labels";
+        assert_eq!(string_map_problem(at, &json!({"a": "b"})), None);
+        assert_eq!(
+            string_map_problem(at, &json!(null)).as_deref(),
+            Some(
+                ".metadata.labels accessor error: <nil> is of the type <nil>, expected map[string]interface{}"
+            )
+        );
+        assert_eq!(
+            string_map_problem(at, &json!({"tier": 1})).as_deref(),
+            Some(
+                ".metadata.labels accessor error: contains non-string value in the map under key \"tier\": 1 is of the type int64, expected string"
+            )
+        );
+        assert_eq!(
+            string_map_problem(at, &json!({"on": true})).as_deref(),
+            Some(
+                ".metadata.labels accessor error: contains non-string value in the map under key \"on\": true is of the type bool, expected string"
+            )
+        );
+    }
 }
