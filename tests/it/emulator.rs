@@ -31,6 +31,8 @@ enum Fault {
     ShuffledChildren,
     /// The same answer with its keys in another order on every call.
     ShuffledKeys,
+    /// Finalize lists a child nobody had yet, and says it is done.
+    FinalizeListsAChild,
 }
 
 struct Hook {
@@ -104,7 +106,14 @@ async fn sync(
             )
                 .into_response();
         }
-        Fault::ShuffledChildren | Fault::ShuffledKeys | Fault::None => {}
+        Fault::ShuffledChildren
+        | Fault::ShuffledKeys
+        | Fault::FinalizeListsAChild
+        | Fault::None => {}
+    }
+    if request["finalizing"] == json!(true) && hook.fault == Fault::FinalizeListsAChild {
+        let late = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{name}-late")}});
+        return Json(json!({"status": {}, "children": [late], "finalized": true})).into_response();
     }
     if request["finalizing"] == json!(true) {
         let gone = request["children"]["ConfigMap.v1"]
@@ -345,4 +354,34 @@ fn strictness_follows_metacontrollers_decoding_cases() {
         let strict = registration.hooks.values().next().unwrap().strict;
         assert_eq!(Some(strict), case["strict"].as_bool(), "{case}");
     }
+}
+
+/// `finalized: true` lets the finalizer go before the children are managed
+/// (syncParentObject), and a terminating parent without it manages none
+/// (`finalizer.ShouldFinalize`): a child the last finalize lists is never created.
+#[tokio::test]
+async fn a_child_listed_by_the_answer_that_finalizes_is_not_created() {
+    let mut emulator = emulator_with(Fault::FinalizeListsAChild, "v2").await;
+    emulator.converge(5).await.unwrap();
+    let parent = emulator
+        .get("example.com/v1", "Thing", "ns", "one")
+        .unwrap()
+        .clone();
+    emulator.delete(&support::emulator::key_of(&parent));
+    emulator.converge(5).await.unwrap();
+    assert!(
+        emulator
+            .get("example.com/v1", "Thing", "ns", "one")
+            .is_none()
+    );
+    let created: Vec<String> = emulator
+        .timeline
+        .iter()
+        .flat_map(|(_, report)| report.created.iter())
+        .map(|key| key.3.clone())
+        .collect();
+    assert!(
+        !created.iter().any(|name| name == "one-late"),
+        "{created:?}"
+    );
 }

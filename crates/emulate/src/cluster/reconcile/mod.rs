@@ -206,11 +206,15 @@ impl Emulator {
             self.let_go_if_finalized(registration, &parent_key, &response, report);
             return Err(problem);
         }
-        // Children are managed while the parent is alive, or pending deletion with a
-        // finalize hook (syncParentObject); a terminating parent without one only gets
-        // its status written.
+        // Children are managed while the parent is alive, or pending deletion while it
+        // holds the finalizer (syncParentObject, `finalizer.ShouldFinalize`); a
+        // terminating parent without one only gets its status written. An answer that
+        // says `finalized: true` lets the finalizer go before the children are managed,
+        // so a terminating parent's children are then left alone: one the answer still
+        // lists is not created.
         let terminating = parent.pointer("/metadata/deletionTimestamp").is_some();
-        let managed = if !terminating || finalizing {
+        let finalized_now = response.get("finalized").and_then(Value::as_bool) == Some(true);
+        let managed = if !terminating || (finalizing && !finalized_now) {
             self.manage_children(registration, &parent, owned, desired, report)
         } else {
             super::children::Managed::default()
