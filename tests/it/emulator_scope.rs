@@ -511,3 +511,40 @@ async fn a_decorators_attachment_in_another_namespace_is_refused() {
             .is_none()
     );
 }
+
+/// A namespaced parent's children are listed in its namespace (claimChildren): a
+/// cluster-scoped child is created once (a later create is AlreadyExists, which
+/// Metacontroller lets go) and never observed, so the hook never sees it and it is never
+/// updated nor deleted.
+#[tokio::test]
+async fn a_namespaced_parents_cluster_scoped_child_is_created_and_never_observed() {
+    let (base, seen) = hook(json!([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "local"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "reader"}},
+    ]))
+    .await;
+    let local = crd("Local", "locals", "Namespaced");
+    let mut emulator = emulator(&base, "locals", &[local]);
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Local",
+                          "metadata": {"name": "one", "namespace": "team-a"}, "spec": {}}));
+    emulator.converge(10).await.unwrap();
+    assert!(
+        emulator
+            .get("rbac.authorization.k8s.io/v1", "ClusterRole", "", "reader")
+            .is_some(),
+        "created"
+    );
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        last["children"]["ClusterRole.rbac.authorization.k8s.io/v1"],
+        json!({}),
+        "never observed: {}",
+        last["children"]
+    );
+    assert_eq!(
+        last["children"]["ConfigMap.v1"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["team-a/local".to_owned()])
+    );
+}

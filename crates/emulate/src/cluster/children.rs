@@ -166,8 +166,18 @@ impl Emulator {
             return self.create_desired(parent, key, child, report);
         };
         let Some(rule) = registration.child_rule(&key.0, &key.1) else {
-            return self.unlisted_exists(registration, &key, live, &child);
+            let why = format!(
+                "is not a child type of {} (not in childResources or attachments)",
+                registration.name
+            );
+            return self.unobserved_exists(&key, live, &child, &why);
         };
+        // claimChildren lists a namespaced parent's children in its namespace only: a
+        // cluster-scoped one is never observed, so never updated nor deleted.
+        if !key_of(parent).2.is_empty() && key.2.is_empty() {
+            let why = "is cluster-scoped, and a namespaced parent's children are listed in its namespace only (claimChildren)";
+            return self.unobserved_exists(&key, live, &child, why);
+        }
         check_owner(live, parent, &key)?;
         // "Not updating … Pending deletion of child object".
         if live.pointer("/metadata/deletionTimestamp").is_some() {
@@ -228,15 +238,16 @@ impl Emulator {
         Ok(apply_update(live, &previous, child))
     }
 
-    /// A desired child of a type the registration does not list, that exists: Metacontroller
-    /// never observes it, so it creates it again, the API server answers AlreadyExists and
-    /// Metacontroller lets that go. A change the answer makes to it is never applied.
-    fn unlisted_exists(
+    /// A desired child that exists but that Metacontroller never observes (a type the
+    /// registration does not list, or a cluster-scoped child of a namespaced parent): it
+    /// creates it again, the API server answers AlreadyExists and Metacontroller lets that
+    /// go. A change the answer makes to it is never applied.
+    fn unobserved_exists(
         &self,
-        registration: &Registration,
         key: &Key,
         live: &Value,
         child: &Value,
+        why: &str,
     ) -> Result<(), Problem> {
         let previous = last_applied_of(live).unwrap_or(Value::Null);
         if apply_update(live, &previous, child) == *live {
@@ -245,9 +256,8 @@ impl Emulator {
         Err((
             Rule::UnlistedChild,
             format!(
-                "{} is not a child type of {} (not in childResources or attachments): Metacontroller created it, but never updates or deletes it, so this answer's change to it is not applied",
+                "{} {why}: Metacontroller created it, but never updates or deletes it, so this answer's change to it is not applied",
                 describe(key),
-                registration.name
             ),
         ))
     }

@@ -163,10 +163,13 @@ impl Emulator {
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        // claimChildren lists a namespaced parent's children in its namespace only.
+        let namespace = crate::key_of(parent).2;
         self.by_owner
             .get(uid)
             .into_iter()
             .flatten()
+            .filter(|key| namespace.is_empty() || key.2 == namespace)
             .filter_map(|key| self.objects.get(key).map(|object| (key, object)))
             .filter(|(key, object)| {
                 registration.child_rule(&key.0, &key.1).is_some()
