@@ -1,8 +1,10 @@
 //! What the API server refuses in the specs hook authors get wrong most after data:
 //! containers (ValidateContainers in pkg/apis/core/validation: a name, an image for
 //! workloads, ports in range, env values that decode as strings), Services
-//! (ValidateService: ports, their names and ranges) and Ingress paths (a `pathType`,
-//! required in networking.k8s.io/v1).
+//! (ValidateService: ports, their names and ranges), Ingress paths (a `pathType`,
+//! required in networking.k8s.io/v1), PodDisruptionBudgets (one of minAvailable and
+//! maxUnavailable, each a count or a percentage in range) and HorizontalPodAutoscalers
+//! (replica bounds, a scale target).
 
 use serde_json::Value;
 
@@ -25,9 +27,82 @@ pub(crate) fn refusals(kind: &str, object: &Value) -> Vec<String> {
     match kind {
         "Service" => service(object, &mut found),
         "Ingress" => ingress(object, &mut found),
+        "PodDisruptionBudget" => disruption_budget(object, &mut found),
+        "HorizontalPodAutoscaler" => autoscaler(object, &mut found),
         _ => {}
     }
     found
+}
+
+/// `ValidatePodDisruptionBudgetSpec` (pkg/apis/policy/validation): not both of
+/// minAvailable and maxUnavailable, each a non-negative count or a percentage of at most
+/// 100% (`ValidatePositiveIntOrPercent`, `IsNotMoreThan100Percent`).
+fn disruption_budget(object: &Value, found: &mut Vec<String>) {
+    let spec = object.get("spec").unwrap_or(&Value::Null);
+    let given = |field: &str| spec.get(field).filter(|v| !v.is_null());
+    if given("minAvailable").is_some() && given("maxUnavailable").is_some() {
+        found.push(
+            "spec: Invalid value: minAvailable and maxUnavailable cannot be both set".to_owned(),
+        );
+    }
+    for field in ["minAvailable", "maxUnavailable"] {
+        let Some(value) = given(field) else { continue };
+        let at = format!("spec.{field}");
+        match value {
+            Value::Number(n) if n.as_i64().is_some_and(|n| n < 0) => {
+                found.push(format!("{at}: Invalid value: {n}: must be greater than or equal to 0"));
+            }
+            Value::Number(_) => {}
+            Value::String(text) => match text.strip_suffix('%').map(str::parse::<i64>) {
+                Some(Ok(percent)) if percent < 0 => found.push(format!(
+                    "{at}: Invalid value: {text:?}: must be greater than or equal to 0"
+                )),
+                Some(Ok(percent)) if percent > 100 => found.push(format!(
+                    "{at}: Invalid value: {text:?}: must not be greater than 100%"
+                )),
+                Some(Ok(_)) => {}
+                _ => found.push(format!(
+                    "{at}: Invalid value: {text:?}: a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')"
+                )),
+            },
+            other => found.push(format!(
+                "{at}: Invalid value: {other}: must be an integer or a percentage"
+            )),
+        }
+    }
+}
+
+/// `ValidateHorizontalPodAutoscalerSpec` (pkg/apis/autoscaling/validation): minReplicas
+/// at least 1, maxReplicas above 0 and not below minReplicas, a scale target with a kind
+/// and a name.
+fn autoscaler(object: &Value, found: &mut Vec<String>) {
+    let spec = object.get("spec").unwrap_or(&Value::Null);
+    let min = spec.get("minReplicas").and_then(Value::as_i64);
+    let max = spec.get("maxReplicas").and_then(Value::as_i64).unwrap_or(0);
+    if let Some(min) = min.filter(|m| *m < 1) {
+        found.push(format!(
+            "spec.minReplicas: Invalid value: {min}: must be greater than or equal to 1"
+        ));
+    }
+    if max < 1 {
+        found.push(format!(
+            "spec.maxReplicas: Invalid value: {max}: must be greater than 0"
+        ));
+    }
+    if min.is_some_and(|min| max < min) {
+        found.push(format!(
+            "spec.maxReplicas: Invalid value: {max}: must be greater than or equal to `minReplicas`"
+        ));
+    }
+    for field in ["kind", "name"] {
+        if spec
+            .pointer(&format!("/scaleTargetRef/{field}"))
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            found.push(format!("spec.scaleTargetRef.{field}: Required value"));
+        }
+    }
 }
 
 fn containers(pod_spec: &Value, at: &str, field: &str, found: &mut Vec<String>) {
@@ -224,6 +299,45 @@ mod tests {
                 "spec": headless});
             assert!(refusals(service).is_empty());
         }
+
+        let budget = |spec: serde_json::Value| {
+            refusals(
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"}, "spec": spec}),
+            )
+        };
+        assert!(budget(json!({"minAvailable": 1, "selector": {}})).is_empty());
+        assert!(budget(json!({"maxUnavailable": "25%"})).is_empty());
+        assert!(
+            budget(json!({"minAvailable": 1, "maxUnavailable": 1}))[0]
+                .ends_with("minAvailable and maxUnavailable cannot be both set")
+        );
+        assert!(
+            budget(json!({"minAvailable": "150%"}))[0].ends_with("must not be greater than 100%")
+        );
+        assert!(
+            budget(json!({"maxUnavailable": -1}))[0]
+                .ends_with("must be greater than or equal to 0")
+        );
+        let autoscaler = |spec: serde_json::Value| {
+            refusals(
+                json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "web"}, "spec": spec}),
+            )
+        };
+        let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+        assert!(
+            autoscaler(json!({"scaleTargetRef": target, "minReplicas": 1, "maxReplicas": 3}))
+                .is_empty()
+        );
+        let found =
+            autoscaler(json!({"scaleTargetRef": target, "minReplicas": 4, "maxReplicas": 3}));
+        assert!(
+            found[0].ends_with(
+                "spec.maxReplicas: Invalid value: 3: must be greater than or equal to `minReplicas`"
+            ),
+            "{found:?}"
+        );
+        let found = autoscaler(json!({"minReplicas": 0, "maxReplicas": 0}));
+        assert_eq!(found.len(), 4, "{found:?}");
 
         let ingress = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"},
             "spec": {"rules": [{"http": {"paths": [{"path": "/", "backend": {}}]}}]}});
