@@ -46,6 +46,7 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     emulator.server_side_apply = args.apply_strategy == ApplyStrategy::ServerSide;
     emulator.strict_everywhere = args.strict;
     emulator.workers = usize::from(args.workers);
+    emulator.recheck_after = std::time::Duration::from_millis(args.recheck_after_ms);
     let plan = plan(args)?;
     let summary = play(&mut emulator, input.objects, &plan)
         .await

@@ -398,6 +398,11 @@ pub struct EmulateArgs {
     /// (parents are read and their answers applied in order either way).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
+    /// Milliseconds after a new answer before the same request is sent again (once, and
+    /// once more if the answer moved), so an answer that drifts with time is found on
+    /// every run; 0 turns the delayed check off.
+    #[arg(long = "recheck-after-ms", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub recheck_after_ms: u64,
     /// Metacontroller's apply strategy for children.
     #[arg(long, value_enum, default_value_t = ApplyStrategy::ClientSide)]
     pub apply_strategy: ApplyStrategy,

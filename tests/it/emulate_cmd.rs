@@ -247,6 +247,9 @@ async fn each_fault_of_a_broken_hook_server_is_its_own_finding() {
             "--delete".into(),
             "--max-rounds".into(),
             "6".into(),
+            // These faults count calls; a delayed call would shift them.
+            "--recheck-after-ms".into(),
+            "0".into(),
             "-o".into(),
             "json".into(),
         ])

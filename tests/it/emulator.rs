@@ -33,6 +33,11 @@ enum Fault {
     ShuffledKeys,
     /// Finalize lists a child nobody had yet, and says it is done.
     FinalizeListsAChild,
+    /// The child carries the time in whole seconds.
+    SecondsStamp,
+    /// A token generated on every call until the child exists, then read back from it
+    /// (a password Secret written once).
+    GeneratedOnce,
 }
 
 struct Hook {
@@ -105,6 +110,23 @@ async fn sync(
                 body,
             )
                 .into_response();
+        }
+        Fault::SecondsStamp => {
+            let seconds = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            child["data"]["at"] = json!(seconds.to_string());
+        }
+        Fault::GeneratedOnce => {
+            let kept = request["children"]["ConfigMap.v1"]
+                .as_object()
+                .into_iter()
+                .flat_map(|children| children.values())
+                .find(|c| c["metadata"]["name"] == format!("{name}-cm").as_str())
+                .and_then(|c| c["data"]["token"].as_str())
+                .map(str::to_owned);
+            child["data"]["token"] = json!(kept.unwrap_or_else(|| format!("generated-{call}")));
         }
         Fault::ShuffledChildren
         | Fault::ShuffledKeys
@@ -308,6 +330,54 @@ async fn children_or_keys_in_another_order_are_the_same_answer() {
                 .unwrap_or_else(|finding| panic!("{fault:?}: {finding}"));
             assert!(emulator.get("v1", "ConfigMap", "ns", "one-cm").is_some());
         }
+    }
+}
+
+/// A value generated on each call until its child exists, then read back from it:
+/// Metacontroller creates the child from the first answer, and the create of a second,
+/// different answer to the same request meets AlreadyExists, which `DynamicApply.Apply`
+/// ignores (pkg/dynamic/apply), so nothing flaps.
+#[tokio::test]
+async fn a_value_generated_until_its_child_exists_is_no_finding() {
+    for _ in 0..20 {
+        let mut emulator = emulator_with(Fault::GeneratedOnce, "v2").await;
+        emulator.recheck_after = std::time::Duration::from_millis(5);
+        emulator.converge(8).await.unwrap();
+        let child = emulator.get("v1", "ConfigMap", "ns", "one-cm").unwrap();
+        assert!(
+            child["data"]["token"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("generated-")),
+            "{child}"
+        );
+    }
+}
+
+/// Asked again a second later, an answer stamped with the time in seconds differs on
+/// every run, not only when two back-to-back calls straddle a tick; one whose keys move
+/// passes on every run. Twenty runs each, side by side.
+#[tokio::test]
+async fn the_delayed_call_gives_the_same_verdict_on_every_run() {
+    let runs = (0..20).map(|_| async {
+        let mut emulator = emulator_with(Fault::SecondsStamp, "v2").await;
+        emulator.recheck_after = std::time::Duration::from_secs(1);
+        emulator.converge(8).await
+    });
+    for verdict in futures_util::future::join_all(runs).await {
+        let message = verdict.expect_err("a time-stamped answer is unstable");
+        assert!(
+            message.starts_with("[UnstableAnswer]")
+                && message.contains("differently (after a delay) at /children/0/data/at: "),
+            "{message}"
+        );
+    }
+    let runs = (0..20).map(|_| async {
+        let mut emulator = emulator_with(Fault::ShuffledKeys, "v2").await;
+        emulator.recheck_after = std::time::Duration::from_secs(1);
+        emulator.converge(8).await
+    });
+    for verdict in futures_util::future::join_all(runs).await {
+        verdict.unwrap();
     }
 }
 

@@ -2,22 +2,35 @@
 //! (key order means nothing to its decoder), with the children or attachments as a set
 //! keyed by kind, namespace and name (it keys them so: `MakeChildMap`, pkg/controller/
 //! common/children.go, so their order means nothing either), and with the transition
-//! times stamped in this very answer set aside.
+//! times stamped in this very answer set aside. A child that is not observed yet is
+//! compared by its key alone: Metacontroller creates it from the first answer, and a
+//! second create from another answer to the same request meets AlreadyExists, which
+//! `DynamicApply.Apply` ignores, so what differs in it is never acted on.
 
 use serde_json::Value;
 
-pub(crate) fn same_answer(parent: &Value, a: (&str, &Value), b: (&str, &Value)) -> bool {
-    a.0 == b.0 || normalize(a.1, parent) == normalize(b.1, parent)
+use crate::Key;
+
+/// What two answers to one request are compared against: the parent sent and the
+/// children observed with it.
+#[derive(Clone, Copy)]
+pub(crate) struct Asked<'a> {
+    pub(crate) parent: &'a Value,
+    pub(crate) observed: &'a [Key],
+}
+
+pub(crate) fn same_answer(asked: Asked<'_>, a: (&str, &Value), b: (&str, &Value)) -> bool {
+    a.0 == b.0 || normalize(a.1, asked) == normalize(b.1, asked)
 }
 
 /// Where two answers to the same request differ as Metacontroller reads them: the JSON
 /// pointer of the first difference, and the value each has there (None: absent).
 pub(crate) fn difference(
-    parent: &Value,
+    asked: Asked<'_>,
     a: &Value,
     b: &Value,
 ) -> Option<(String, Option<Value>, Option<Value>)> {
-    first_difference(&normalize(a, parent), &normalize(b, parent), String::new())
+    first_difference(&normalize(a, asked), &normalize(b, asked), String::new())
 }
 
 fn first_difference(
@@ -70,13 +83,57 @@ fn child_key(child: &Value) -> (String, String, String, String) {
     )
 }
 
-/// An answer as compared: the children (or attachments) in the order of their keys, and
-/// the transition times removed from conditions that appeared or flipped relative to the
-/// observed parent — those may carry "now".
-fn normalize(response: &Value, parent: &Value) -> Value {
+/// Whether a desired child is one of the observed ones (a child without a namespace is
+/// in its parent's, as Metacontroller defaults it).
+fn is_observed(child: &Value, asked: Asked<'_>) -> bool {
+    let (kind, group, namespace, name) = child_key(child);
+    let namespace = if namespace.is_empty() {
+        asked
+            .parent
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    } else {
+        namespace.as_str()
+    };
+    asked.observed.iter().any(|(api_version, k, ns, n)| {
+        let g = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        *k == kind && g == group && n == &name && (ns == namespace || ns.is_empty())
+    })
+}
+
+/// A child as far as a create reads it when it may lose to another: its identity.
+fn identity_only(child: &Value) -> Value {
+    let mut identity = serde_json::Map::new();
+    for field in ["apiVersion", "kind"] {
+        if let Some(value) = child.get(field) {
+            identity.insert(field.to_owned(), value.clone());
+        }
+    }
+    let mut metadata = serde_json::Map::new();
+    for field in ["name", "namespace"] {
+        if let Some(value) = child.pointer(&format!("/metadata/{field}")) {
+            metadata.insert(field.to_owned(), value.clone());
+        }
+    }
+    identity.insert("metadata".to_owned(), Value::Object(metadata));
+    Value::Object(identity)
+}
+
+/// An answer as compared: the children (or attachments) in the order of their keys,
+/// those not observed yet reduced to their identity, and the transition times removed
+/// from conditions that appeared or flipped relative to the observed parent — those may
+/// carry "now".
+fn normalize(response: &Value, asked: Asked<'_>) -> Value {
+    let parent = asked.parent;
     let mut response = response.clone();
     for field in ["children", "attachments"] {
         if let Some(children) = response.get_mut(field).and_then(Value::as_array_mut) {
+            for child in children.iter_mut() {
+                if child.is_object() && !is_observed(child, asked) {
+                    *child = identity_only(child);
+                }
+            }
             children.sort_by_cached_key(child_key);
         }
     }
@@ -199,7 +256,19 @@ mod comparison_tests {
             serde_json::from_str(a).unwrap(),
             serde_json::from_str(b).unwrap(),
         );
-        same_answer(&json!({}), (a, &x), (b, &y))
+        let asked = Asked {
+            parent: &json!({}),
+            observed: &[],
+        };
+        same_answer(asked, (a, &x), (b, &y))
+    }
+
+    fn nothing_observed() -> Asked<'static> {
+        static EMPTY: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!({}));
+        Asked {
+            parent: &EMPTY,
+            observed: &[],
+        }
     }
 
     #[test]
@@ -219,7 +288,7 @@ mod comparison_tests {
             json!({"status": {"seen": "12:00:02", "n": 1}}),
         );
         assert_eq!(
-            difference(&json!({}), &x, &y),
+            difference(nothing_observed(), &x, &y),
             Some((
                 "/status/seen".to_owned(),
                 Some(json!("12:00:01")),
@@ -227,9 +296,50 @@ mod comparison_tests {
             ))
         );
         assert_eq!(
-            difference(&json!({}), &json!({"a/b": 1}), &json!({})),
+            difference(nothing_observed(), &json!({"a/b": 1}), &json!({})),
             Some(("/a~1b".to_owned(), Some(json!(1)), None))
         );
+    }
+}
+
+#[cfg(test)]
+mod create_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A Secret generated anew on each call: before it exists the two answers differ only
+    /// in what a losing create would carry; once observed, the difference is real.
+    #[test]
+    fn a_child_not_observed_yet_is_compared_by_its_key() {
+        let parent = json!({"metadata": {"name": "p", "namespace": "ns"}});
+        let secret = |value: &str| {
+            json!({"children": [{"apiVersion": "v1", "kind": "Secret",
+                                 "metadata": {"name": "token"}, "stringData": {"t": value}}]})
+        };
+        let (one, other) = (secret("x1"), secret("x2"));
+        let none: Vec<Key> = Vec::new();
+        let before = Asked {
+            parent: &parent,
+            observed: &none,
+        };
+        assert_eq!(difference(before, &one, &other), None);
+        let existing = vec![(
+            "v1".to_owned(),
+            "Secret".to_owned(),
+            "ns".to_owned(),
+            "token".to_owned(),
+        )];
+        let after = Asked {
+            parent: &parent,
+            observed: &existing,
+        };
+        assert_eq!(
+            difference(after, &one, &other).map(|d| d.0),
+            Some("/children/0/stringData/t".to_owned())
+        );
+        // A different set of children is a difference whether observed or not.
+        let two = json!({"children": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other"}}]});
+        assert!(difference(before, &one, &two).is_some());
     }
 }
 

@@ -163,6 +163,11 @@ pub struct Emulator {
     /// The last request each parent's hook was sent (a digest) and the answer taken:
     /// an identical request later is asked once, and its answer compared with that one.
     answered: BTreeMap<(String, Key), ([u8; 32], std::sync::Arc<str>)>,
+    /// How long after a new answer the same request is sent again, to catch answers that
+    /// drift with time (zero: not asked again). `emulate` waits a second by default.
+    pub recheck_after: Duration,
+    /// Parents with an unstable answer found: not asked again after a delay.
+    unsteady: BTreeSet<(String, Key)>,
     /// Workloads whose Pods Pod Security admission refused in the last tick, and why.
     refused_pods: Vec<(Key, String)>,
     /// What the webhook client keeps with an ETag, by registration, hook and root
@@ -219,6 +224,8 @@ impl Emulator {
             timeline: Vec::new(),
             refused_pods: Vec::new(),
             answered: BTreeMap::new(),
+            recheck_after: Duration::ZERO,
+            unsteady: BTreeSet::new(),
             etags: BTreeMap::new(),
             next_replica: 0,
             current_replica: 0,
@@ -300,7 +307,7 @@ impl Emulator {
         }
         let now = self.now();
         let transport = &self.transport;
-        let answers: Vec<Option<Answered>> =
+        let mut answers: Vec<Option<Answered>> =
             futures_util::stream::iter(steps.iter().map(|(_, step)| async move {
                 match step {
                     Ok(Some(prepared)) => Some(stable_answer(transport, prepared, now).await),
@@ -310,10 +317,18 @@ impl Emulator {
             .buffered(self.workers.max(1))
             .collect()
             .await;
+        self.ask_later(registration, &steps, &mut answers, now)
+            .await;
         for ((parent, step), answered) in steps.into_iter().zip(answers) {
             let outcome = match (step, answered) {
-                (Ok(Some(prepared)), Some(answered)) => {
+                (Ok(Some(prepared)), Some(mut answered)) => {
                     self.record_calls(registration, &prepared, &answered);
+                    if let Some((rule, message)) = answered.unstable.take() {
+                        self.unsteady
+                            .insert((registration.name.clone(), parent.clone()));
+                        let subject = format!("{} {}", registration.name, describe(&parent));
+                        self.record(rule, subject, message)?;
+                    }
                     answered.outcome.and_then(|response| {
                         self.conclude(registration, prepared, response, report)
                     })
@@ -324,6 +339,61 @@ impl Emulator {
             self.note_outcome(registration, &parent, outcome, report)?;
         }
         Ok(())
+    }
+
+    /// The new answers of a round asked for again after `recheck_after` (one wait for
+    /// the whole round, the calls made by the workers), and those that moved once more
+    /// after another wait. A parent already found unstable is not asked again.
+    async fn ask_later(
+        &self,
+        registration: &Registration,
+        steps: &[(Key, Result<Option<reconcile::Prepared>, Problem>)],
+        answers: &mut [Option<Answered>],
+        now: jiff::Timestamp,
+    ) {
+        if self.recheck_after.is_zero() {
+            return;
+        }
+        for confirming in [false, true] {
+            let due: Vec<usize> = answers
+                .iter()
+                .enumerate()
+                .filter(|(index, answered)| {
+                    answered.as_ref().is_some_and(|a| {
+                        a.outcome.is_ok()
+                            && a.unstable.is_none()
+                            && if confirming { a.moved } else { a.fresh }
+                            && !self
+                                .unsteady
+                                .contains(&(registration.name.clone(), steps[*index].0.clone()))
+                    })
+                })
+                .map(|(index, _)| index)
+                .collect();
+            if due.is_empty() {
+                return;
+            }
+            tokio::time::sleep(self.recheck_after).await;
+            let transport = &self.transport;
+            let mut taken: Vec<(usize, Answered)> = due
+                .iter()
+                .filter_map(|&index| answers[index].take().map(|a| (index, a)))
+                .collect();
+            futures_util::stream::iter(taken.iter_mut().map(|(index, answered)| {
+                let step = &steps[*index].1;
+                async move {
+                    if let Ok(Some(prepared)) = step {
+                        reconcile::ask_later(transport, prepared, now, answered, confirming).await;
+                    }
+                }
+            }))
+            .buffer_unordered(self.workers.max(1))
+            .collect::<Vec<()>>()
+            .await;
+            for (index, answered) in taken {
+                answers[index] = Some(answered);
+            }
+        }
     }
 
     /// A parent's outcome: a problem becomes a finding, except throttling, which is a

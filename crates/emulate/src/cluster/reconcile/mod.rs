@@ -12,7 +12,7 @@ use crate::registration::{ControllerType, Credentials, Hook, HookName, Registrat
 
 mod webhook;
 use webhook::*;
-pub(super) use webhook::{Tagged, stable_answer};
+pub(super) use webhook::{Tagged, ask_later, stable_answer};
 
 /// A parent's sync or finalize call, ready to send: what Metacontroller read from the
 /// cluster before calling, and the request serialised from it.
@@ -44,6 +44,23 @@ pub(super) struct Answered {
     text: Option<std::sync::Arc<str>>,
     /// The answer and ETag the webhook client keeps from these calls, if any.
     tagged: Option<Tagged>,
+    /// Two answers to identical requests that differ where the cluster would act on it:
+    /// a finding, though the latest answer is still applied.
+    pub(super) unstable: Option<Problem>,
+    /// The answer is new (not the one an earlier round got to this request), so it is
+    /// asked for again after a delay.
+    pub(super) fresh: bool,
+    /// The answer asked for after a delay differed, and is to be confirmed.
+    pub(super) moved: bool,
+}
+
+impl Prepared {
+    pub(super) fn asked(&self) -> crate::answers::Asked<'_> {
+        crate::answers::Asked {
+            parent: &self.parent,
+            observed: &self.owned,
+        }
+    }
 }
 
 impl Emulator {

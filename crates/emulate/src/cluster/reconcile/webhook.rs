@@ -5,16 +5,17 @@ use serde_json::Value;
 
 use super::{Answered, Prepared};
 use crate::Key;
-use crate::answers::{difference, same_answer};
+use crate::answers::{Asked, difference, same_answer};
 use crate::findings::{Problem, Rule};
 use crate::registration::{Hook, HookName, Registration};
 use crate::transport::Transport;
 
 /// Metacontroller may call again with the same state at any time; the answer must be
-/// byte-identical, apart from transition times stamped in this very answer. State
-/// outside the request (a background fetch landing) may move once between two calls,
-/// so a difference is confirmed with a third call before it counts. Runs without the
-/// emulator, so the parents of a round are asked concurrently.
+/// the same as Metacontroller reads it (`crate::answers`). State outside the request (a
+/// background fetch landing) may move once between two calls, so a difference is
+/// confirmed with a third call before it counts; an answer that is unstable is still
+/// applied (the latest), as Metacontroller would, with the finding beside it. Runs
+/// without the emulator, so the parents of a round are asked concurrently.
 pub(in crate::cluster) async fn stable_answer(
     transport: &Transport,
     prepared: &Prepared,
@@ -28,10 +29,12 @@ pub(in crate::cluster) async fn stable_answer(
         retry_after: None,
         tagged: prepared.tagged.clone(),
     };
+    let asked = prepared.asked();
     let mut taken = None;
+    let mut unstable = None;
+    let mut fresh = false;
     let outcome = async {
         let name = prepared.hook_name;
-        let parent = &prepared.parent;
         let first = asker.ask().await?;
         // The same request in an earlier round is the first of the two calls: an answer
         // equal to the one it got then needs no second call.
@@ -45,13 +48,14 @@ pub(in crate::cluster) async fn stable_answer(
             taken = Some(first.0.as_str().into());
             return Ok(first.1);
         }
+        fresh = true;
         let again = asker.ask().await?;
-        let chosen = if same_answer(parent, (&first.0, &first.1), (&again.0, &again.1)) {
+        let chosen = if same_answer(asked, (&first.0, &first.1), (&again.0, &again.1)) {
             again
         } else {
             let third = asker.ask().await?;
-            if !same_answer(parent, (&again.0, &again.1), (&third.0, &third.1)) {
-                return Err(unstable(name, parent, &again.1, &third.1));
+            if !same_answer(asked, (&again.0, &again.1), (&third.0, &third.1)) {
+                unstable = Some(unstable_problem(name, asked, &again.1, &third.1, None));
             }
             third
         };
@@ -66,7 +70,72 @@ pub(in crate::cluster) async fn stable_answer(
         retry_after: asker.retry_after,
         text: taken,
         tagged: asker.tagged,
+        unstable,
+        fresh,
+        moved: false,
     }
+}
+
+/// The same request once more, after a real delay (`Emulator::recheck_after`): an
+/// answer that stamps the time in seconds, or otherwise drifts, is caught on every run,
+/// not only when two back-to-back calls straddle a tick. A first difference may be state
+/// outside the request moving once (a fetch landing), so it is taken and asked for again
+/// after another delay (`confirming`); a second difference is a finding.
+pub(in crate::cluster) async fn ask_later(
+    transport: &Transport,
+    prepared: &Prepared,
+    now: jiff::Timestamp,
+    answered: &mut Answered,
+    confirming: bool,
+) {
+    let Ok(taken) = &answered.outcome else {
+        return;
+    };
+    let mut asker = Asker {
+        transport,
+        prepared,
+        now,
+        calls: Vec::new(),
+        retry_after: None,
+        tagged: answered.tagged.clone(),
+    };
+    let later = asker.ask().await;
+    answered.calls.append(&mut asker.calls);
+    if asker.tagged.is_some() {
+        answered.tagged = asker.tagged;
+    }
+    answered.moved = false;
+    let later = match later {
+        Ok(later) => later,
+        Err(problem) => {
+            answered.retry_after = asker.retry_after;
+            answered.outcome = Err(problem);
+            answered.text = None;
+            return;
+        }
+    };
+    let asked = prepared.asked();
+    let text = answered.text.as_deref().unwrap_or_default();
+    if same_answer(asked, (text, taken), (&later.0, &later.1)) {
+        return;
+    }
+    if confirming && answered.unstable.is_none() {
+        answered.unstable = Some(unstable_problem(
+            prepared.hook_name,
+            asked,
+            taken,
+            &later.1,
+            Some("after a delay"),
+        ));
+    }
+    answered.moved = !confirming;
+    if let Err(problem) = refuse_duplicate_keys(&prepared.hook, &later.0) {
+        answered.outcome = Err(problem);
+        answered.text = None;
+        return;
+    }
+    answered.text = Some(later.0.as_str().into());
+    answered.outcome = Ok(later.1);
 }
 
 /// The calls of one stable answer: each one made, the latest Retry-After, and the
@@ -109,12 +178,18 @@ fn same_as_earlier(prepared: &Prepared, first: &(String, Value)) -> bool {
         return false;
     };
     serde_json::from_str::<Value>(text)
-        .is_ok_and(|earlier| same_answer(&prepared.parent, (text, &earlier), (&first.0, &first.1)))
+        .is_ok_and(|earlier| same_answer(prepared.asked(), (text, &earlier), (&first.0, &first.1)))
 }
 
 /// The finding for two different answers to identical requests: where they differ (a
 /// JSON pointer) and only what differs there.
-fn unstable(name: HookName, parent: &Value, one: &Value, other: &Value) -> Problem {
+fn unstable_problem(
+    name: HookName,
+    asked: Asked<'_>,
+    one: &Value,
+    other: &Value,
+    when: Option<&str>,
+) -> Problem {
     let shown = |value: &Option<Value>| match value {
         Some(value) => {
             let text = value.to_string();
@@ -130,7 +205,7 @@ fn unstable(name: HookName, parent: &Value, one: &Value, other: &Value) -> Probl
         }
         None => "(absent)".to_owned(),
     };
-    let detail = match difference(parent, one, other) {
+    let detail = match difference(asked, one, other) {
         Some((pointer, first, second)) => format!(
             " at {}: {} then {}",
             if pointer.is_empty() { "/" } else { &pointer },
@@ -142,8 +217,9 @@ fn unstable(name: HookName, parent: &Value, one: &Value, other: &Value) -> Probl
     (
         Rule::UnstableAnswer,
         format!(
-            "{} answered two identical requests differently{detail}",
-            name.key()
+            "{} answered two identical requests differently{}{detail}",
+            name.key(),
+            when.map(|w| format!(" ({w})")).unwrap_or_default()
         ),
     )
 }
