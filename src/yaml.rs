@@ -4,7 +4,9 @@
 //! JSON, which has no aliases, is read by serde_json into the same tree when a caller
 //! wants the keys it watches noted ([`json_value_watching`]).
 
-pub use crate::protocol::yaml::{Error, ManifestError, documents, from_str, manifests, to_string};
+pub use crate::protocol::yaml::{
+    Error, ManifestError, documents, from_str, manifests, manifests_with_lines, to_string,
+};
 
 /// How much a YAML text may expand to once its aliases are replayed. Aliases let a few
 /// kilobytes name gigabytes (an anchor of anchors of anchors); the parser's own limit

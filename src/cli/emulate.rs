@@ -11,9 +11,11 @@ use super::in_process::OwnReplica;
 use crate::cli::config::{controller_settings, source_fetcher};
 use crate::cli::{ApplyStrategy, EmulateArgs, EmulateOutput};
 use crate::controllers::Registry;
+use crate::emulate::Origin;
+use crate::emulate::ci::{Run, junit_report, sarif_report};
 use crate::emulate::output::{TextOptions, json_report, text_report};
 use crate::emulate::registration::{Kinds, Registration};
-use crate::emulate::story::{Plan, play, read_steps, sort_documents};
+use crate::emulate::story::{Input, Plan, play, read_story, sort_documents};
 use crate::emulate::{Emulator, InProcess, Transport};
 
 /// Files read at most, and bytes per file: an emulation is for a handful of objects.
@@ -37,9 +39,102 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     if input.registrations.is_empty() {
         input.registrations = built_in_registrations(&input.kinds)?;
     }
+    let stories = stories(args)?;
+    let mut runs = Vec::with_capacity(stories.len());
+    for (name, plan) in stories {
+        let (emulator, summary) = run_once(args, &input, &plan).await?;
+        runs.push(Played {
+            name,
+            emulator,
+            summary,
+        });
+    }
+    let mut clean = true;
+    let mut tails = Vec::new();
+    for run in &runs {
+        let unmet = unmet_requirements(&run.emulator, &args.require);
+        let pending = pending_lines(&run.emulator, args);
+        clean &= run.emulator.findings.is_empty() && unmet.is_empty();
+        tails.push(unmet.into_iter().chain(pending).collect::<Vec<_>>());
+    }
+    let ci_runs: Vec<Run<'_>> = runs
+        .iter()
+        .map(|run| Run {
+            name: run.name.clone().unwrap_or_else(|| "emulate".to_owned()),
+            emulator: &run.emulator,
+        })
+        .collect();
+    let report = match args.output {
+        EmulateOutput::Junit => junit_report(&ci_runs),
+        EmulateOutput::Sarif => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&sarif_report(&ci_runs, env!("CARGO_PKG_VERSION")))?
+        ),
+        EmulateOutput::Json => {
+            let mut reports = Vec::new();
+            for (run, tail) in runs.iter().zip(&tails) {
+                let mut report = json_report(&run.emulator, &run.summary);
+                if let Some(name) = &run.name {
+                    report["story"] = Value::from(name.clone());
+                }
+                if !tail.is_empty() {
+                    report["unmet"] = Value::from(tail.clone());
+                }
+                reports.push(report);
+            }
+            let whole = match reports.len() {
+                1 => reports.remove(0),
+                _ => serde_json::json!({"stories": reports}),
+            };
+            format!("{}\n", serde_json::to_string_pretty(&whole)?)
+        }
+        EmulateOutput::Text => {
+            let several = runs.len() > 1;
+            let mut text = String::new();
+            for (run, tail) in runs.iter().zip(&tails) {
+                if several {
+                    text.push_str(&format!(
+                        "== story {}\n",
+                        run.name.as_deref().unwrap_or("(unnamed)")
+                    ));
+                }
+                text.push_str(&text_report(
+                    &run.emulator,
+                    &run.summary,
+                    TextOptions {
+                        no_timing: args.no_timing,
+                    },
+                ));
+                for line in tail {
+                    text.push_str(line);
+                    text.push('\n');
+                }
+                if several {
+                    text.push('\n');
+                }
+            }
+            text
+        }
+    };
+    Ok((report, clean))
+}
+
+/// One story played: its name and the cluster it left.
+struct Played {
+    name: Option<String>,
+    emulator: Emulator,
+    summary: crate::emulate::story::Summary,
+}
+
+/// One emulation on a fresh cluster (and fresh hook caches in-process) from the inputs.
+async fn run_once(
+    args: &EmulateArgs,
+    input: &Input,
+    plan: &Plan,
+) -> anyhow::Result<(Emulator, crate::emulate::story::Summary)> {
     let transport = transport(args)?;
-    let mut emulator = Emulator::with_transport(transport, input.registrations);
-    emulator.kinds = input.kinds;
+    let mut emulator = Emulator::with_transport(transport, input.registrations.clone());
+    emulator.kinds = input.kinds.clone();
     emulator.stop_at_first = false;
     emulator.hold_unready = args.hold_unready;
     emulator.nodes = usize::from(args.nodes);
@@ -47,8 +142,10 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
     emulator.strict_everywhere = args.strict;
     emulator.workers = usize::from(args.workers);
     emulator.recheck_after = std::time::Duration::from_millis(args.recheck_after_ms);
-    let plan = plan(args)?;
-    let summary = play(&mut emulator, input.objects, &plan)
+    for (origin, object) in &input.objects {
+        emulator.apply_from(object.clone(), origin.clone());
+    }
+    let summary = play(&mut emulator, Vec::new(), plan)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
     // A parent refused before any call (no selector, one Metacontroller cannot compile)
@@ -59,46 +156,43 @@ async fn emulate_async(args: &EmulateArgs) -> anyhow::Result<(String, bool)> {
             describe_parents(&emulator)
         );
     }
-    let unmet = unmet_requirements(&emulator, &args.require);
-    let pending = pending_lines(&emulator, args);
-    let clean = emulator.findings.is_empty() && unmet.is_empty();
-    let mut report = match args.output {
-        EmulateOutput::Json => format!(
-            "{}\n",
-            serde_json::to_string_pretty(&json_report(&emulator, &summary))?
-        ),
-        EmulateOutput::Text => text_report(
-            &emulator,
-            &summary,
-            TextOptions {
-                no_timing: args.no_timing,
-            },
-        ),
-    };
-    for line in unmet.iter().chain(&pending) {
-        report.push_str(line);
-        report.push('\n');
-    }
-    Ok((report, clean))
+    Ok((emulator, summary))
 }
 
-/// The story and timings the flags ask for.
-fn plan(args: &EmulateArgs) -> anyhow::Result<Plan> {
-    let steps = match &args.story {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            read_steps(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => Vec::new(),
-    };
-    Ok(Plan {
+/// The plans the flags ask for: one per story (named by its `name:` or its file), or
+/// one without steps.
+fn stories(args: &EmulateArgs) -> anyhow::Result<Vec<(Option<String>, Plan)>> {
+    let base = |steps| Plan {
         max_rounds: usize::from(args.max_rounds),
         run_for: std::time::Duration::from_secs(args.for_seconds),
         delete_parents: args.delete,
         steps,
         wait_for_sources: std::time::Duration::from_secs(args.wait_for_sources),
-    })
+    };
+    if args.story.is_empty() {
+        return Ok(vec![(None, base(Vec::new()))]);
+    }
+    let mut plans: Vec<(Option<String>, Plan)> = Vec::new();
+    for path in &args.story {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let story = read_story(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let name = story
+            .name
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| path.display().to_string());
+        if plans
+            .iter()
+            .any(|(n, _)| n.as_deref() == Some(name.as_str()))
+        {
+            bail!(
+                "{}: another story is already named {name:?}; give each story its own name",
+                path.display()
+            );
+        }
+        plans.push((Some(name), base(story.steps)));
+    }
+    Ok(plans)
 }
 
 /// A `pending:` line for each parent whose source a server over HTTP was still fetching
@@ -249,7 +343,7 @@ fn transport(args: &EmulateArgs) -> anyhow::Result<Transport> {
 }
 
 /// Every document of every file, with the file it came from.
-fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, Value)>> {
+fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<(Origin, Value)>> {
     let mut files = Vec::new();
     for path in paths {
         collect_files(path, &mut files)?;
@@ -267,10 +361,16 @@ fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<(String, Value)>> {
         }
         let text = std::fs::read_to_string(&file)
             .with_context(|| format!("cannot read {}", file.display()))?;
-        let parsed: Vec<Value> = crate::yaml::manifests(&text)
+        let parsed: Vec<(usize, Value)> = crate::yaml::manifests_with_lines(&text)
             .with_context(|| format!("cannot read the objects in {}", file.display()))?;
         let source = file.display().to_string();
-        documents.extend(parsed.into_iter().map(|d| (source.clone(), d)));
+        documents.extend(parsed.into_iter().map(|(line, d)| {
+            let origin = Origin {
+                file: source.clone(),
+                line,
+            };
+            (origin, d)
+        }));
     }
     Ok(documents)
 }

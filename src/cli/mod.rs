@@ -388,9 +388,10 @@ pub struct EmulateArgs {
     #[arg(long)]
     pub hold_unready: bool,
     /// A story file: edits and checks made after the first convergence (`steps:` of
-    /// patch, scale, delete and expect), each followed by a convergence.
+    /// patch, scale, delete and expect), each followed by a convergence. Repeatable:
+    /// each story is played on its own fresh cluster and reported by its `name:`.
     #[arg(long)]
-    pub story: Option<PathBuf>,
+    pub story: Vec<PathBuf>,
     /// Nodes of the simulated cluster (a DaemonSet runs one Pod on each).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub nodes: u16,
@@ -444,6 +445,10 @@ pub enum EmulateOutput {
     Text,
     /// The same as JSON.
     Json,
+    /// JUnit XML: a test case per parent, failed by its findings.
+    Junit,
+    /// SARIF 2.1.0: a result per finding, at the file and line its object came from.
+    Sarif,
 }
 
 /// The rendered answer's format.

@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use metahooks::server::Clock;
 use serde_json::{Value, json};
 
-fn emulate(args: &[&str]) -> Output {
+pub(crate) fn emulate(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_metahooks"))
         .arg("emulate")
         .args(args)
@@ -24,7 +24,7 @@ fn emulate(args: &[&str]) -> Output {
         .expect("the metahooks binary runs")
 }
 
-async fn emulate_async(args: Vec<String>) -> Output {
+pub(crate) async fn emulate_async(args: Vec<String>) -> Output {
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         emulate(&args)
@@ -33,11 +33,11 @@ async fn emulate_async(args: Vec<String>) -> Output {
     .unwrap()
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn report(output: &Output) -> Value {
+pub(crate) fn report(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
             "not a JSON report ({e}):\n{}\n{}",

@@ -301,7 +301,11 @@ async fn unknown_top_level_fields_fail_strict_v2_only() {
 #[tokio::test]
 async fn catches_a_status_that_changes_on_every_call() {
     let message = violation(Fault::StatusCounter, "v1").await;
-    assert!(message.starts_with("[StatusNeverSettles]"), "{message}");
+    assert!(
+        message.starts_with("[StatusNeverSettles]")
+            && message.contains("the status of Thing ns/one at /status/seenVersion changed"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

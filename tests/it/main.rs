@@ -14,6 +14,7 @@ mod cluster_true;
 mod configsync_oracles;
 mod configsync_sources;
 mod docs;
+mod emulate_ci;
 mod emulate_cmd;
 mod emulator;
 mod emulator_apply;

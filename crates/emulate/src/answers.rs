@@ -33,6 +33,25 @@ pub(crate) fn difference(
     first_difference(&normalize(a, asked), &normalize(b, asked), String::new())
 }
 
+/// The JSON pointer of the first place two stored objects differ, leaving aside what
+/// the API server changes on every write (resourceVersion, generation, managedFields)
+/// and the last-applied annotation: what a loop kept changing.
+pub(crate) fn changed_field(before: &Value, after: &Value) -> Option<String> {
+    let strip = |object: &Value| {
+        let mut object = object.clone();
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            for field in ["resourceVersion", "generation", "managedFields"] {
+                meta.remove(field);
+            }
+            if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+                annotations.remove(crate::cluster::LAST_APPLIED_ANNOTATION);
+            }
+        }
+        object
+    };
+    first_difference(&strip(before), &strip(after), String::new()).map(|(pointer, ..)| pointer)
+}
+
 fn first_difference(
     a: &Value,
     b: &Value,

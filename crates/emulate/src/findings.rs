@@ -92,6 +92,78 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Every rule, in the order reports list them.
+    pub const ALL: [Rule; 20] = [
+        Rule::NonOkAnswer,
+        Rule::InvalidAnswer,
+        Rule::AllChildrenDeleted,
+        Rule::StrictDecoding,
+        Rule::InvalidChild,
+        Rule::Throttled,
+        Rule::InvalidParent,
+        Rule::APIServerRefused,
+        Rule::UnlistedChild,
+        Rule::OwnershipConflict,
+        Rule::UnstableAnswer,
+        Rule::ChildDropped,
+        Rule::HotLoop,
+        Rule::StatusNeverSettles,
+        Rule::FinalizeNeverCompletes,
+        Rule::ResyncStorm,
+        Rule::InvalidCustomize,
+        Rule::NotEmulated,
+        Rule::ExpectationFailed,
+        Rule::PodSecurity,
+    ];
+
+    /// One line on what the rule is about, for SARIF's rule list.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Rule::NonOkAnswer => {
+                "The hook answered anything but 200, or not at all: Metacontroller applies nothing and retries."
+            }
+            Rule::InvalidAnswer => {
+                "The answer is not a JSON object of the response's shape: nothing of it is applied."
+            }
+            Rule::AllChildrenDeleted => {
+                "The answer was null: Metacontroller reads an empty answer and deletes every child."
+            }
+            Rule::StrictDecoding => {
+                "A field the response type does not have, or a key twice, under strict decoding."
+            }
+            Rule::InvalidChild => {
+                "A child Metacontroller cannot apply (no name, another namespace, labels outside the selector)."
+            }
+            Rule::Throttled => "The hook kept answering 429.",
+            Rule::InvalidParent => "A parent Metacontroller refuses before calling any hook.",
+            Rule::APIServerRefused => "The API server refuses a child write, in its words.",
+            Rule::UnlistedChild => {
+                "The answer changes a child Metacontroller never observes, so the change is never applied."
+            }
+            Rule::OwnershipConflict => "A desired child exists and belongs to another owner.",
+            Rule::UnstableAnswer => {
+                "Two identical requests got answers that differ where the cluster acts on them."
+            }
+            Rule::ChildDropped => {
+                "A child was left out while its parent had not changed (and deleted), then asked for again."
+            }
+            Rule::HotLoop => "Objects still changed after the round limit.",
+            Rule::StatusNeverSettles => "The parent's status changed in every round.",
+            Rule::FinalizeNeverCompletes => {
+                "A deleted parent still carried the finalizer when the cluster stopped changing."
+            }
+            Rule::ResyncStorm => {
+                "In a steady state the answer asks to be called again in under a second."
+            }
+            Rule::InvalidCustomize => "A customize answer Metacontroller would reject.",
+            Rule::NotEmulated => "Something the emulator cannot simulate faithfully.",
+            Rule::ExpectationFailed => "A story step's expectation did not hold.",
+            Rule::PodSecurity => "Pod Security admission refuses the Pods of a child workload.",
+        }
+    }
+}
+
 impl std::fmt::Display for Rule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -101,8 +173,48 @@ impl std::fmt::Display for Rule {
 /// A rule and what broke it, before the emulator knows which parent it was about.
 pub type Problem = (Rule, String);
 
+/// Where an input object was written: the file and the line its document starts on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Origin {
+    /// The file, as given on the command line (or found in a directory given).
+    pub file: String,
+    /// The 1-based line its document starts on.
+    pub line: usize,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// The object a finding is about, as a CI annotation names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subject {
+    /// The controller (registration name) whose hook is concerned, if one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+    /// The object's apiVersion.
+    pub api_version: String,
+    /// The object's kind.
+    pub kind: String,
+    /// Its namespace ("" when cluster-scoped).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The JSON pointer of the field concerned, where one is known (what differed
+    /// between two answers, what kept changing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Where the object (or, for a child, its parent) was written in the input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
 /// A problem the emulator saw, and which rule it breaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Finding {
     /// The rule broken.
     pub rule: Rule,
@@ -112,6 +224,9 @@ pub struct Finding {
     pub message: String,
     /// The round it was seen in (1-based).
     pub round: usize,
+    /// The same subject, field by field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub about: Option<Subject>,
 }
 
 impl std::fmt::Display for Finding {

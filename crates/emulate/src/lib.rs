@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod answers;
+pub mod ci;
 pub mod cluster;
 pub mod findings;
 pub mod objects;
@@ -25,7 +26,7 @@ pub use self::cluster::{
     CUSTOMIZE_CACHE_TTL, CallRecord, Emulator, LAST_APPLIED_ANNOTATION, RoundReport, Violation,
     describe,
 };
-pub use self::findings::{Finding, Rule};
+pub use self::findings::{Finding, Origin, Rule, Subject};
 pub use self::objects::{labels_match, three_way};
 pub use self::registration::{Kinds, Registration};
 pub use self::transport::{Answer, InProcess, Transport};

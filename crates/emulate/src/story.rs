@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::Key;
 use super::cluster::{Emulator, describe};
-use super::findings::Rule;
+use super::findings::{Origin, Rule};
 use super::registration::{Kinds, Registration};
 
 /// Input documents sorted into registrations and objects.
@@ -15,8 +15,8 @@ use super::registration::{Kinds, Registration};
 pub struct Input {
     /// The controller registrations found.
     pub registrations: Vec<Registration>,
-    /// Every other object.
-    pub objects: Vec<Value>,
+    /// Every other object, with where it was written.
+    pub objects: Vec<(Origin, Value)>,
     /// Plural → kind for the resources the registrations name.
     pub kinds: Kinds,
 }
@@ -28,7 +28,7 @@ pub struct Input {
 /// # Errors
 /// The first document that is not a Kubernetes object, or a registration that does not
 /// parse, named by its source.
-pub fn sort_documents(documents: Vec<(String, Value)>) -> Result<Input, String> {
+pub fn sort_documents(documents: Vec<(Origin, Value)>) -> Result<Input, String> {
     let mut flat = Vec::new();
     for (source, document) in documents {
         if document.is_null() {
@@ -57,7 +57,7 @@ pub fn sort_documents(documents: Vec<(String, Value)>) -> Result<Input, String> 
                     .map_err(|problem| format!("{source}: {problem}"))?;
                 input.registrations.push(registration);
             }
-            _ => input.objects.push(document),
+            _ => input.objects.push((source, document)),
         }
     }
     Ok(input)
@@ -191,24 +191,37 @@ impl Target {
     }
 }
 
+/// A story file: an optional name (reports use it; the file's name otherwise) and its
+/// steps.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Story {
+    /// What reports call the story.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The edits and checks, in order.
+    pub steps: Vec<Step>,
+}
+
 /// Reads a story file: `steps:` and a list of steps.
 ///
 /// # Errors
 /// Not YAML, or a step with an unknown kind or field (named).
 pub fn read_steps(text: &str) -> Result<Vec<Step>, String> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Story {
-        steps: Vec<Step>,
-    }
+    read_story(text).map(|story| story.steps)
+}
+
+/// Reads a story file: an optional `name:`, and `steps:`.
+///
+/// # Errors
+/// Not YAML, or a step with an unknown kind or field (named).
+pub fn read_story(text: &str) -> Result<Story, String> {
     let value: Value = metahooks_protocol::yaml::documents(text)
         .map_err(|e| format!("not YAML: {e}"))?
         .into_iter()
         .next()
         .ok_or("the story file is empty")?;
-    let story: Story = serde_path_to_error::deserialize(value)
-        .map_err(|e| format!("at {}: {}", e.path(), e.inner()))?;
-    Ok(story.steps)
+    serde_path_to_error::deserialize(value).map_err(|e| format!("at {}: {}", e.path(), e.inner()))
 }
 
 /// RFC 7386: objects merge, null removes, anything else replaces.
@@ -286,9 +299,11 @@ async fn play_steps(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> 
                 let object = emulator.objects.get(&target.key());
                 let problem = unmet(object, path.as_deref(), equals.as_ref(), *absent);
                 if let Some(problem) = problem {
-                    emulator.record(
+                    emulator.record_about(
                         Rule::ExpectationFailed,
-                        describe(&target.key()),
+                        None,
+                        &target.key(),
+                        path.clone(),
                         format!("story step {number}: {problem}"),
                     )?;
                 }
@@ -301,9 +316,11 @@ async fn play_steps(emulator: &mut Emulator, plan: &Plan) -> Result<(), String> 
 }
 
 fn missing(emulator: &mut Emulator, number: usize, target: &Target) -> Result<(), String> {
-    emulator.record(
+    emulator.record_about(
         Rule::ExpectationFailed,
-        describe(&target.key()),
+        None,
+        &target.key(),
+        None,
         format!("story step {number}: the object to edit does not exist"),
     )
 }
@@ -440,9 +457,11 @@ fn check_resync_storms(emulator: &mut Emulator) -> Result<(), String> {
         .map(|(key, seconds)| (key.clone(), *seconds))
         .collect();
     for ((controller, parent), seconds) in storms {
-        emulator.record(
+        emulator.record_about(
             Rule::ResyncStorm,
-            format!("{controller} {}", describe(&parent)),
+            Some(&controller),
+            &parent,
+            None,
             format!(
                 "in a steady state the answer still asks to be synced again after {seconds} s: Metacontroller will call this hook several times a second, forever"
             ),
@@ -476,9 +495,11 @@ async fn delete_parents(emulator: &mut Emulator, plan: &Plan) -> Result<(), Stri
                 .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(finalizer.as_str())))
         });
         if stuck {
-            emulator.record(
+            emulator.record_about(
                 Rule::FinalizeNeverCompletes,
-                format!("{controller} {}", describe(&key)),
+                Some(&controller),
+                &key,
+                None,
                 "deleted, but the finalize hook had still not answered finalized: true when the cluster stopped changing; the object stays in Terminating".to_owned(),
             )?;
         }
@@ -501,10 +522,14 @@ mod tests {
         let thing =
             json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "a"}});
         let list = json!({"apiVersion": "v1", "kind": "List", "items": [thing.clone(), thing]});
+        let at = |file: &str| Origin {
+            file: file.to_owned(),
+            line: 1,
+        };
         let input = sort_documents(vec![
-            ("r.yaml".to_owned(), registration),
-            ("l.yaml".to_owned(), list),
-            ("empty.yaml".to_owned(), Value::Null),
+            (at("r.yaml"), registration),
+            (at("l.yaml"), list),
+            (at("empty.yaml"), Value::Null),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(input.registrations.len(), 1);
@@ -516,13 +541,16 @@ mod tests {
     #[test]
     fn a_bad_document_is_refused_naming_its_file() {
         let error = sort_documents(vec![(
-            "bad.yaml".to_owned(),
+            Origin {
+                file: "bad.yaml".to_owned(),
+                line: 3,
+            },
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "annotations": {"a": 1}}}),
         )])
         .err()
         .unwrap_or_default();
         assert!(
-            error.starts_with("bad.yaml: ") && error.contains("metadata.annotations"),
+            error.starts_with("bad.yaml:3: ") && error.contains("metadata.annotations"),
             "{error}"
         );
     }

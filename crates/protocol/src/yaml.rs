@@ -49,35 +49,75 @@ pub enum ManifestError {
 /// # Errors
 /// A document does not parse, or is not the shape of `T`.
 pub fn manifests<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, ManifestError> {
+    Ok(manifests_with_lines(text)?
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect())
+}
+
+/// As [`manifests`], each document with the line it starts on (1-based: its first line
+/// that is neither blank nor a comment), so a report can point at it.
+///
+/// # Errors
+/// A document does not parse, or is not the shape of `T`.
+pub fn manifests_with_lines<T: DeserializeOwned>(
+    text: &str,
+) -> Result<Vec<(usize, T)>, ManifestError> {
     let mut all = Vec::new();
-    for document in stream_documents(text) {
+    for (first_line, document) in stream_documents(text) {
         if document.trim_start().starts_with(['{', '[']) {
-            let values: Result<Vec<T>, serde_json::Error> =
-                serde_json::Deserializer::from_str(&document)
-                    .into_iter::<T>()
-                    .collect();
-            all.extend(values?);
+            let mut values = serde_json::Deserializer::from_str(&document).into_iter::<T>();
+            let mut start = 0;
+            while let Some(value) = values.next() {
+                let value = value?;
+                let skipped = document[start..].len() - document[start..].trim_start().len();
+                let line = first_line + document[..start + skipped].matches('\n').count();
+                all.push((line, value));
+                start = values.byte_offset();
+            }
         } else if !document.trim().is_empty() {
-            all.extend(documents::<T>(&document)?);
+            let line = first_line + content_offset(&document);
+            all.extend(documents::<T>(&document)?.into_iter().map(|v| (line, v)));
         }
     }
     Ok(all)
 }
 
+/// Lines before the first one with YAML content (blank lines and comments).
+fn content_offset(document: &str) -> usize {
+    document
+        .lines()
+        .take_while(|line| {
+            let line = line.trim();
+            line.is_empty() || line.starts_with('#')
+        })
+        .count()
+}
+
 /// `text` cut at YAML's document markers: a line that is `---`, or starts with `---` and
-/// white space (what follows belongs to the next document). A marker is one at the start
-/// of a line only, as YAML has it, so `---` inside a quoted string or an indented block
-/// does not cut.
-fn stream_documents(text: &str) -> Vec<String> {
-    let mut out = vec![String::new()];
-    for line in text.split_inclusive('\n') {
+/// white space (what follows belongs to the next document), each part with the line it
+/// starts on. A marker is one at the start of a line only, as YAML has it, so `---`
+/// inside a quoted string or an indented block does not cut.
+fn stream_documents(text: &str) -> Vec<(usize, String)> {
+    let mut out = vec![(1, String::new())];
+    for (index, line) in text.split_inclusive('\n').enumerate() {
         let marker = line
             .strip_prefix("---")
             .filter(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace));
         match marker {
-            Some(rest) => out.push(rest.to_owned()),
+            Some(rest) => {
+                // What follows the marker on its line starts the next part on that line.
+                let rest = rest.trim_start_matches([' ', '\t']);
+                let line_number = if rest.trim().is_empty() {
+                    index + 2
+                } else {
+                    index + 1
+                };
+                let text = if rest.trim().is_empty() { "" } else { rest };
+                out.push((line_number, text.to_owned()));
+            }
             None => {
-                if let Some(current) = out.last_mut() {
+                if let Some((_, current)) = out.last_mut() {
                     current.push_str(line);
                 }
             }
@@ -99,6 +139,17 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn each_document_knows_its_first_line() {
+        let text = "# objects\n\napiVersion: v1\nkind: A\n---\n# b\nkind: B\n--- {\"kind\": \"C\"}\n---\n\n{\"kind\": \"D\"}\n  {\"kind\": \"E\"}\n";
+        let found: Vec<(usize, Value)> = manifests_with_lines(text).unwrap_or_default();
+        let lines: Vec<(usize, &str)> = found
+            .iter()
+            .map(|(line, v)| (*line, v["kind"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(lines, [(3, "A"), (7, "B"), (8, "C"), (11, "D"), (12, "E")]);
+    }
 
     #[test]
     fn json_files_are_read_as_json_and_yaml_files_as_yaml() {

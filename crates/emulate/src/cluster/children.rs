@@ -208,6 +208,9 @@ impl Emulator {
                 }
                 let live = live.clone();
                 let updated = self.update_child(&live, merged);
+                if let Some(field) = crate::answers::changed_field(&live, &updated) {
+                    report.changed_at.insert(key.clone(), field);
+                }
                 self.put(key.clone(), updated);
                 self.annotate_applied(&key, &child);
                 self.last_applied.insert(key.clone(), child);

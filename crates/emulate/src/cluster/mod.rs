@@ -25,8 +25,9 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use self::reconcile::{Answered, stable_answer};
-use super::findings::{Finding, Problem, Rule};
+use super::findings::{Finding, Origin, Problem, Rule, Subject};
 use super::objects::matches_rule;
+use super::objects::owner_uid;
 use super::registration::{Kinds, Registration};
 use super::transport::Transport;
 use super::{Key, key_of};
@@ -58,6 +59,9 @@ pub struct RoundReport {
     pub finalizers_removed: Vec<Key>,
     /// Parents whose hook answered 429: they are still to be synced.
     pub throttled: Vec<Key>,
+    /// For objects updated or whose status changed, the JSON pointer of the first
+    /// field that changed.
+    pub changed_at: BTreeMap<Key, String>,
 }
 
 impl RoundReport {
@@ -166,6 +170,8 @@ pub struct Emulator {
     /// How long after a new answer the same request is sent again, to catch answers that
     /// drift with time (zero: not asked again). `emulate` waits a second by default.
     pub recheck_after: Duration,
+    /// Where each input object was written (`apply_from`), for findings.
+    pub origins: BTreeMap<Key, Origin>,
     /// Parents with an unstable answer found: not asked again after a delay.
     unsteady: BTreeSet<(String, Key)>,
     /// Workloads whose Pods Pod Security admission refused in the last tick, and why.
@@ -226,6 +232,7 @@ impl Emulator {
             answered: BTreeMap::new(),
             recheck_after: Duration::ZERO,
             unsteady: BTreeSet::new(),
+            origins: BTreeMap::new(),
             etags: BTreeMap::new(),
             next_replica: 0,
             current_replica: 0,
@@ -246,7 +253,7 @@ impl Emulator {
             let report = self.round().await?;
             let ticked = self.tick_workloads();
             for (key, message) in std::mem::take(&mut self.refused_pods) {
-                self.record(Rule::PodSecurity, describe(&key), message)?;
+                self.record_about(Rule::PodSecurity, None, &key, None, message)?;
             }
             self.transport.settle_sources().await;
             if !report.changed() && !ticked {
@@ -255,17 +262,12 @@ impl Emulator {
             status_changed_every_round &= !report.status_changed.is_empty();
             last = report;
         }
-        let (rule, message) = no_steady_state(&last, max_rounds, status_changed_every_round);
-        let subject = last
-            .created
-            .iter()
-            .chain(&last.updated)
-            .chain(&last.deleted)
-            .chain(&last.status_changed)
-            .next()
-            .map(describe)
-            .unwrap_or_default();
-        self.record(rule, subject, message)?;
+        let (rule, message, subject) =
+            no_steady_state(&last, max_rounds, status_changed_every_round);
+        match subject {
+            Some((key, field)) => self.record_about(rule, None, &key, field, message)?,
+            None => self.record(rule, String::new(), message)?,
+        }
         Ok(max_rounds)
     }
 
@@ -323,11 +325,10 @@ impl Emulator {
             let outcome = match (step, answered) {
                 (Ok(Some(prepared)), Some(mut answered)) => {
                     self.record_calls(registration, &prepared, &answered);
-                    if let Some((rule, message)) = answered.unstable.take() {
+                    if let Some(((rule, message), field)) = answered.unstable.take() {
                         self.unsteady
                             .insert((registration.name.clone(), parent.clone()));
-                        let subject = format!("{} {}", registration.name, describe(&parent));
-                        self.record(rule, subject, message)?;
+                        self.record_about(rule, Some(&registration.name), &parent, field, message)?;
                     }
                     answered.outcome.and_then(|response| {
                         self.conclude(registration, prepared, response, report)
@@ -423,8 +424,7 @@ impl Emulator {
         } else {
             rule
         };
-        let subject = format!("{} {}", registration.name, describe(parent));
-        self.record(rule, subject, message)
+        self.record_about(rule, Some(&registration.name), parent, None, message)
     }
 
     /// Records a finding (once per rule and subject), or with `stop_at_first` returns it
@@ -438,12 +438,76 @@ impl Emulator {
         subject: String,
         message: String,
     ) -> Result<(), Violation> {
-        let finding = Finding {
+        self.record_finding(Finding {
             rule,
             subject,
             message,
             round: self.rounds,
+            about: None,
+        })
+    }
+
+    /// Records a finding about one object (a parent, for a controller's hook), with
+    /// the field concerned where one is known and where the object was written.
+    ///
+    /// # Errors
+    /// With `stop_at_first`, the finding itself.
+    pub fn record_about(
+        &mut self,
+        rule: Rule,
+        controller: Option<&str>,
+        key: &Key,
+        field: Option<String>,
+        message: String,
+    ) -> Result<(), Violation> {
+        let subject = match controller {
+            Some(controller) => format!("{controller} {}", describe(key)),
+            None => describe(key),
         };
+        let about = Subject {
+            controller: controller.map(str::to_owned),
+            api_version: key.0.clone(),
+            kind: key.1.clone(),
+            namespace: key.2.clone(),
+            name: key.3.clone(),
+            field,
+            origin: self.origin_of(key),
+        };
+        self.record_finding(Finding {
+            rule,
+            subject,
+            message,
+            round: self.rounds,
+            about: Some(about),
+        })
+    }
+
+    /// Where an object was written in the input: its own document, or for an object an
+    /// answer made, its controlling owner's (the parent whose hook wrote it).
+    fn origin_of(&self, key: &Key) -> Option<Origin> {
+        let mut key = key.clone();
+        for _ in 0..8 {
+            if let Some(origin) = self.origins.get(&key) {
+                return Some(origin.clone());
+            }
+            let owner = self.objects.get(&key).and_then(owner_uid)?;
+            key = self
+                .objects
+                .iter()
+                .find(|(_, o)| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(&owner))
+                .map(|(k, _)| k.clone())?;
+        }
+        None
+    }
+
+    /// Applies an input object, remembering where it was written for findings.
+    pub fn apply_from(&mut self, object: Value, origin: Origin) -> Key {
+        let key = self.apply(object);
+        self.origins.insert(key.clone(), origin);
+        key
+    }
+
+    fn record_finding(&mut self, finding: Finding) -> Result<(), Violation> {
         if self.stop_at_first {
             return Err(finding.to_string());
         }
@@ -505,44 +569,47 @@ fn parent_identity(parent: &Value) -> Identity {
 
 /// The finding for rounds that never settled: only statuses changing in every round
 /// (a status that is never the same twice), or children still churning (a hot loop).
+/// Each object is named with the field that kept changing, where one did; the first
+/// one is the finding's subject.
 fn no_steady_state(
     last: &RoundReport,
     max_rounds: usize,
     status_changed_every_round: bool,
-) -> (Rule, String) {
-    let churning: Vec<String> = last
+) -> (Rule, String, Option<(Key, Option<String>)>) {
+    let named = |key: &Key| match last.changed_at.get(key) {
+        Some(field) => format!("{} at {field}", describe(key)),
+        None => describe(key),
+    };
+    let churning: Vec<&Key> = last
         .created
         .iter()
         .chain(&last.updated)
         .chain(&last.deleted)
-        .map(describe)
         .collect();
-    if churning.is_empty() && status_changed_every_round {
-        let parents: Vec<String> = last.status_changed.iter().map(describe).collect();
-        (
-            Rule::StatusNeverSettles,
-            format!(
-                "the status of {} changed in every one of {max_rounds} rounds; Metacontroller would write it on every sync, forever",
-                parents.join(", ")
-            ),
+    let statuses: Vec<&Key> = last.status_changed.iter().collect();
+    let (rule, shown) = if churning.is_empty() && status_changed_every_round {
+        (Rule::StatusNeverSettles, &statuses)
+    } else if churning.is_empty() {
+        (Rule::HotLoop, &statuses)
+    } else {
+        (Rule::HotLoop, &churning)
+    };
+    let names: Vec<String> = shown.iter().map(|key| named(key)).collect();
+    let message = if rule == Rule::StatusNeverSettles {
+        format!(
+            "the status of {} changed in every one of {max_rounds} rounds; Metacontroller would write it on every sync, forever",
+            names.join(", ")
         )
     } else {
-        (
-            Rule::HotLoop,
-            format!(
-                "no steady state after {max_rounds} rounds; the last round still changed {}",
-                if churning.is_empty() {
-                    last.status_changed
-                        .iter()
-                        .map(describe)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                } else {
-                    churning.join(", ")
-                }
-            ),
+        format!(
+            "no steady state after {max_rounds} rounds; the last round still changed {}",
+            names.join(", ")
         )
-    }
+    };
+    let subject = shown
+        .first()
+        .map(|key| ((*key).clone(), last.changed_at.get(*key).cloned()));
+    (rule, message, subject)
 }
 
 /// `namespace/name`, or `name` for a cluster-scoped object.

@@ -33,6 +33,12 @@ impl Emulator {
             map.insert("observedGeneration".to_owned(), generation);
         }
         if parent.get("status") != Some(&status) {
+            let before = parent.get("status").cloned().unwrap_or(Value::Null);
+            if let Some(field) = crate::answers::changed_field(&before, &status) {
+                report
+                    .changed_at
+                    .insert(parent_key.clone(), format!("/status{field}"));
+            }
             parent["status"] = status;
             self.next_version += 1;
             parent["metadata"]["resourceVersion"] = json!(self.next_version.to_string());
@@ -76,6 +82,9 @@ impl Emulator {
             map.insert("status".to_owned(), status.clone());
         }
         if *target != before {
+            if let Some(field) = crate::answers::changed_field(&before, target) {
+                report.changed_at.insert(target_key.clone(), field);
+            }
             report.status_changed.push(target_key.clone());
         }
     }

@@ -46,7 +46,7 @@ pub(super) struct Answered {
     tagged: Option<Tagged>,
     /// Two answers to identical requests that differ where the cluster would act on it:
     /// a finding, though the latest answer is still applied.
-    pub(super) unstable: Option<Problem>,
+    pub(super) unstable: Option<(Problem, Option<String>)>,
     /// The answer is new (not the one an earlier round got to this request), so it is
     /// asked for again after a delay.
     pub(super) fresh: bool,

@@ -189,7 +189,7 @@ fn unstable_problem(
     one: &Value,
     other: &Value,
     when: Option<&str>,
-) -> Problem {
+) -> (Problem, Option<String>) {
     let shown = |value: &Option<Value>| match value {
         Some(value) => {
             let text = value.to_string();
@@ -205,23 +205,26 @@ fn unstable_problem(
         }
         None => "(absent)".to_owned(),
     };
-    let detail = match difference(asked, one, other) {
+    let found = difference(asked, one, other);
+    let detail = match &found {
         Some((pointer, first, second)) => format!(
             " at {}: {} then {}",
-            if pointer.is_empty() { "/" } else { &pointer },
-            shown(&first),
-            shown(&second)
+            if pointer.is_empty() { "/" } else { pointer },
+            shown(first),
+            shown(second)
         ),
         None => String::new(),
     };
-    (
+    let field = found.map(|(pointer, ..)| pointer);
+    let problem = (
         Rule::UnstableAnswer,
         format!(
             "{} answered two identical requests differently{}{detail}",
             name.key(),
             when.map(|w| format!(" ({w})")).unwrap_or_default()
         ),
-    )
+    );
+    (problem, field)
 }
 
 /// One HTTP exchange with a hook: what Metacontroller's webhook client makes of it.
