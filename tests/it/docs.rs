@@ -373,3 +373,14 @@ fn every_serve_flag_is_a_row_of_the_one_flags_table() {
         );
     }
 }
+
+/// The served versions docs/emulate.md lists are the ones the emulator serves.
+#[test]
+fn the_emulators_served_api_versions_are_documented() {
+    let page = doc("docs/emulate.md");
+    for (kind, versions) in metahooks::emulate::Kinds::builtin_versions() {
+        let shown: Vec<String> = versions.iter().map(|v| format!("`{v}`")).collect();
+        let row = format!("| {kind} | {} |", shown.join(", "));
+        assert!(page.contains(&row), "docs/emulate.md lacks the row {row}");
+    }
+}

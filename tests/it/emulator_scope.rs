@@ -548,3 +548,131 @@ async fn a_namespaced_parents_cluster_scoped_child_is_created_and_never_observed
         Some(vec!["team-a/local".to_owned()])
     );
 }
+
+/// A registration as Metacontroller's discovery resolves it, or the event it records
+/// when the controller cannot start (`newParentController` and `makeUpdateStrategyMap`,
+/// pkg/controller/composite; `newDecoratorController` and `newDecoratorSelector`,
+/// pkg/controller/decorator; `Clientset.Resource`, pkg/dynamic/clientset).
+fn refusal(registration: Value, crds: &[Value]) -> String {
+    let mut kinds = Kinds::default();
+    for crd in crds {
+        kinds.learn(crd);
+    }
+    match Registration::parse(registration, &kinds) {
+        Ok(_) => panic!("a registration Metacontroller would not start was accepted"),
+        Err(message) => message,
+    }
+}
+
+fn composite(parent: Value, child: Value) -> Value {
+    json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+           "metadata": {"name": "things"},
+           "spec": {"parentResource": parent, "childResources": [child],
+                    "hooks": {"sync": {"webhook": {"url": "http://h/sync"}}}}})
+}
+
+#[test]
+fn a_resource_discovery_does_not_serve_stops_the_controller_in_metacontrollers_words() {
+    let things = crd("Thing", "things", "Namespaced");
+    let parent = json!({"apiVersion": "example.com/v1", "resource": "things"});
+    // The everyday typo: Deployments are apps/v1. Without an update strategy the child
+    // informer fails; with one, makeUpdateStrategyMap fails first.
+    let typo = json!({"apiVersion": "v1", "resource": "deployments"});
+    assert!(
+        refusal(composite(parent.clone(), typo.clone()), std::slice::from_ref(&things)).contains(
+            "would not start; Metacontroller records the event \"Cannot create new controller: can't create informer for child resource: discovery: can't find resource deployments in apiVersion v1\" (the API server serves deployments at apps/v1)"
+        )
+    );
+    let mut in_place = typo;
+    in_place["updateStrategy"] = json!({"method": "InPlace"});
+    assert!(
+        refusal(composite(parent, in_place), std::slice::from_ref(&things)).contains(
+            "Cannot create new controller: can't find child resource \"deployments\" in v1\""
+        )
+    );
+    // The parent at a version its CRD does not serve.
+    let message = refusal(
+        composite(
+            json!({"apiVersion": "example.com/v2", "resource": "things"}),
+            json!({"apiVersion": "v1", "resource": "configmaps"}),
+        ),
+        &[things],
+    );
+    assert!(
+        message.contains(
+            "Cannot create new controller: discovery: can't find resource things in apiVersion example.com/v2\" (the API server serves things at example.com/v1)"
+        ),
+        "{message}"
+    );
+    // A decorator's resources, in newDecoratorSelector's words.
+    let decorator = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": "d"},
+        "spec": {"resources": [{"apiVersion": "v1", "resource": "statefulsets"}],
+                 "hooks": {"sync": {"webhook": {"url": "http://h/sync"}}}}});
+    assert!(refusal(decorator, &[]).contains(
+        "Cannot create new controller: can't find resource \"statefulsets\" in apiVersion \"v1\""
+    ));
+}
+
+/// getRelatedClient (pkg/controller/common/customize/manager.go) resolves a related
+/// rule with discovery on every sync: a resource not served there fails each sync.
+#[tokio::test]
+async fn a_related_rule_discovery_does_not_serve_fails_the_sync() {
+    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "deployments",
+                                             "names": ["web"]}]});
+    let (mut emulator, seen) = customize_emulator("v2", "v2", rules).await;
+    emulator.stop_at_first = false;
+    emulator.apply(serde_json::from_str(PARENT).unwrap());
+    emulator.converge(5).await.unwrap();
+    assert!(seen.lock().unwrap().is_empty(), "no sync call is made");
+    let finding = emulator
+        .findings
+        .iter()
+        .find(|f| f.rule == metahooks::emulate::Rule::InvalidCustomize)
+        .unwrap_or_else(|| panic!("{:?}", emulator.findings));
+    assert!(
+        finding
+            .message
+            .starts_with("discovery: can't find resource deployments in apiVersion v1"),
+        "{finding}"
+    );
+}
+
+/// MakeChildMap keys children by group, version and kind: a child answered at
+/// autoscaling/v1 while the registration lists autoscaling/v2 is never matched with
+/// the observed one, so Metacontroller deletes and creates it on every sync.
+#[tokio::test]
+async fn a_child_at_another_served_version_is_reported() {
+    let (base, _) = hook(json!([
+        {"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+         "metadata": {"name": "web"},
+         "spec": {"maxReplicas": 3, "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}}
+    ]))
+    .await;
+    let local = crd("Local", "locals", "Namespaced");
+    let mut kinds = Kinds::default();
+    kinds.learn(&local);
+    let registration = registration(
+        "locals",
+        json!([{"apiVersion": "autoscaling/v2", "resource": "horizontalpodautoscalers"}]),
+        true,
+        &kinds,
+    );
+    let mut emulator = Emulator::new(&base, vec![registration]);
+    emulator.kinds = kinds;
+    emulator.stop_at_first = false;
+    emulator.apply(local);
+    emulator.apply(serde_json::from_str(PARENT).unwrap());
+    emulator.converge(5).await.unwrap();
+    let finding = emulator
+        .findings
+        .iter()
+        .find(|f| f.rule == metahooks::emulate::Rule::ChildAtAnotherVersion)
+        .unwrap_or_else(|| panic!("{:?}", emulator.findings));
+    assert!(
+        finding.message.starts_with(
+            "HorizontalPodAutoscaler web is answered at autoscaling/v1, but the registration lists HorizontalPodAutoscaler at autoscaling/v2"
+        ),
+        "{finding}"
+    );
+}

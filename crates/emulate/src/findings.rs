@@ -36,6 +36,10 @@ pub enum Rule {
     UnlistedChild,
     /// A desired child that exists and is owned by another parent.
     OwnershipConflict,
+    /// A child answered at another served version than its `childResources` rule lists:
+    /// Metacontroller matches children by exact group, version and kind, so it deletes
+    /// the observed one and creates it again on every sync.
+    ChildAtAnotherVersion,
     /// Two identical requests got different answers (nondeterminism, or state that
     /// differs between replicas).
     UnstableAnswer,
@@ -79,6 +83,7 @@ impl Rule {
             Rule::StrictDecoding => "StrictDecoding",
             Rule::InvalidChild => "InvalidChild",
             Rule::OwnershipConflict => "OwnershipConflict",
+            Rule::ChildAtAnotherVersion => "ChildAtAnotherVersion",
             Rule::UnlistedChild => "UnlistedChild",
             Rule::UnstableAnswer => "UnstableAnswer",
             Rule::ChildDropped => "ChildDropped",
@@ -94,7 +99,7 @@ impl Rule {
 
 impl Rule {
     /// Every rule, in the order reports list them.
-    pub const ALL: [Rule; 20] = [
+    pub const ALL: [Rule; 21] = [
         Rule::NonOkAnswer,
         Rule::InvalidAnswer,
         Rule::AllChildrenDeleted,
@@ -105,6 +110,7 @@ impl Rule {
         Rule::APIServerRefused,
         Rule::UnlistedChild,
         Rule::OwnershipConflict,
+        Rule::ChildAtAnotherVersion,
         Rule::UnstableAnswer,
         Rule::ChildDropped,
         Rule::HotLoop,
@@ -142,6 +148,9 @@ impl Rule {
                 "The answer changes a child Metacontroller never observes, so the change is never applied."
             }
             Rule::OwnershipConflict => "A desired child exists and belongs to another owner.",
+            Rule::ChildAtAnotherVersion => {
+                "A child answered at another version than the registration lists: deleted and created again on every sync."
+            }
             Rule::UnstableAnswer => {
                 "Two identical requests got answers that differ where the cluster acts on them."
             }

@@ -43,8 +43,19 @@ impl Emulator {
                 .kinds
                 .unserved(&api_version, &kind)
                 .or_else(|| child_refusal(parent, &child, cluster_scoped));
-            match refusal {
-                Some(message) => managed.failed.push((Rule::InvalidChild, message)),
+            if let Some(message) = refusal {
+                managed.failed.push((Rule::InvalidChild, message));
+                continue;
+            }
+            match other_version(registration, &child) {
+                Some((listed, message)) => {
+                    // The API server keeps one object whatever the version it is written
+                    // at; what Metacontroller observes is the listed version's view.
+                    managed.failed.push((Rule::ChildAtAnotherVersion, message));
+                    let mut child = child;
+                    child["apiVersion"] = json!(listed);
+                    accepted.push(child);
+                }
                 None => accepted.push(child),
             }
         }
@@ -461,4 +472,30 @@ fn check_owner(live: &Value, parent: &Value, key: &Key) -> Result<(), Problem> {
             describe(key)
         ),
     ))
+}
+
+/// A desired child of a group and kind the registration lists at another version: the
+/// listed apiVersion and the finding. ManageChildren keys observed and desired children
+/// by exact group, version and kind (`MakeChildMap`), so the observed child (listed
+/// version) is not desired and is deleted, and the desired one (other version) does not
+/// exist and is created, on every sync.
+fn other_version(registration: &Registration, child: &Value) -> Option<(String, String)> {
+    let (api_version, kind, _, name) = key_of(child);
+    let group = |v: &str| {
+        v.rsplit_once('/')
+            .map_or(String::new(), |(g, _)| g.to_owned())
+    };
+    let rule = registration
+        .children
+        .iter()
+        .find(|rule| rule.kind == kind && group(&rule.api_version) == group(&api_version))?;
+    (rule.api_version != api_version).then(|| {
+        (
+            rule.api_version.clone(),
+            format!(
+                "{kind} {name} is answered at {api_version}, but the registration lists {kind} at {}: Metacontroller matches children by exact version, so it deletes the observed {kind} and creates it again on every sync (answer it at {})",
+                rule.api_version, rule.api_version
+            ),
+        )
+    })
 }

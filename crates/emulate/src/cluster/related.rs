@@ -241,9 +241,16 @@ impl<'a> RelatedRule<'a> {
         let customize = |message: String| (Rule::InvalidCustomize, message);
         let api_version = str_at(rule, "/apiVersion").map_err(customize)?.to_owned();
         let resource = str_at(rule, "/resource").map_err(customize)?;
+        // getRelatedClient: a resource discovery does not find at that apiVersion
+        // fails the sync, every time.
         let kind = kinds
-            .kind_of(resource)
+            .discover(&api_version, resource)
             .map_err(|e| (Rule::NotEmulated, e))?
+            .ok_or_else(|| {
+                customize(format!(
+                    "discovery: can't find resource {resource} in apiVersion {api_version} (a related rule of the customize answer; Metacontroller fails every sync of this parent)"
+                ))
+            })?
             .to_owned();
         let namespace = rule
             .get("namespace")

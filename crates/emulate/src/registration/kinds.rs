@@ -130,6 +130,12 @@ impl Default for Kinds {
 }
 
 impl Kinds {
+    /// The built-in kinds the simulated API server serves, each with its apiVersions
+    /// (Kubernetes 1.33's).
+    pub fn builtin_versions() -> &'static [(&'static str, &'static [&'static str])] {
+        BUILTIN_VERSIONS
+    }
+
     /// Learns the kinds a CRD declares, or guesses an object kind's plural (lower case
     /// plus "s", "es" after s/x/ch/sh, "ies" after a consonant and y).
     pub fn learn(&mut self, object: &Value) {
@@ -152,7 +158,14 @@ impl Kinds {
                     .filter_map(|v| v.get("name").and_then(Value::as_str))
                     .map(|name| format!("{group}/{name}"))
                     .collect();
-                self.crd_versions.insert(kind.to_owned(), versions);
+                // A CRD written without versions (a sketch in a test) says nothing
+                // about them: its kind is taken as served at any.
+                let versions: Vec<String> = versions;
+                if versions.is_empty() {
+                    self.crd_versions.remove(kind);
+                } else {
+                    self.crd_versions.insert(kind.to_owned(), versions);
+                }
                 // The API server's discovery answers `namespaced` from the CRD's scope.
                 if object.pointer("/spec/scope").and_then(Value::as_str) == Some("Cluster") {
                     self.cluster_scoped.insert(kind.to_owned());
@@ -189,6 +202,29 @@ impl Kinds {
                 served.join(", ")
             )
         })
+    }
+
+    /// The kind discovery finds for `resource` at `api_version`: `Ok(None)` when the
+    /// API server does not serve that resource at that version (a built-in kind, or a
+    /// CRD given, served at other versions only).
+    ///
+    /// # Errors
+    /// A resource no built-in, CRD or given object names.
+    pub fn discover(&self, api_version: &str, resource: &str) -> Result<Option<&str>, String> {
+        let kind = self.kind_of(resource)?;
+        Ok(self.unserved(api_version, kind).is_none().then_some(kind))
+    }
+
+    /// The apiVersions a resource is served at, where known, for messages.
+    pub fn served_versions(&self, resource: &str) -> Option<String> {
+        let kind = self.by_resource.get(resource)?;
+        let versions = self.crd_versions.get(kind).cloned().or_else(|| {
+            BUILTIN_VERSIONS
+                .iter()
+                .find(|(k, _)| k == kind)
+                .map(|(_, v)| v.iter().map(|v| (*v).to_owned()).collect())
+        })?;
+        Some(versions.join(", "))
     }
 
     /// The kind a plural resource name stands for.

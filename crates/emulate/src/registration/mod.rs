@@ -342,14 +342,18 @@ impl ChildRule {
         raw: &Value,
         kinds: &Kinds,
         child_key: &str,
+        registration: &str,
         not_modelled: &mut Vec<String>,
     ) -> Result<ChildRule, String> {
-        let (api_version, kind) = resource_rule(raw, kinds)?;
         let strategy = raw
             .pointer("/updateStrategy/method")
             .and_then(Value::as_str)
             .unwrap_or("OnDelete")
             .to_owned();
+        let role = Role::Child {
+            strategy: !matches!(strategy.as_str(), "OnDelete" | ""),
+        };
+        let (api_version, kind) = resource_rule(raw, kinds, role, registration)?;
         if strategy.starts_with("Rolling") {
             not_modelled.push(format!(
                 "{child_key} {kind}: updateStrategy {strategy} runs as {} (ControllerRevisions and statusChecks are not modelled)",
@@ -364,11 +368,55 @@ impl ChildRule {
     }
 }
 
-/// A resource rule's (apiVersion, kind).
-fn resource_rule(value: &Value, kinds: &Kinds) -> Result<(String, String), String> {
+/// What a resource rule is in its registration: which of Metacontroller's start-up
+/// steps looks it up in discovery, and so the words it fails with.
+#[derive(Clone, Copy)]
+enum Role {
+    CompositeParent,
+    DecoratorResource,
+    /// A child or attachment; with an update strategy other than OnDelete it is looked
+    /// up first by `makeUpdateStrategyMap`, else by the informer factory.
+    Child {
+        strategy: bool,
+    },
+}
+
+/// A resource rule's (apiVersion, kind), resolved as discovery resolves it. A resource
+/// the API server does not serve at that apiVersion stops the controller from starting
+/// (`newParentController`, `newDecoratorController`): the error is the event
+/// Metacontroller records on the registration.
+fn resource_rule(
+    value: &Value,
+    kinds: &Kinds,
+    role: Role,
+    registration: &str,
+) -> Result<(String, String), String> {
     let api_version = str_at(value, "/apiVersion")?.to_owned();
-    let kind = kinds.kind_of(str_at(value, "/resource")?)?.to_owned();
-    Ok((api_version, kind))
+    let resource = str_at(value, "/resource")?;
+    let Some(kind) = kinds.discover(&api_version, resource)? else {
+        let cause = match role {
+            Role::CompositeParent => {
+                format!("discovery: can't find resource {resource} in apiVersion {api_version}")
+            }
+            Role::DecoratorResource => {
+                format!("can't find resource {resource:?} in apiVersion {api_version:?}")
+            }
+            Role::Child { strategy: true } => {
+                format!("can't find child resource {resource:?} in {api_version}")
+            }
+            Role::Child { strategy: false } => format!(
+                "can't create informer for child resource: discovery: can't find resource {resource} in apiVersion {api_version}"
+            ),
+        };
+        return Err(format!(
+            "{registration} would not start; Metacontroller records the event \"Cannot create new controller: {cause}\"{}",
+            kinds
+                .served_versions(resource)
+                .map(|served| format!(" (the API server serves {resource} at {served})"))
+                .unwrap_or_default()
+        ));
+    };
+    Ok((api_version, kind.to_owned()))
 }
 
 /// The hooks a registration's `spec.hooks` configures; the rolling-update hooks and
@@ -431,7 +479,8 @@ impl Registration {
                 "{kind}.metacontroller.k8s.io {name:?} is invalid: {problem} (the API server refuses it)"
             ));
         }
-        let parents = parent_rules(type_, spec, kinds)?;
+        let registration = format!("{kind} {name:?}");
+        let parents = parent_rules(type_, spec, kinds, &registration)?;
         check_parent_selectors(type_, spec)?;
         let child_key = children_field;
         let mut not_modelled = Vec::new();
@@ -440,7 +489,7 @@ impl Registration {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .map(|c| ChildRule::read(c, kinds, child_key, &mut not_modelled))
+            .map(|c| ChildRule::read(c, kinds, child_key, &registration, &mut not_modelled))
             .collect::<Result<_, String>>()?;
         let hooks = read_hooks(spec, &mut not_modelled)?;
         Ok(Registration {
@@ -489,9 +538,15 @@ fn parent_rules(
     type_: ControllerType,
     spec: &Value,
     kinds: &Kinds,
+    registration: &str,
 ) -> Result<Vec<(String, String, Value)>, String> {
+    let role = match type_ {
+        ControllerType::Composite => Role::CompositeParent,
+        ControllerType::Decorator => Role::DecoratorResource,
+    };
     let rule = |value: &Value| {
-        resource_rule(value, kinds).map(|(api_version, kind)| (api_version, kind, value.clone()))
+        resource_rule(value, kinds, role, registration)
+            .map(|(api_version, kind)| (api_version, kind, value.clone()))
     };
     match type_ {
         ControllerType::Composite => Ok(vec![rule(
