@@ -308,6 +308,23 @@ async fn catches_a_status_that_changes_on_every_call() {
     );
 }
 
+/// updateParentObject (pkg/controller/composite/controller.go): with
+/// `ignoreStatusChanges`, a status-only update enqueues nothing, so the same counter
+/// is written once per real change and the cluster goes quiet.
+#[tokio::test]
+async fn ignore_status_changes_lets_a_status_written_on_every_sync_settle() {
+    let mut emulator = emulator_with(Fault::StatusCounter, "v1").await;
+    let mut raw = emulator.registrations[0].raw.clone();
+    raw["spec"]["parentResource"]["ignoreStatusChanges"] = json!(true);
+    emulator.registrations = vec![Registration::parse(raw, &things()).unwrap()];
+    let rounds = emulator.converge(8).await.unwrap();
+    assert!(rounds < 8, "converged in {rounds} rounds");
+    let parent = emulator
+        .get("example.com/v1", "Thing", "ns", "one")
+        .unwrap();
+    assert!(parent["status"]["seenVersion"].is_string(), "{parent}");
+}
+
 #[tokio::test]
 async fn catches_answers_that_differ_for_identical_requests() {
     let message = violation(Fault::NonDeterministic, "v1").await;

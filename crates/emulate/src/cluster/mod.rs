@@ -59,6 +59,9 @@ pub struct RoundReport {
     pub finalizers_removed: Vec<Key>,
     /// Parents whose hook answered 429: they are still to be synced.
     pub throttled: Vec<Key>,
+    /// Parents whose status changed where the registration sets `ignoreStatusChanges`:
+    /// written, but no cause for another sync.
+    pub status_written_quietly: Vec<Key>,
     /// For objects updated or whose status changed, the JSON pointer of the first
     /// field that changed.
     pub changed_at: BTreeMap<Key, String>,

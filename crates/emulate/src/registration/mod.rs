@@ -514,6 +514,16 @@ impl Registration {
         })
     }
 
+    /// Whether the parent rule that selects objects of `key`'s apiVersion and kind sets
+    /// `ignoreStatusChanges: true`.
+    pub(crate) fn ignores_status_changes(&self, key: &crate::Key) -> bool {
+        self.parents.iter().any(|(api_version, kind, rule)| {
+            *api_version == key.0
+                && *kind == key.1
+                && rule.get("ignoreStatusChanges").and_then(Value::as_bool) == Some(true)
+        })
+    }
+
     pub(crate) fn child_rule(&self, api_version: &str, kind: &str) -> Option<&ChildRule> {
         self.children
             .iter()

@@ -257,9 +257,32 @@ impl Emulator {
         response: &Value,
         report: &mut RoundReport,
     ) {
+        let enqueues = |object: Option<&Value>| {
+            object.map(|o| {
+                [
+                    "/metadata/generation",
+                    "/metadata/labels",
+                    "/metadata/annotations",
+                    "/metadata/deletionTimestamp",
+                ]
+                .map(|p| o.pointer(p).cloned())
+            })
+        };
+        let before = enqueues(self.objects.get(parent_key));
         match registration.type_ {
             ControllerType::Composite => self.write_composite_status(parent_key, response, report),
             ControllerType::Decorator => self.write_decorator_result(parent_key, response, report),
+        }
+        // updateParentObject (composite and decorator controller.go): with
+        // ignoreStatusChanges, an update that changes neither the generation, the labels,
+        // the annotations nor the deletion mark enqueues nothing, so a status written
+        // on every sync does not call the hook again.
+        if report.status_changed.last() == Some(parent_key)
+            && registration.ignores_status_changes(parent_key)
+            && enqueues(self.objects.get(parent_key)) == before
+        {
+            report.status_changed.pop();
+            report.status_written_quietly.push(parent_key.clone());
         }
         self.note_resync(registration, parent_key, response, report);
         self.let_go_if_finalized(registration, parent_key, response, report);
