@@ -39,7 +39,8 @@ fn crd(kind: &str, plural: &str, scope: &str) -> Value {
            "metadata": {"name": format!("{plural}.example.com")},
            "spec": {"group": "example.com", "scope": scope,
                     "names": {"kind": kind, "plural": plural},
-                    "versions": [{"name": "v1", "served": true, "storage": true}]}})
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                                  "subresources": {"status": {}}}]}})
 }
 
 /// A v2 CompositeController for `plural` (of group example.com) with these child types.
@@ -675,4 +676,154 @@ async fn a_child_at_another_served_version_is_reported() {
         ),
         "{finding}"
     );
+}
+
+/// A `Local` CRD with this status schema, with or without a status subresource.
+fn local_crd(status_schema: Value, subresource: bool) -> Value {
+    let mut version = json!({"name": "v1", "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "status": status_schema}}}});
+    if subresource {
+        version["subresources"] = json!({"status": {}});
+    }
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "locals.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"kind": "Local", "plural": "locals"}, "versions": [version]}})
+}
+
+/// A hook answering `status` for every `Local`, and an emulator with its CRD.
+async fn status_emulator(status: Value, crd: Value) -> Emulator {
+    let app = axum::Router::new().route(
+        "/sync",
+        post(move || {
+            let status = status.clone();
+            async move { Json(json!({"status": status, "children": []})) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut kinds = Kinds::default();
+    kinds.learn(&crd);
+    let registration = registration(
+        "locals",
+        json!([{"apiVersion": "v1", "resource": "configmaps"}]),
+        true,
+        &kinds,
+    );
+    let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
+    emulator.kinds = kinds;
+    emulator.stop_at_first = false;
+    emulator.apply(crd);
+    emulator.apply(serde_json::from_str(PARENT).unwrap());
+    emulator
+}
+
+/// The API server prunes what a structural schema does not declare, observedGeneration
+/// included (apiextensions-apiserver's pruning), and refuses a wrong type with 422:
+/// the status update fails (updateParentStatus), which Metacontroller retries.
+#[tokio::test]
+async fn parent_status_is_pruned_and_type_checked_by_the_crds_schema() {
+    let schema = json!({"type": "object", "properties": {"ready": {"type": "boolean"},
+                                                         "replicas": {"type": "integer"}}});
+    let mut emulator = status_emulator(
+        json!({"ready": true, "replicas": 2, "note": "undeclared"}),
+        local_crd(schema.clone(), true),
+    )
+    .await;
+    emulator.converge(5).await.unwrap();
+    assert!(emulator.findings.is_empty(), "{:?}", emulator.findings);
+    let parent = emulator
+        .get("example.com/v1", "Local", "team-a", "one")
+        .unwrap();
+    assert_eq!(parent["status"], json!({"ready": true, "replicas": 2}));
+
+    let mut emulator = status_emulator(
+        json!({"ready": true, "replicas": "2"}),
+        local_crd(schema, true),
+    )
+    .await;
+    emulator.converge(5).await.unwrap();
+    let refused = emulator
+        .findings
+        .iter()
+        .find(|f| f.rule == metahooks::emulate::Rule::APIServerRefused)
+        .unwrap_or_else(|| panic!("{:?}", emulator.findings));
+    assert!(
+        refused.message.starts_with(
+            "Local.example.com \"one\" is invalid: status.replicas: Invalid value: \"string\": status.replicas in body must be of type integer: \"string\""
+        ),
+        "{refused}"
+    );
+    let parent = emulator
+        .get("example.com/v1", "Local", "team-a", "one")
+        .unwrap();
+    assert!(parent.get("status").is_none(), "{parent}");
+}
+
+/// Without a status subresource, AtomicStatusUpdate falls back to a plain Update, which
+/// bumps metadata.generation: the observedGeneration just written is already one behind,
+/// the next sync writes it again, and the status never settles.
+#[tokio::test]
+async fn without_a_status_subresource_every_status_write_bumps_the_generation() {
+    let schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    let mut emulator = status_emulator(json!({"ready": true}), local_crd(schema, false)).await;
+    emulator.converge(6).await.unwrap();
+    let parent = emulator
+        .get("example.com/v1", "Local", "team-a", "one")
+        .unwrap();
+    let generation = parent["metadata"]["generation"].as_i64().unwrap();
+    assert!(generation > 2, "{parent}");
+    assert_eq!(
+        parent["status"]["observedGeneration"].as_i64(),
+        Some(generation - 1),
+        "{parent}"
+    );
+    assert!(
+        emulator
+            .findings
+            .iter()
+            .any(|f| f.rule == metahooks::emulate::Rule::StatusNeverSettles
+                && f.message.contains("at /status/observedGeneration")),
+        "{:?}",
+        emulator.findings
+    );
+}
+
+/// A child custom resource whose CRD has no status subresource keeps the status it is
+/// created with (status is then part of the object); with one, the API server drops it.
+#[tokio::test]
+async fn a_child_cr_without_a_status_subresource_keeps_its_status() {
+    for (subresource, kept) in [(false, true), (true, false)] {
+        let (base, _) = hook(json!([{"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {}, "status": {"phase": "New"}}]))
+        .await;
+        let mut widget = crd("Widget", "widgets", "Namespaced");
+        if !subresource {
+            widget["spec"]["versions"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("subresources");
+        }
+        let local = crd("Local", "locals", "Namespaced");
+        let mut kinds = Kinds::default();
+        kinds.learn(&widget);
+        kinds.learn(&local);
+        let registration = registration(
+            "locals",
+            json!([{"apiVersion": "example.com/v1", "resource": "widgets"}]),
+            true,
+            &kinds,
+        );
+        let mut emulator = Emulator::new(&base, vec![registration]);
+        emulator.kinds = kinds;
+        emulator.apply(serde_json::from_str(PARENT).unwrap());
+        emulator.converge(5).await.unwrap();
+        let child = emulator
+            .get("example.com/v1", "Widget", "team-a", "w")
+            .unwrap();
+        assert_eq!(child.get("status").is_some(), kept, "{child}");
+    }
 }

@@ -89,8 +89,15 @@ impl Emulator {
         let mut by_key = BTreeMap::new();
         for mut child in desired {
             // A parent cannot set its children's status: Metacontroller reverts it to the
-            // observed one on update (ApplyUpdate) and the API server drops it on create.
-            if let Some(map) = child.as_object_mut() {
+            // observed one on update (ApplyUpdate) and the API server drops it on create,
+            // except for a custom resource whose CRD has no status subresource: there
+            // status is part of the object, and is kept as created.
+            let (api_version, kind, ..) = key_of(&child);
+            let status_is_data = self
+                .kinds
+                .crd_status(&api_version, &kind)
+                .is_some_and(|crd| !crd.subresource);
+            if !status_is_data && let Some(map) = child.as_object_mut() {
                 map.remove("status");
             }
             // nullifyLastAppliedAnnotation (pkg/controller/common/diff.go): an observed

@@ -17,6 +17,7 @@ mod reconcile;
 mod related;
 mod status;
 mod store;
+mod structural;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -7,17 +7,21 @@ use serde_json::{Value, json};
 
 use super::{Emulator, RoundReport};
 use crate::Key;
+use crate::findings::{Problem, Rule};
 
 impl Emulator {
+    /// updateParentStatus: the answer's status with observedGeneration, written as the
+    /// API server keeps it. Under the parent's CRD, status is pruned by its structural
+    /// schema and a wrong type refused (the sync fails, nothing written); without a
+    /// status subresource the write is a plain update, which bumps the generation.
     pub(super) fn write_composite_status(
         &mut self,
         parent_key: &Key,
         response: &Value,
         report: &mut RoundReport,
-    ) {
-        let Some(parent) = self.objects.get_mut(parent_key) else {
-            return;
-        };
+    ) -> Option<Problem> {
+        let crd = self.kinds.crd_status(&parent_key.0, &parent_key.1).cloned();
+        let parent = self.objects.get_mut(parent_key)?;
         let generation = parent
             .pointer("/metadata/generation")
             .cloned()
@@ -32,6 +36,30 @@ impl Emulator {
         if let Some(map) = status.as_object_mut() {
             map.insert("observedGeneration".to_owned(), generation);
         }
+        // Metacontroller compares what it would write with what is stored; the API
+        // server then prunes what it is sent.
+        if parent.get("status") == Some(&status) {
+            return None;
+        }
+        if let Some(schema) = crd.as_ref().and_then(|crd| crd.schema.as_ref()) {
+            let mut errors = Vec::new();
+            super::structural::prune(&mut status, schema, "status", &mut errors);
+            if !errors.is_empty() {
+                let group = parent_key.0.rsplit_once('/').map_or("", |(group, _)| group);
+                let shown = if errors.len() == 1 {
+                    errors.remove(0)
+                } else {
+                    format!("[{}]", errors.join(", "))
+                };
+                return Some((
+                    Rule::APIServerRefused,
+                    format!(
+                        "{}.{group} {:?} is invalid: {shown} (the status update failed with 422)",
+                        parent_key.1, parent_key.3
+                    ),
+                ));
+            }
+        }
         if parent.get("status") != Some(&status) {
             let before = parent.get("status").cloned().unwrap_or(Value::Null);
             if let Some(field) = crate::answers::changed_field(&before, &status) {
@@ -40,10 +68,19 @@ impl Emulator {
                     .insert(parent_key.clone(), format!("/status{field}"));
             }
             parent["status"] = status;
+            if crd.is_some_and(|crd| !crd.subresource) {
+                let next = parent
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1)
+                    + 1;
+                parent["metadata"]["generation"] = json!(next);
+            }
             self.next_version += 1;
             parent["metadata"]["resourceVersion"] = json!(self.next_version.to_string());
             report.status_changed.push(parent_key.clone());
         }
+        None
     }
 
     pub(super) fn write_decorator_result(

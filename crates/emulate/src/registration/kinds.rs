@@ -15,6 +15,18 @@ pub struct Kinds {
     cluster_scoped: std::collections::BTreeSet<String>,
     /// The apiVersions each CustomResourceDefinition given serves its kind at.
     crd_versions: BTreeMap<String, Vec<String>>,
+    /// What each CRD version given says of status, by (apiVersion, kind).
+    crd_status: BTreeMap<(String, String), CrdStatus>,
+}
+
+/// What a CustomResourceDefinition's version says of its objects' status: whether it has
+/// a status subresource, and the structural schema of `status`, if it declares one.
+#[derive(Debug, Clone)]
+pub struct CrdStatus {
+    /// `subresources.status` is set: a status update leaves the generation alone.
+    pub subresource: bool,
+    /// `schema.openAPIV3Schema.properties.status`, which prunes and type-checks status.
+    pub schema: Option<Value>,
 }
 
 /// The apiVersions Kubernetes 1.33 serves each built-in kind the emulator knows at.
@@ -125,6 +137,7 @@ impl Default for Kinds {
                 .map(|kind| (*kind).to_owned())
                 .collect(),
             crd_versions: BTreeMap::new(),
+            crd_status: BTreeMap::new(),
         }
     }
 }
@@ -158,6 +171,38 @@ impl Kinds {
                     .filter_map(|v| v.get("name").and_then(Value::as_str))
                     .map(|name| format!("{group}/{name}"))
                     .collect();
+                for version in object
+                    .pointer("/spec/versions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let Some(name) = version.get("name").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    // The whole-object schema: one that does not describe status (or
+                    // preserves unknown fields at the root) keeps status as written.
+                    let root = version.pointer("/schema/openAPIV3Schema");
+                    let schema = root.and_then(|root| {
+                        let preserved = root
+                            .get("x-kubernetes-preserve-unknown-fields")
+                            .and_then(Value::as_bool)
+                            == Some(true);
+                        match root.pointer("/properties/status") {
+                            Some(status) => Some(status.clone()),
+                            None if preserved => None,
+                            // A root schema without status prunes it whole.
+                            None => Some(serde_json::json!({"type": "object", "properties": {}})),
+                        }
+                    });
+                    self.crd_status.insert(
+                        (format!("{group}/{name}"), kind.to_owned()),
+                        CrdStatus {
+                            subresource: version.pointer("/subresources/status").is_some(),
+                            schema,
+                        },
+                    );
+                }
                 // A CRD written without versions (a sketch in a test) says nothing
                 // about them: its kind is taken as served at any.
                 let versions: Vec<String> = versions;
@@ -180,6 +225,13 @@ impl Kinds {
                 .entry(plural_of(kind))
                 .or_insert_with(|| kind.to_owned());
         }
+    }
+
+    /// What the CRD given for `kind` at `api_version` says of status; None for built-in
+    /// kinds and kinds without a CRD (taken to have a status subresource and no schema).
+    pub fn crd_status(&self, api_version: &str, kind: &str) -> Option<&CrdStatus> {
+        self.crd_status
+            .get(&(api_version.to_owned(), kind.to_owned()))
     }
 
     /// Whether objects of `kind` have no namespace.

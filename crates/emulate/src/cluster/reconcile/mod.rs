@@ -231,14 +231,17 @@ impl Emulator {
         // lists is not created.
         let terminating = parent.pointer("/metadata/deletionTimestamp").is_some();
         let finalized_now = response.get("finalized").and_then(Value::as_bool) == Some(true);
-        let managed = if !terminating || (finalizing && !finalized_now) {
+        let mut managed = if !terminating || (finalizing && !finalized_now) {
             self.manage_children(registration, &parent, owned, desired, report)
         } else {
             super::children::Managed::default()
         };
         // Status, resync and finalizer go on whatever the children's writes did
         // (syncParentObject remembers the manage error and updates status regardless).
-        self.write_parent_side(registration, &parent_key, &response, report);
+        if let Some(refused) = self.write_parent_side(registration, &parent_key, &response, report)
+        {
+            managed.failed.push(refused);
+        }
         let deleted = report.deleted.len() - deleted_before;
         findings(
             hook_name,
@@ -256,7 +259,7 @@ impl Emulator {
         parent_key: &Key,
         response: &Value,
         report: &mut RoundReport,
-    ) {
+    ) -> Option<Problem> {
         let enqueues = |object: Option<&Value>| {
             object.map(|o| {
                 [
@@ -269,10 +272,13 @@ impl Emulator {
             })
         };
         let before = enqueues(self.objects.get(parent_key));
-        match registration.type_ {
+        let refused = match registration.type_ {
             ControllerType::Composite => self.write_composite_status(parent_key, response, report),
-            ControllerType::Decorator => self.write_decorator_result(parent_key, response, report),
-        }
+            ControllerType::Decorator => {
+                self.write_decorator_result(parent_key, response, report);
+                None
+            }
+        };
         // updateParentObject (composite and decorator controller.go): with
         // ignoreStatusChanges, an update that changes neither the generation, the labels,
         // the annotations nor the deletion mark enqueues nothing, so a status written
@@ -286,6 +292,7 @@ impl Emulator {
         }
         self.note_resync(registration, parent_key, response, report);
         self.let_go_if_finalized(registration, parent_key, response, report);
+        refused
     }
 
     /// Metacontroller removes its finalizer whenever an answer says `finalized: true`,
