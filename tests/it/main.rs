@@ -21,6 +21,7 @@ mod emulator_apply;
 mod emulator_decoding;
 mod emulator_lifecycle;
 mod emulator_scope;
+mod emulator_tls;
 mod emulator_workers;
 mod fuzz_replay;
 mod golden;

@@ -18,6 +18,7 @@ pub mod objects;
 pub mod output;
 pub mod registration;
 pub mod story;
+pub mod tls;
 pub mod transport;
 
 use serde_json::Value;

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 
+use crate::tls::HookTls;
+
 /// A hook server called in this process instead of over HTTP: a test's axum `Router`,
 /// or a server's own dispatch. It sees exactly the request bodies Metacontroller sends.
 pub trait InProcess: Send + Sync {
@@ -59,6 +61,9 @@ pub enum Transport {
         client: reqwest::Client,
         /// Base URLs, one per replica.
         bases: Vec<String>,
+        /// Clients for webhooks with TLS settings of their own (`caBundle`,
+        /// `clientTLS`), built once per setting.
+        tls_clients: std::sync::Mutex<std::collections::HashMap<HookTls, reqwest::Client>>,
     },
 }
 
@@ -99,6 +104,7 @@ impl Transport {
         Transport::Http {
             client: reqwest::Client::new(),
             bases: trimmed(bases),
+            tls_clients: std::sync::Mutex::default(),
         }
     }
 
@@ -108,21 +114,12 @@ impl Transport {
     /// # Errors
     /// The PEM holds no certificate, or the client cannot be built.
     pub fn https_with_ca(bases: Vec<String>, ca_pem: &[u8]) -> Result<Transport, String> {
-        let certificates = reqwest::Certificate::from_pem_bundle(ca_pem)
-            .map_err(|e| format!("the CA file is not PEM certificates: {e}"))?;
-        if certificates.is_empty() {
-            return Err("the CA file holds no certificate".to_owned());
-        }
-        let mut builder = reqwest::Client::builder().use_rustls_tls();
-        for certificate in certificates {
-            builder = builder.add_root_certificate(certificate);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| format!("cannot build the hook client: {e}"))?;
+        let client = crate::tls::client(Some(ca_pem), true, None)
+            .map_err(|e| e.replace("the CA bundle", "the CA file"))?;
         Ok(Transport::Http {
             client,
             bases: trimmed(bases),
+            tls_clients: std::sync::Mutex::default(),
         })
     }
 
@@ -166,11 +163,19 @@ impl Transport {
                     etag: None,
                 })
             }
-            Transport::Http { client, bases } => {
+            Transport::Http {
+                client,
+                bases,
+                tls_clients,
+            } => {
                 let base = bases
                     .get(replica % bases.len().max(1))
                     .ok_or("no hook URL to call")?;
-                post_http(client, base, path, body, timeout, headers).await
+                let client = match headers.tls {
+                    None => client.clone(),
+                    Some(tls) => client_for(tls_clients, tls)?,
+                };
+                post_http(&client, base, path, body, timeout, headers).await
             }
         }
     }
@@ -193,6 +198,24 @@ pub struct CallHeaders<'a> {
     pub if_none_match: Option<&'a str>,
     /// `Authorization`: from the webhook's credentials, if it has some.
     pub authorization: Option<&'a str>,
+    /// The webhook's own TLS settings, if it has some.
+    pub tls: Option<&'a HookTls>,
+}
+
+/// The client for a webhook's TLS settings, built the first time they are met.
+fn client_for(
+    clients: &std::sync::Mutex<std::collections::HashMap<HookTls, reqwest::Client>>,
+    tls: &HookTls,
+) -> Result<reqwest::Client, String> {
+    let mut clients = clients
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(client) = clients.get(tls) {
+        return Ok(client.clone());
+    }
+    let client = crate::tls::client(tls.ca_pem.as_deref(), false, tls.client.as_ref())?;
+    clients.insert(tls.clone(), client.clone());
+    Ok(client)
 }
 
 /// One call over HTTP on its own task, as each of Metacontroller's workers is its own
@@ -288,6 +311,11 @@ fn why_no_answer(url: &str, error: &reqwest::Error) -> String {
         while let Some(inner) = source {
             cause = inner.to_string();
             source = inner.source();
+        }
+        if cause.contains("certificate") {
+            return format!(
+                "the TLS handshake with {url} failed ({cause}): check the webhook's caBundle (or --hooks-ca-file) and clientTLS"
+            );
         }
         return format!("cannot reach {url} ({cause}): is the hook server running there?");
     }

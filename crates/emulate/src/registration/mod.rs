@@ -52,6 +52,92 @@ pub struct Hook {
     /// The `Authorization` header the credentials make, once read from their Secret
     /// (see `Cluster`'s hook resolution); sent with every call.
     pub authorization: Option<String>,
+    /// `webhook.caBundle` and `webhook.clientTLS`: where the CA certificates and the
+    /// client certificate are.
+    pub tls_sources: Option<TlsSources>,
+    /// What they hold, once read (see `Cluster`'s hook resolution).
+    pub tls: Option<crate::tls::HookTls>,
+}
+
+/// Where a webhook's TLS material is (`caBundle`, `clientTLS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSources {
+    /// The CA bundle: inline PEM, or a key of a Secret or ConfigMap.
+    pub ca: Option<CaSource>,
+    /// The client certificate's Secret (namespace, name) and its certificate and key keys.
+    pub client: Option<((String, String), String, String)>,
+}
+
+/// `webhook.caBundle`: exactly one of inline, secretRef, configMapRef.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaSource {
+    /// PEM written in the registration.
+    Inline(String),
+    /// A key of a Secret (namespace, name, key).
+    Secret(String, String, String),
+    /// A key of a ConfigMap (namespace, name, key).
+    ConfigMap(String, String, String),
+}
+
+/// `webhook.caBundle` and `webhook.clientTLS`, as Metacontroller's CRD has them (a
+/// reference's key `ca.crt`, the client's `tls.crt` and `tls.key`, unless set).
+fn tls_sources(webhook: &Value, at: &str) -> Result<Option<TlsSources>, String> {
+    let text = |value: &Value, field: &str| {
+        value
+            .pointer(field)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .filter(|s| !s.is_empty())
+    };
+    let required = |value: &Value, field: &str, what: &str| {
+        text(value, field).ok_or_else(|| {
+            format!(
+                "{at}.webhook.{what}{}: Required value",
+                field.replace('/', ".")
+            )
+        })
+    };
+    let ca = match webhook.get("caBundle").filter(|c| !c.is_null()) {
+        None => None,
+        Some(bundle) => {
+            let reference = |field: &str| -> Result<Option<(String, String, String)>, String> {
+                let Some(reference) = bundle.get(field).filter(|r| !r.is_null()) else {
+                    return Ok(None);
+                };
+                let what = format!("caBundle.{field}");
+                Ok(Some((
+                    required(reference, "/namespace", &what)?,
+                    required(reference, "/name", &what)?,
+                    text(reference, "/key").unwrap_or_else(|| "ca.crt".to_owned()),
+                )))
+            };
+            let inline = text(bundle, "/inline");
+            let secret = reference("secretRef")?;
+            let config_map = reference("configMapRef")?;
+            match (inline, secret, config_map) {
+                (Some(pem), None, None) => Some(CaSource::Inline(pem)),
+                (None, Some((ns, name, key)), None) => Some(CaSource::Secret(ns, name, key)),
+                (None, None, Some((ns, name, key))) => Some(CaSource::ConfigMap(ns, name, key)),
+                _ => {
+                    return Err(format!(
+                        "{at}.webhook.caBundle: exactly one of inline, secretRef or configMapRef must be set"
+                    ));
+                }
+            }
+        }
+    };
+    let client = match webhook.get("clientTLS").filter(|c| !c.is_null()) {
+        None => None,
+        Some(client) => Some((
+            (
+                required(client, "/secretRef/namespace", "clientTLS")?,
+                required(client, "/secretRef/name", "clientTLS")?,
+            ),
+            text(client, "/certKey").unwrap_or_else(|| "tls.crt".to_owned()),
+            text(client, "/privateKeyKey").unwrap_or_else(|| "tls.key".to_owned()),
+        )),
+    };
+    Ok((ca.is_some() || client.is_some()).then_some(TlsSources { ca, client }))
 }
 
 /// Where a webhook's credentials are (Metacontroller v4.16+, `pkg/hooks/auth.go`).
@@ -245,14 +331,8 @@ const WEBHOOK_FIELDS: &[&str] = &[
     "etag",
     "authorization",
     "basicAuth",
-];
-/// Webhook fields Metacontroller knows and the emulator does not act on.
-const WEBHOOK_NOT_MODELLED: &[(&str, &str)] = &[
-    (
-        "caBundle",
-        "https hooks are verified against the system roots only",
-    ),
-    ("clientTLS", "no client certificate is presented"),
+    "caBundle",
+    "clientTLS",
 ];
 
 /// A hook's `version`, `v1` when unset. Metacontroller's CRD has `enum: [v1, v2]`: the
@@ -273,7 +353,7 @@ fn hook_version(config: &Value, at: &str) -> Result<String, String> {
 impl Hook {
     /// One `spec.hooks.<hook>`: its path, version, and whether answers are decoded
     /// strictly (v2 unless `responseUnMarshallMode` says otherwise).
-    fn parse(config: &Value, at: &str, not_modelled: &mut Vec<String>) -> Result<Hook, String> {
+    fn parse(config: &Value, at: &str) -> Result<Hook, String> {
         for field in config.as_object().into_iter().flatten().map(|(k, _)| k) {
             if !matches!(field.as_str(), "version" | "webhook") {
                 return Err(format!(
@@ -283,17 +363,8 @@ impl Hook {
         }
         if let Some(webhook) = config.get("webhook").and_then(Value::as_object) {
             for field in webhook.keys() {
-                if WEBHOOK_FIELDS.contains(&field.as_str()) {
-                    continue;
-                }
-                match WEBHOOK_NOT_MODELLED.iter().find(|(name, _)| name == field) {
-                    Some((_, instead)) => {
-                        not_modelled
-                            .push(format!("{at}.webhook.{field}: not modelled ({instead})"));
-                    }
-                    None => {
-                        return Err(format!("{at}.webhook: unknown field {field:?}"));
-                    }
+                if !WEBHOOK_FIELDS.contains(&field.as_str()) {
+                    return Err(format!("{at}.webhook: unknown field {field:?}"));
                 }
             }
         }
@@ -324,6 +395,7 @@ impl Hook {
         };
         let etag = etag_config(webhook, at)?;
         let credentials = credentials(webhook, at)?;
+        let tls_sources = tls_sources(webhook, at)?;
         Ok(Hook {
             path,
             version,
@@ -332,6 +404,8 @@ impl Hook {
             etag,
             credentials,
             authorization: None,
+            tls_sources,
+            tls: None,
         })
     }
 }
@@ -429,7 +503,7 @@ fn read_hooks(
     for hook in [HookName::Sync, HookName::Finalize, HookName::Customize] {
         if let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) {
             let at = format!("hooks.{}", hook.key());
-            hooks.insert(hook, Hook::parse(config, &at, not_modelled)?);
+            hooks.insert(hook, Hook::parse(config, &at)?);
         }
     }
     for field in spec
@@ -731,9 +805,7 @@ mod tests {
         assert!(
             go_duration("10").is_err() && go_duration("ten s").is_err() && go_duration("").is_err()
         );
-        let hook = |webhook: Value| {
-            Hook::parse(&json!({"webhook": webhook}), "hooks.sync", &mut Vec::new())
-        };
+        let hook = |webhook: Value| Hook::parse(&json!({"webhook": webhook}), "hooks.sync");
         assert_eq!(
             hook(json!({"url": "http://h/s"})).map(|h| h.timeout),
             Ok(DEFAULT_WEBHOOK_TIMEOUT)
@@ -762,16 +834,12 @@ mod tests {
             )
         };
         let registration = parse(
-            json!({"sync": {"webhook": {"url": "https://h/s", "caBundle": {"inline": "x"}}},
+            json!({"sync": {"webhook": {"url": "https://h/s"}},
                    "postUpdateChild": {"webhook": {"url": "https://h/p"}}}),
             "RollingInPlace",
         )
         .unwrap();
         let notes = registration.not_modelled.join("\n");
-        assert!(
-            notes.contains("hooks.sync.webhook.caBundle: not modelled"),
-            "{notes}"
-        );
         assert!(
             notes.contains("hooks.postUpdateChild: not modelled"),
             "{notes}"

@@ -476,31 +476,26 @@ impl Emulator {
         name: HookName,
     ) -> Result<Hook, Problem> {
         let mut hook = registered_hook(registration, name)?;
+        let cannot = |problem: String| {
+            (
+                Rule::NonOkAnswer,
+                format!(
+                    "{}: Metacontroller cannot create the webhook of {}'s {} hook: {problem}",
+                    registration.name,
+                    registration.name,
+                    name.key()
+                ),
+            )
+        };
+        if let Some(sources) = &hook.tls_sources {
+            hook.tls = Some(self.hook_tls(sources).map_err(cannot)?);
+        }
         let Some(credentials) = &hook.credentials else {
             return Ok(hook);
         };
-        let value = |(namespace, secret): &(String, String), key: &str, what: &str| {
-            let object = self.get("v1", "Secret", namespace, secret).ok_or_else(|| {
-                format!(
-                    "can't get {what} secret {namespace}/{secret}: secrets \"{secret}\" not found"
-                )
-            })?;
-            let encoded = object
-                .pointer(&format!(
-                    "/data/{}",
-                    key.replace('~', "~0").replace('/', "~1")
-                ))
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    format!("{what} secret {namespace}/{secret} does not contain key {key:?}")
-                })?;
-            use base64::Engine;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .map_err(|e| {
-                    format!("{what} secret {namespace}/{secret}: key {key:?} is not base64: {e}")
-                })?;
-            Ok::<String, String>(String::from_utf8_lossy(&bytes).trim().to_owned())
+        let value = |secret: &(String, String), key: &str, what: &str| {
+            self.secret_value(secret, key, what)
+                .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
         };
         let header = match credentials {
             Credentials::Authorization {
@@ -523,18 +518,76 @@ impl Emulator {
                 })
             }
         };
-        hook.authorization = Some(header.map_err(|problem| {
-            (
-                Rule::NonOkAnswer,
-                format!(
-                    "{}: Metacontroller cannot create the webhook of {}'s {} hook: {problem}",
-                    registration.name,
-                    registration.name,
-                    name.key()
-                ),
-            )
-        })?);
+        hook.authorization = Some(header.map_err(cannot)?);
         Ok(hook)
+    }
+
+    /// A key of a Secret, decoded, as the webhook executor reads it.
+    fn secret_value(
+        &self,
+        (namespace, secret): &(String, String),
+        key: &str,
+        what: &str,
+    ) -> Result<Vec<u8>, String> {
+        let object = self.get("v1", "Secret", namespace, secret).ok_or_else(|| {
+            format!("can't get {what} secret {namespace}/{secret}: secrets \"{secret}\" not found")
+        })?;
+        let encoded = object
+            .pointer(&format!(
+                "/data/{}",
+                key.replace('~', "~0").replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                format!("{what} secret {namespace}/{secret} does not contain key {key:?}")
+            })?;
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| {
+                format!("{what} secret {namespace}/{secret}: key {key:?} is not base64: {e}")
+            })
+    }
+
+    /// The CA bundle and client certificate a webhook's `caBundle` and `clientTLS` name,
+    /// read from the registration, Secrets and ConfigMaps in the cluster.
+    fn hook_tls(
+        &self,
+        sources: &crate::registration::TlsSources,
+    ) -> Result<crate::tls::HookTls, String> {
+        use crate::registration::CaSource;
+        let ca_pem = match &sources.ca {
+            None => None,
+            Some(CaSource::Inline(pem)) => Some(pem.as_bytes().to_vec()),
+            Some(CaSource::Secret(namespace, name, key)) => {
+                Some(self.secret_value(&(namespace.clone(), name.clone()), key, "caBundle")?)
+            }
+            Some(CaSource::ConfigMap(namespace, name, key)) => {
+                let object = self.get("v1", "ConfigMap", namespace, name).ok_or_else(|| {
+                    format!(
+                        "can't get caBundle configmap {namespace}/{name}: configmaps \"{name}\" not found"
+                    )
+                })?;
+                let text = object
+                    .get("data")
+                    .and_then(|d| d.get(key))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        format!(
+                            "caBundle configmap {namespace}/{name} does not contain key {key:?}"
+                        )
+                    })?;
+                Some(text.as_bytes().to_vec())
+            }
+        };
+        let client = match &sources.client {
+            None => None,
+            Some((secret, cert_key, key_key)) => Some((
+                self.secret_value(secret, cert_key, "clientTLS")?,
+                self.secret_value(secret, key_key, "clientTLS")?,
+            )),
+        };
+        Ok(crate::tls::HookTls { ca_pem, client })
     }
 }
 

@@ -261,6 +261,7 @@ pub(super) async fn exchange(
     let headers = crate::transport::CallHeaders {
         if_none_match,
         authorization: hook.authorization.as_deref(),
+        tls: hook.tls.as_ref(),
     };
     let mut posted = transport
         .post(replica, &hook.path, body, now, hook.timeout, headers)
