@@ -227,14 +227,131 @@ fn service(object: &Value, found: &mut Vec<String>) {
     }
 }
 
-/// Every HTTP path of an Ingress needs a `pathType` (networking.k8s.io/v1).
+/// `ValidateIngressSpec` (pkg/apis/networking/validation) for networking.k8s.io/v1: rules
+/// or a default backend; hosts that are names, not addresses; each HTTP rule with paths,
+/// each path with a supported `pathType`, absolute where the type needs it, and a
+/// backend that is a Service (named, with a port name or number) or a resource, not both.
 fn ingress(object: &Value, found: &mut Vec<String>) {
+    let spec = object.get("spec");
+    let rules = spec.and_then(|s| s.get("rules")).and_then(Value::as_array);
+    let default_backend = spec
+        .and_then(|s| s.get("defaultBackend"))
+        .filter(|b| !b.is_null());
+    if rules.is_none_or(Vec::is_empty) && default_backend.is_none() {
+        found.push(
+            "spec: Invalid value: []networking.IngressRule(nil): either `defaultBackend` or `rules` must be specified"
+                .to_owned(),
+        );
+    }
+    if let Some(backend) = default_backend {
+        ingress_backend(backend, "spec.defaultBackend", found);
+    }
     for (r, rule) in crate::indexed(object.pointer("/spec/rules")) {
-        for (p, path) in crate::indexed(rule.pointer("/http/paths")) {
-            if path.get("pathType").is_none_or(Value::is_null) {
+        if let Some(host) = rule.get("host").and_then(Value::as_str)
+            && host.parse::<std::net::IpAddr>().is_ok()
+        {
+            found.push(format!(
+                "spec.rules[{r}].host: Invalid value: {host:?}: must be a DNS name, not an IP address"
+            ));
+        }
+        let Some(http) = rule.get("http").filter(|h| !h.is_null()) else {
+            continue;
+        };
+        if http
+            .get("paths")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+        {
+            found.push(format!("spec.rules[{r}].http.paths: Required value"));
+        }
+        for (p, path) in crate::indexed(http.get("paths")) {
+            let at = format!("spec.rules[{r}].http.paths[{p}]");
+            ingress_path(path, &at, found);
+        }
+    }
+}
+
+/// `validateHTTPIngressPath`: the path type first (nothing else is checked without one).
+fn ingress_path(path: &Value, at: &str, found: &mut Vec<String>) {
+    let Some(path_type) = path.get("pathType").filter(|t| !t.is_null()) else {
+        found.push(format!(
+            "{at}.pathType: Required value: pathType must be specified"
+        ));
+        return;
+    };
+    let text = path.get("path").and_then(Value::as_str).unwrap_or_default();
+    match path_type.as_str() {
+        Some("Exact" | "Prefix") => {
+            if !text.starts_with('/') {
                 found.push(format!(
-                    "spec.rules[{r}].http.paths[{p}].pathType: Required value: pathType must be specified"
+                    "{at}.path: Invalid value: {text:?}: must be an absolute path"
                 ));
+            }
+        }
+        Some("ImplementationSpecific") => {
+            if !text.is_empty() && !text.starts_with('/') {
+                found.push(format!(
+                    "{at}.path: Invalid value: {text:?}: must be an absolute path"
+                ));
+            }
+        }
+        _ => found.push(format!(
+            "{at}.pathType: Unsupported value: {}: supported values: \"Exact\", \"ImplementationSpecific\", \"Prefix\"",
+            path_type
+        )),
+    }
+    match path.get("backend") {
+        Some(backend) => ingress_backend(backend, &format!("{at}.backend"), found),
+        None => found.push(format!(
+            "{at}.backend: Invalid value: \"\": resource or service backend is required"
+        )),
+    }
+}
+
+/// `validateIngressBackend`: a resource or a Service, not both; a Service by name, with
+/// a port name or a port number (not both), the number in range.
+fn ingress_backend(backend: &Value, at: &str, found: &mut Vec<String>) {
+    let resource = backend.get("resource").filter(|r| !r.is_null());
+    let service = backend.get("service").filter(|s| !s.is_null());
+    match (resource, service) {
+        (Some(_), Some(_)) => found.push(format!(
+            "{at}: Invalid value: \"\": cannot set both resource and service backends"
+        )),
+        (Some(_), None) => {}
+        (None, None) => found.push(format!(
+            "{at}: Invalid value: \"\": resource or service backend is required"
+        )),
+        (None, Some(service)) => {
+            if service
+                .get("name")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                found.push(format!("{at}.service.name: Required value"));
+            }
+            let name = service
+                .pointer("/port/name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty());
+            let number = service
+                .pointer("/port/number")
+                .filter(|n| n.as_i64() != Some(0) && !n.is_null());
+            match (name, number) {
+                (Some(_), Some(_)) => found.push(format!(
+                    "{at}: Invalid value: \"\": cannot set both port name & port number"
+                )),
+                (None, None) => found.push(format!(
+                    "{at}: Required value: port name or number is required"
+                )),
+                (None, Some(number)) => {
+                    port_number(
+                        number,
+                        &format!("{at}.service.port.number"),
+                        "ServiceBackendPort.number",
+                        found,
+                    );
+                }
+                (Some(_), None) => {}
             }
         }
     }
@@ -344,5 +461,94 @@ mod tests {
         assert!(refusals(ingress)[0].ends_with(
             "spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"
         ));
+    }
+
+    /// validateIngressRules, validateHTTPIngressPath and validateIngressBackend
+    /// (pkg/apis/networking/validation/validation.go), one rule at a time.
+    #[test]
+    fn ingress_rules_paths_and_backends_as_validate_ingress_spec_has_them() {
+        let ingress = |spec: serde_json::Value| {
+            refusals(
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                            "metadata": {"name": "web"}, "spec": spec}),
+            )
+        };
+        let service = json!({"service": {"name": "web", "port": {"number": 80}}});
+        let path = |extra: serde_json::Value| {
+            let mut path = json!({"path": "/", "pathType": "Prefix", "backend": service});
+            for (k, v) in extra.as_object().unwrap() {
+                path[k] = v.clone();
+            }
+            json!({"rules": [{"host": "web.example.com", "http": {"paths": [path]}}]})
+        };
+        assert_eq!(ingress(path(json!({}))), Vec::<String>::new());
+        assert!(ingress(json!({"defaultBackend": service})).is_empty());
+        // ImplementationSpecific may leave the path empty.
+        assert!(
+            ingress(path(
+                json!({"pathType": "ImplementationSpecific", "path": ""})
+            ))
+            .is_empty()
+        );
+        let cases = [
+            (
+                json!({}),
+                "spec: Invalid value: []networking.IngressRule(nil): either `defaultBackend` or `rules` must be specified",
+            ),
+            (
+                json!({"rules": [{"host": "10.0.0.1"}]}),
+                "spec.rules[0].host: Invalid value: \"10.0.0.1\": must be a DNS name, not an IP address",
+            ),
+            (
+                json!({"rules": [{"http": {"paths": []}}]}),
+                "spec.rules[0].http.paths: Required value",
+            ),
+            (
+                path(json!({"path": "api"})),
+                "spec.rules[0].http.paths[0].path: Invalid value: \"api\": must be an absolute path",
+            ),
+            (
+                path(json!({"pathType": "Regex"})),
+                "spec.rules[0].http.paths[0].pathType: Unsupported value: \"Regex\": supported values: \"Exact\", \"ImplementationSpecific\", \"Prefix\"",
+            ),
+            (
+                path(json!({"backend": {}})),
+                "spec.rules[0].http.paths[0].backend: Invalid value: \"\": resource or service backend is required",
+            ),
+            (
+                path(
+                    json!({"backend": {"service": {"name": "web", "port": {"number": 80}},
+                                         "resource": {"kind": "Bucket", "name": "b"}}}),
+                ),
+                "spec.rules[0].http.paths[0].backend: Invalid value: \"\": cannot set both resource and service backends",
+            ),
+            (
+                path(json!({"backend": {"service": {"name": "web", "port": {}}}})),
+                "spec.rules[0].http.paths[0].backend: Required value: port name or number is required",
+            ),
+            (
+                path(
+                    json!({"backend": {"service": {"name": "web", "port": {"name": "http", "number": 80}}}}),
+                ),
+                "spec.rules[0].http.paths[0].backend: Invalid value: \"\": cannot set both port name & port number",
+            ),
+            (
+                path(json!({"backend": {"service": {"name": "web", "port": {"number": 70000}}}})),
+                "spec.rules[0].http.paths[0].backend.service.port.number: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            ),
+            (
+                path(json!({"backend": {"service": {"port": {"number": 80}}}})),
+                "spec.rules[0].http.paths[0].backend.service.name: Required value",
+            ),
+        ];
+        for (spec, expected) in cases {
+            let found = ingress(spec.clone());
+            assert_eq!(found.len(), 1, "{spec}: {found:?}");
+            assert!(
+                found[0].ends_with(expected),
+                "{spec}:\n{}\n{expected}",
+                found[0]
+            );
+        }
     }
 }
