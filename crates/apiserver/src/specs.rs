@@ -3,8 +3,10 @@
 //! workloads, ports in range, env values that decode as strings), Services
 //! (ValidateService: ports, their names and ranges), Ingress paths (a `pathType`,
 //! required in networking.k8s.io/v1), PodDisruptionBudgets (one of minAvailable and
-//! maxUnavailable, each a count or a percentage in range) and HorizontalPodAutoscalers
-//! (replica bounds, a scale target).
+//! maxUnavailable, each a count or a percentage in range), HorizontalPodAutoscalers
+//! (replica bounds, a scale target), Jobs (counts not negative, an Indexed Job's
+//! completions) and CronJobs (a short enough name, a schedule, a known concurrency
+//! policy, the Job template's rules).
 
 use serde_json::Value;
 
@@ -29,9 +31,98 @@ pub(crate) fn refusals(kind: &str, object: &Value) -> Vec<String> {
         "Ingress" => ingress(object, &mut found),
         "PodDisruptionBudget" => disruption_budget(object, &mut found),
         "HorizontalPodAutoscaler" => autoscaler(object, &mut found),
+        "Job" => {
+            if let Some(spec) = object.get("spec") {
+                job_spec(spec, "spec", &mut found);
+            }
+        }
+        "CronJob" => cron_job(object, &mut found),
         _ => {}
     }
     found
+}
+
+/// `ValidateNonnegativeField`, for an optional integer field of `spec`.
+fn non_negative(spec: &Value, field: &str, at: &str, found: &mut Vec<String>) {
+    if let Some(value) = spec.get(field).and_then(Value::as_i64)
+        && value < 0
+    {
+        found.push(format!(
+            "{at}.{field}: Invalid value: {value}: must be greater than or equal to 0"
+        ));
+    }
+}
+
+/// `ValidateJobSpec` (pkg/apis/batch/validation): counts and deadlines not negative,
+/// and an Indexed Job's completions given.
+fn job_spec(spec: &Value, at: &str, found: &mut Vec<String>) {
+    for field in [
+        "parallelism",
+        "completions",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "ttlSecondsAfterFinished",
+    ] {
+        non_negative(spec, field, at, found);
+    }
+    if spec.get("completionMode").and_then(Value::as_str) == Some("Indexed")
+        && spec.get("completions").is_none_or(Value::is_null)
+    {
+        found.push(format!(
+            "{at}.completions: Required value: when completion mode is Indexed"
+        ));
+    }
+}
+
+/// `ValidateCronJob` and `ValidateCronJobSpec`: a name that leaves room for the Jobs'
+/// 11-character suffix, a schedule, a known concurrency policy, history limits and the
+/// starting deadline not negative, and the Job template's own rules (its pods may not
+/// restart in place).
+fn cron_job(object: &Value, found: &mut Vec<String>) {
+    if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str)
+        && name.len() > 52
+    {
+        found.push(format!(
+            "metadata.name: Invalid value: {name:?}: must be no more than 52 characters"
+        ));
+    }
+    let Some(spec) = object.get("spec") else {
+        found.push("spec.schedule: Required value".to_owned());
+        return;
+    };
+    if spec
+        .get("schedule")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        found.push("spec.schedule: Required value".to_owned());
+    }
+    for field in [
+        "startingDeadlineSeconds",
+        "successfulJobsHistoryLimit",
+        "failedJobsHistoryLimit",
+    ] {
+        non_negative(spec, field, "spec", found);
+    }
+    if let Some(policy) = spec.get("concurrencyPolicy").and_then(Value::as_str)
+        && !matches!(policy, "Allow" | "Forbid" | "Replace")
+    {
+        found.push(format!(
+            "spec.concurrencyPolicy: Unsupported value: {policy:?}: supported values: \"Allow\", \"Forbid\", \"Replace\""
+        ));
+    }
+    if let Some(job) = spec.pointer("/jobTemplate/spec") {
+        job_spec(job, "spec.jobTemplate.spec", found);
+    }
+    let policy = spec
+        .pointer("/jobTemplate/spec/template/spec/restartPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("Always");
+    if !matches!(policy, "OnFailure" | "Never") {
+        found.push(format!(
+            "spec.jobTemplate.spec.template.spec.restartPolicy: Unsupported value: {policy:?}: supported values: \"OnFailure\", \"Never\""
+        ));
+    }
 }
 
 /// `ValidatePodDisruptionBudgetSpec` (pkg/apis/policy/validation): not both of
@@ -461,6 +552,59 @@ mod tests {
         assert!(refusals(ingress)[0].ends_with(
             "spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"
         ));
+    }
+
+    /// ValidateJobSpec and ValidateCronJob (pkg/apis/batch/validation/validation.go).
+    #[test]
+    fn jobs_and_cron_jobs_as_validate_job_spec_and_validate_cron_job_have_them() {
+        let template = json!({"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "run", "image": "busybox"}]}});
+        let job = |extra: serde_json::Value| {
+            let mut spec = json!({"template": template});
+            for (k, v) in extra.as_object().unwrap() {
+                spec[k] = v.clone();
+            }
+            refusals(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "run"}, "spec": spec}),
+            )
+        };
+        assert!(job(json!({"parallelism": 2, "completions": 4})).is_empty());
+        assert!(job(json!({"completionMode": "Indexed", "completions": 3})).is_empty());
+        assert!(
+            job(json!({"backoffLimit": -1}))[0].ends_with(
+                "spec.backoffLimit: Invalid value: -1: must be greater than or equal to 0"
+            )
+        );
+        assert!(
+            job(json!({"completionMode": "Indexed"}))[0]
+                .ends_with("spec.completions: Required value: when completion mode is Indexed")
+        );
+        let cron = |name: &str, spec: serde_json::Value| {
+            refusals(
+                json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name}, "spec": spec}),
+            )
+        };
+        let good =
+            json!({"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template}}});
+        assert_eq!(cron("nightly", good.clone()), Vec::<String>::new());
+        let mut no_schedule = good.clone();
+        no_schedule["schedule"] = json!("");
+        assert!(cron("nightly", no_schedule)[0].ends_with("spec.schedule: Required value"));
+        assert!(
+            cron(&"n".repeat(53), good.clone())[0].ends_with("must be no more than 52 characters")
+        );
+        let mut policy = good.clone();
+        policy["concurrencyPolicy"] = json!("Queue");
+        assert!(cron("nightly", policy)[0].ends_with(
+            "spec.concurrencyPolicy: Unsupported value: \"Queue\": supported values: \"Allow\", \"Forbid\", \"Replace\""
+        ));
+        let mut restarts = good;
+        restarts["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
+        restarts["jobTemplate"]["spec"]["parallelism"] = json!(-2);
+        let found = cron("nightly", restarts);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].ends_with("spec.jobTemplate.spec.parallelism: Invalid value: -2: must be greater than or equal to 0"));
+        assert!(found[1].ends_with("spec.jobTemplate.spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: \"OnFailure\", \"Never\""));
     }
 
     /// validateIngressRules, validateHTTPIngressPath and validateIngressBackend
