@@ -77,6 +77,11 @@ fn things() -> Kinds {
 /// A registration whose sync webhook has these extra fields, an emulator calling `base`,
 /// and a Thing; `objects` (Secrets, ConfigMaps) applied first.
 fn tls_emulator(base: &str, webhook: Value, objects: &[Value]) -> Emulator {
+    endpoint_emulator(base, webhook, json!([]), objects)
+}
+
+/// As [`tls_emulator`], with these `spec.endpointConfigs`.
+fn endpoint_emulator(base: &str, webhook: Value, endpoints: Value, objects: &[Value]) -> Emulator {
     let mut hook = json!({"url": "https://hooks.example/sync"});
     for (field, value) in webhook.as_object().unwrap() {
         hook[field] = value.clone();
@@ -87,6 +92,7 @@ fn tls_emulator(base: &str, webhook: Value, objects: &[Value]) -> Emulator {
                "spec": {"generateSelector": true,
                         "parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
                         "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "endpointConfigs": endpoints,
                         "hooks": {"sync": {"version": "v2", "webhook": hook}}}}),
         &things(),
     )
@@ -203,4 +209,47 @@ async fn a_self_signed_certificate_given_as_the_ca_is_trusted_as_go_trusts_it() 
             emulator.findings
         );
     }
+}
+
+/// ResolveEndpointConfig and matchEndpointConfig (pkg/hooks/endpoint_config.go): a
+/// webhook with no TLS or auth settings of its own takes those of the first entry whose
+/// host is its URL's (`hooks.example` matches `https://hooks.example/…`, port 443 or not);
+/// one with settings of its own ignores the entries.
+#[tokio::test]
+async fn endpoint_configs_apply_by_host_unless_the_webhook_has_settings_of_its_own() {
+    let pki = Pki::new(true);
+    let base = https_hook(pki.server_files().server_config().unwrap()).await;
+    let client = secret(
+        "hook-client",
+        &[
+            ("tls.crt", &pki.client_cert_pem),
+            ("tls.key", &pki.client_key_pem),
+        ],
+    );
+    let entry = |host: &str| {
+        json!([{"host": host, "caBundle": {"inline": pki.ca_pem},
+                "clientTLS": {"secretRef": {"name": "hook-client", "namespace": "metacontroller"}}}])
+    };
+    for (host, reaches) in [
+        ("hooks.example", true),
+        ("HOOKS.example:443", true),
+        ("hooks.example:8443", false),
+        ("other.example", false),
+    ] {
+        let mut emulator = endpoint_emulator(&base, json!({}), entry(host), &[client.clone()]);
+        assert_eq!(
+            ends_ready(&mut emulator).await,
+            reaches,
+            "{host}: {:?}",
+            emulator.findings
+        );
+    }
+    // A caBundle on the webhook itself: the entry's client certificate is not used.
+    let mut emulator = endpoint_emulator(
+        &base,
+        json!({"caBundle": {"inline": pki.ca_pem}}),
+        entry("hooks.example"),
+        &[client],
+    );
+    assert!(!ends_ready(&mut emulator).await);
 }

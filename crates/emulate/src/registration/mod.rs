@@ -90,12 +90,8 @@ fn tls_sources(webhook: &Value, at: &str) -> Result<Option<TlsSources>, String> 
             .filter(|s| !s.is_empty())
     };
     let required = |value: &Value, field: &str, what: &str| {
-        text(value, field).ok_or_else(|| {
-            format!(
-                "{at}.webhook.{what}{}: Required value",
-                field.replace('/', ".")
-            )
-        })
+        text(value, field)
+            .ok_or_else(|| format!("{at}.{what}{}: Required value", field.replace('/', ".")))
     };
     let ca = match webhook.get("caBundle").filter(|c| !c.is_null()) {
         None => None,
@@ -120,7 +116,7 @@ fn tls_sources(webhook: &Value, at: &str) -> Result<Option<TlsSources>, String> 
                 (None, None, Some((ns, name, key))) => Some(CaSource::ConfigMap(ns, name, key)),
                 _ => {
                     return Err(format!(
-                        "{at}.webhook.caBundle: exactly one of inline, secretRef or configMapRef must be set"
+                        "{at}.caBundle: exactly one of inline, secretRef or configMapRef must be set"
                     ));
                 }
             }
@@ -171,24 +167,20 @@ fn credentials(webhook: &Value, at: &str) -> Result<Option<Credentials>, String>
             .filter(|s| !s.is_empty())
     };
     let required = |value: &Value, field: &str, what: &str| {
-        text(value, field).ok_or_else(|| {
-            format!(
-                "{at}.webhook.{what}{}: Required value",
-                field.replace('/', ".")
-            )
-        })
+        text(value, field)
+            .ok_or_else(|| format!("{at}.{what}{}: Required value", field.replace('/', ".")))
     };
     let authorization = webhook.get("authorization").filter(|a| !a.is_null());
     let basic = webhook.get("basicAuth").filter(|b| !b.is_null());
     match (authorization, basic) {
         (Some(_), Some(_)) => Err(format!(
-            "{at}.webhook: authorization and basicAuth are mutually exclusive"
+            "{at}: authorization and basicAuth are mutually exclusive"
         )),
         (Some(auth), None) => {
             let scheme = text(auth, "/type").unwrap_or_else(|| "Bearer".to_owned());
             if scheme.trim().eq_ignore_ascii_case("basic") {
                 return Err(format!(
-                    "{at}.webhook.authorization: authorization type {scheme:?} is not supported; use the basicAuth field instead"
+                    "{at}.authorization: authorization type {scheme:?} is not supported; use the basicAuth field instead"
                 ));
             }
             Ok(Some(Credentials::Authorization {
@@ -229,7 +221,7 @@ fn etag_config(webhook: &Value, at: &str) -> Result<Option<Option<std::time::Dur
     let timeout = etag.get("cacheTimeoutSeconds").filter(|t| !t.is_null());
     if timeout.is_some() && etag.get("cacheCleanupSeconds").is_none_or(Value::is_null) {
         return Err(format!(
-            "{at}.webhook.etag: cacheTimeoutSeconds without cacheCleanupSeconds: Metacontroller v4.17 dereferences cacheCleanupSeconds whenever cacheTimeoutSeconds is set (NewWebhookExecutor) and crashes; set both"
+            "{at}.etag: cacheTimeoutSeconds without cacheCleanupSeconds: Metacontroller v4.17 dereferences cacheCleanupSeconds whenever cacheTimeoutSeconds is set (NewWebhookExecutor) and crashes; set both"
         ));
     }
     Ok(Some(
@@ -353,7 +345,7 @@ fn hook_version(config: &Value, at: &str) -> Result<String, String> {
 impl Hook {
     /// One `spec.hooks.<hook>`: its path, version, and whether answers are decoded
     /// strictly (v2 unless `responseUnMarshallMode` says otherwise).
-    fn parse(config: &Value, at: &str) -> Result<Hook, String> {
+    fn parse(config: &Value, at: &str, endpoint_configs: &[Value]) -> Result<Hook, String> {
         for field in config.as_object().into_iter().flatten().map(|(k, _)| k) {
             if !matches!(field.as_str(), "version" | "webhook") {
                 return Err(format!(
@@ -393,9 +385,23 @@ impl Hook {
                 .unwrap_or(DEFAULT_WEBHOOK_TIMEOUT),
             Some(other) => return Err(format!("webhook.timeout {other} is not a duration string")),
         };
-        let etag = etag_config(webhook, at)?;
-        let credentials = credentials(webhook, at)?;
-        let tls_sources = tls_sources(webhook, at)?;
+        let own_at = format!("{at}.webhook");
+        let etag = etag_config(webhook, &own_at)?;
+        // ResolveEndpointConfig (pkg/hooks/endpoint_config.go): settings on the webhook
+        // are used in full; without any, the first endpointConfigs entry whose host
+        // matches the webhook's URL.
+        let own = ["caBundle", "clientTLS", "authorization", "basicAuth"]
+            .iter()
+            .any(|field| webhook.get(*field).is_some_and(|v| !v.is_null()));
+        let (source, source_at) = match (own, effective_url(webhook)) {
+            (false, Some(url)) => match matching_endpoint(&url, endpoint_configs) {
+                Some((index, entry)) => (entry, format!("spec.endpointConfigs[{index}]")),
+                None => (webhook, own_at),
+            },
+            _ => (webhook, own_at),
+        };
+        let credentials = credentials(source, &source_at)?;
+        let tls_sources = tls_sources(source, &source_at)?;
         Ok(Hook {
             path,
             version,
@@ -499,11 +505,26 @@ fn read_hooks(
     spec: &Value,
     not_modelled: &mut Vec<String>,
 ) -> Result<BTreeMap<HookName, Hook>, String> {
+    let endpoint_configs: &[Value] = spec
+        .get("endpointConfigs")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice);
+    for (index, entry) in endpoint_configs.iter().enumerate() {
+        if entry
+            .get("host")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(format!(
+                "spec.endpointConfigs[{index}].host: Required value"
+            ));
+        }
+    }
     let mut hooks = BTreeMap::new();
     for hook in [HookName::Sync, HookName::Finalize, HookName::Customize] {
         if let Some(config) = spec.pointer(&format!("/hooks/{}", hook.key())) {
             let at = format!("hooks.{}", hook.key());
-            hooks.insert(hook, Hook::parse(config, &at)?);
+            hooks.insert(hook, Hook::parse(config, &at, endpoint_configs)?);
         }
     }
     for field in spec
@@ -520,12 +541,6 @@ fn read_hooks(
             )),
             other => return Err(format!("hooks: unknown hook {other:?}")),
         }
-    }
-    if spec.get("endpointConfigs").is_some() {
-        not_modelled.push(
-            "endpointConfigs: not modelled (hooks are called at --hooks-url, with no TLS or auth settings)"
-            .to_owned(),
-        );
     }
     Ok(hooks)
 }
@@ -682,6 +697,53 @@ fn check_parent_selectors(type_: ControllerType, spec: &Value) -> Result<(), Str
         }
     }
     Ok(())
+}
+
+/// The URL Metacontroller calls (`webhookURL`, pkg/hooks/webhook.go): `url`, or
+/// `<protocol>://<name>.<namespace>:<port><path>` for a Service (http and 80 unless set).
+fn effective_url(webhook: &Value) -> Option<String> {
+    if let Some(url) = webhook.get("url").and_then(Value::as_str) {
+        return Some(url.to_owned());
+    }
+    let service = webhook.get("service")?;
+    let name = service.get("name").and_then(Value::as_str)?;
+    let namespace = service.get("namespace").and_then(Value::as_str)?;
+    let port = service.get("port").and_then(Value::as_i64).unwrap_or(80);
+    let protocol = service
+        .get("protocol")
+        .and_then(Value::as_str)
+        .unwrap_or("http");
+    let path = webhook.get("path").and_then(Value::as_str)?;
+    Some(format!("{protocol}://{name}.{namespace}:{port}{path}"))
+}
+
+/// `matchEndpointConfig`: the first entry whose host is the URL's host (with or without
+/// the scheme's default port), case-insensitively.
+fn matching_endpoint<'a>(url: &str, entries: &'a [Value]) -> Option<(usize, &'a Value)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "https" => "443",
+        "http" => "80",
+        _ => "",
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
+            (host, Some(port))
+        }
+        _ => (authority, None),
+    };
+    let canonical = format!("{host}:{}", port.unwrap_or(default_port));
+    entries.iter().enumerate().find(|(_, entry)| {
+        let wanted = entry
+            .get("host")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        wanted.eq_ignore_ascii_case(authority)
+            || wanted.eq_ignore_ascii_case(&canonical)
+            || (port == Some(default_port) && wanted.eq_ignore_ascii_case(host))
+    })
 }
 
 fn url_path(url: &str) -> Result<String, String> {
