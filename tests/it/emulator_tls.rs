@@ -236,7 +236,8 @@ async fn endpoint_configs_apply_by_host_unless_the_webhook_has_settings_of_its_o
         ("hooks.example:8443", false),
         ("other.example", false),
     ] {
-        let mut emulator = endpoint_emulator(&base, json!({}), entry(host), &[client.clone()]);
+        let mut emulator =
+            endpoint_emulator(&base, json!({}), entry(host), std::slice::from_ref(&client));
         assert_eq!(
             ends_ready(&mut emulator).await,
             reaches,

@@ -867,7 +867,7 @@ mod tests {
         assert!(
             go_duration("10").is_err() && go_duration("ten s").is_err() && go_duration("").is_err()
         );
-        let hook = |webhook: Value| Hook::parse(&json!({"webhook": webhook}), "hooks.sync");
+        let hook = |webhook: Value| Hook::parse(&json!({"webhook": webhook}), "hooks.sync", &[]);
         assert_eq!(
             hook(json!({"url": "http://h/s"})).map(|h| h.timeout),
             Ok(DEFAULT_WEBHOOK_TIMEOUT)
@@ -934,5 +934,37 @@ mod tests {
             method.is_err_and(|e| e.contains("updateStrategy.method: Unsupported value: \"Inplace\"")),
             "a method outside the known ones"
         );
+    }
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use serde_json::json;
+
+    use super::{effective_url, matching_endpoint};
+
+    /// matchEndpointConfig's cases (pkg/hooks/endpoint_config_test.go names them).
+    #[test]
+    fn an_entry_matches_by_host_with_or_without_the_default_port() {
+        let entries = |host: &str| vec![json!({"host": host})];
+        let matches = |url: &str, host: &str| matching_endpoint(url, &entries(host)).is_some();
+        assert!(matches("https://example.com/sync", "example.com"));
+        assert!(matches("https://example.com/sync", "example.com:443"));
+        assert!(matches("https://example.com:443/sync", "example.com"));
+        assert!(matches("http://Example.COM/sync", "example.com:80"));
+        assert!(matches("https://example.com:8443/sync", "example.com:8443"));
+        assert!(!matches("https://example.com:8443/sync", "example.com"));
+        assert!(!matches("https://example.com/sync", "example.com:80"));
+        assert!(!matches("https://other.example/sync", "example.com"));
+        let service = json!({"service": {"name": "hooks", "namespace": "team", "port": 8443,
+                                         "protocol": "https"}, "path": "/sync"});
+        assert_eq!(
+            effective_url(&service).as_deref(),
+            Some("https://hooks.team:8443/sync")
+        );
+        assert!(matches(
+            &effective_url(&service).unwrap_or_default(),
+            "hooks.team:8443"
+        ));
     }
 }
