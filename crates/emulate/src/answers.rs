@@ -44,7 +44,7 @@ pub(crate) fn changed_field(before: &Value, after: &Value) -> Option<String> {
                 meta.remove(field);
             }
             if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-                annotations.remove(crate::cluster::LAST_APPLIED_ANNOTATION);
+                annotations.remove(metahooks_protocol::LAST_APPLIED_ANNOTATION);
             }
         }
         object
