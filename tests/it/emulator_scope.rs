@@ -613,6 +613,16 @@ fn a_resource_discovery_does_not_serve_stops_the_controller_in_metacontrollers_w
     assert!(refusal(decorator, &[]).contains(
         "Cannot create new controller: can't find resource \"statefulsets\" in apiVersion \"v1\""
     ));
+    // Its attachments as makeUpdateStrategyMap (pkg/controller/decorator) resolves them.
+    let attachments = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": "d"},
+        "spec": {"resources": [{"apiVersion": "apps/v1", "resource": "statefulsets"}],
+                 "attachments": [{"apiVersion": "v1", "resource": "deployments",
+                                  "updateStrategy": {"method": "InPlace"}}],
+                 "hooks": {"sync": {"webhook": {"url": "http://h/sync"}}}}});
+    assert!(refusal(attachments, &[]).contains(
+        "DecoratorController \"d\" would not start; Metacontroller records the event \"Cannot create new controller: can't find child resource \"deployments\" in v1\""
+    ));
 }
 
 /// getRelatedClient (pkg/controller/common/customize/manager.go) resolves a related
