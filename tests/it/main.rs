@@ -20,6 +20,7 @@ mod emulator;
 mod emulator_apply;
 mod emulator_decoding;
 mod emulator_lifecycle;
+mod emulator_rolling;
 mod emulator_scope;
 mod emulator_tls;
 mod emulator_workers;

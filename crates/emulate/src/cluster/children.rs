@@ -242,7 +242,7 @@ impl Emulator {
     /// Metacontroller reads it, from the live object's annotation; server-side apply
     /// keeps it as its field ownership), then the server-set metadata and the status
     /// reverted to the live object's, so an echoed observed child changes nothing there.
-    fn merged(&self, key: &Key, live: &Value, child: &Value) -> Result<Value, Problem> {
+    pub(super) fn merged(&self, key: &Key, live: &Value, child: &Value) -> Result<Value, Problem> {
         let previous = if self.server_side_apply {
             self.last_applied.get(key).cloned().unwrap_or(Value::Null)
         } else {

@@ -15,6 +15,7 @@ mod claim;
 mod kubelet;
 mod reconcile;
 mod related;
+mod rollout;
 mod status;
 mod store;
 mod structural;
@@ -176,6 +177,8 @@ pub struct Emulator {
     pub recheck_after: Duration,
     /// Where each input object was written (`apply_from`), for findings.
     pub origins: BTreeMap<Key, Origin>,
+    /// Each parent's revisions under a rolling update strategy (latest first).
+    revisions: BTreeMap<(String, Key), Vec<rollout::Revision>>,
     /// Parents with an unstable answer found: not asked again after a delay.
     unsteady: BTreeSet<(String, Key)>,
     /// Workloads whose Pods Pod Security admission refused in the last tick, and why.
@@ -236,6 +239,7 @@ impl Emulator {
             answered: BTreeMap::new(),
             recheck_after: Duration::ZERO,
             unsteady: BTreeSet::new(),
+            revisions: BTreeMap::new(),
             origins: BTreeMap::new(),
             etags: BTreeMap::new(),
             next_replica: 0,
@@ -334,8 +338,9 @@ impl Emulator {
                             .insert((registration.name.clone(), parent.clone()));
                         self.record_about(rule, Some(&registration.name), &parent, field, message)?;
                     }
+                    let older = std::mem::take(&mut answered.older);
                     answered.outcome.and_then(|response| {
-                        self.conclude(registration, prepared, response, report)
+                        self.conclude(registration, prepared, response, &older, report)
                     })
                 }
                 (Err(problem), _) => Err(problem),

@@ -278,6 +278,16 @@ pub struct ChildRule {
     pub kind: String,
     /// `updateStrategy.method` (`OnDelete` when unset).
     pub strategy: String,
+    /// `updateStrategy.statusChecks.conditions`: (type, status, reason) a child on the
+    /// latest revision must show before a rolling update moves on.
+    pub status_checks: Vec<(String, Option<String>, Option<String>)>,
+}
+
+impl ChildRule {
+    /// `RollingRecreate` or `RollingInPlace`.
+    pub fn is_rolling(&self) -> bool {
+        matches!(self.strategy.as_str(), "RollingRecreate" | "RollingInPlace")
+    }
 }
 
 /// Which kind of Metacontroller controller a registration is.
@@ -417,14 +427,8 @@ impl Hook {
 }
 
 impl ChildRule {
-    /// A child rule; an update strategy that is not modelled as written is noted.
-    fn read(
-        raw: &Value,
-        kinds: &Kinds,
-        child_key: &str,
-        registration: &str,
-        not_modelled: &mut Vec<String>,
-    ) -> Result<ChildRule, String> {
+    /// A child rule, with its update strategy and the status checks of a rolling one.
+    fn read(raw: &Value, kinds: &Kinds, registration: &str) -> Result<ChildRule, String> {
         let strategy = raw
             .pointer("/updateStrategy/method")
             .and_then(Value::as_str)
@@ -434,16 +438,27 @@ impl ChildRule {
             strategy: !matches!(strategy.as_str(), "OnDelete" | ""),
         };
         let (api_version, kind) = resource_rule(raw, kinds, role, registration)?;
-        if strategy.starts_with("Rolling") {
-            not_modelled.push(format!(
-                "{child_key} {kind}: updateStrategy {strategy} runs as {} (ControllerRevisions and statusChecks are not modelled)",
-                strategy.trim_start_matches("Rolling")
-            ));
-        }
+        let text = |value: &Value, field: &str| {
+            value.get(field).and_then(Value::as_str).map(str::to_owned)
+        };
+        let status_checks = raw
+            .pointer("/updateStrategy/statusChecks/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|check| {
+                Some((
+                    text(check, "type")?,
+                    text(check, "status"),
+                    text(check, "reason"),
+                ))
+            })
+            .collect();
         Ok(ChildRule {
             api_version,
             kind,
             strategy,
+            status_checks,
         })
     }
 }
@@ -537,7 +552,7 @@ fn read_hooks(
         match field.as_str() {
             "sync" | "finalize" | "customize" => {}
             "preUpdateChild" | "postUpdateChild" => not_modelled.push(format!(
-                "hooks.{field}: not modelled (rolling updates are not; the hook is never called)"
+                "hooks.{field}: not modelled (the hook is never called)"
             )),
             other => return Err(format!("hooks: unknown hook {other:?}")),
         }
@@ -578,7 +593,7 @@ impl Registration {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .map(|c| ChildRule::read(c, kinds, child_key, &registration, &mut not_modelled))
+            .map(|c| ChildRule::read(c, kinds, &registration))
             .collect::<Result<_, String>>()?;
         let hooks = read_hooks(spec, &mut not_modelled)?;
         Ok(Registration {
@@ -611,6 +626,34 @@ impl Registration {
                 && *kind == key.1
                 && rule.get("ignoreStatusChanges").and_then(Value::as_bool) == Some(true)
         })
+    }
+
+    /// The rolling child rule for a group and kind (any version), if one is rolling.
+    pub(crate) fn rolling_rule(&self, group: &str, kind: &str) -> Option<&ChildRule> {
+        self.children.iter().find(|c| {
+            c.is_rolling()
+                && c.kind == kind
+                && c.api_version.rsplit_once('/').map_or("", |(g, _)| g) == group
+        })
+    }
+
+    /// `parentResource.revisionHistory.fieldPaths` (`spec` when unset): the parent's
+    /// fields a ControllerRevision keeps.
+    pub(crate) fn revision_fields(&self) -> Vec<String> {
+        let paths: Vec<String> = self
+            .raw
+            .pointer("/spec/parentResource/revisionHistory/fieldPaths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        if paths.is_empty() {
+            vec!["spec".to_owned()]
+        } else {
+            paths
+        }
     }
 
     pub(crate) fn child_rule(&self, api_version: &str, kind: &str) -> Option<&ChildRule> {
@@ -906,7 +949,8 @@ mod tests {
             notes.contains("hooks.postUpdateChild: not modelled"),
             "{notes}"
         );
-        assert!(notes.contains("RollingInPlace runs as InPlace"), "{notes}");
+        // Rolling updates are modelled: no note.
+        assert!(!notes.contains("RollingInPlace"), "{notes}");
         let typo = parse(
             json!({"sync": {"webhook": {"url": "https://h/s", "timout": "5s"}}}),
             "InPlace",

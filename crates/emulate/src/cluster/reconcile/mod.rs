@@ -31,6 +31,9 @@ pub(super) struct Prepared {
     remembered: Option<std::sync::Arc<str>>,
     /// The answer the webhook client keeps with its ETag for this parent, if any.
     tagged: Option<Tagged>,
+    /// Under a rolling update, each older revision still claiming children: its fields
+    /// and the request made with them.
+    older: Vec<(Value, Vec<u8>)>,
 }
 
 /// What asking a hook for a stable answer produced: each call made (status, time) and
@@ -52,6 +55,8 @@ pub(super) struct Answered {
     pub(super) fresh: bool,
     /// The answer asked for after a delay differed, and is to be confirmed.
     pub(super) moved: bool,
+    /// Each older revision's fields and its answer (rolling updates).
+    pub(super) older: Vec<(Value, Value)>,
 }
 
 impl Prepared {
@@ -95,6 +100,18 @@ impl Emulator {
         self.claim_children(registration, &parent);
         let owned = self.owned_by(registration, &parent);
         let body = self.request_body(registration, &parent, &owned, &hook, finalizing, &related)?;
+        let mut older = Vec::new();
+        for (patch, old_parent) in self.older_parents(registration, parent_key, &parent) {
+            let body = self.request_body(
+                registration,
+                &old_parent,
+                &owned,
+                &hook,
+                finalizing,
+                &related,
+            )?;
+            older.push((patch, body));
+        }
         let body_hash = *blake3::hash(&body).as_bytes();
         let remembered = self
             .answered
@@ -103,6 +120,7 @@ impl Emulator {
             .map(|(_, text)| text.clone());
         let tagged = self.kept_etag(registration, &hook, hook_name, parent_key);
         Ok(Some(Prepared {
+            older,
             body_hash,
             remembered,
             tagged,
@@ -194,6 +212,7 @@ impl Emulator {
         registration: &Registration,
         prepared: Prepared,
         response: Value,
+        older: &[(Value, Value)],
         report: &mut RoundReport,
     ) -> Result<(), Problem> {
         let Prepared {
@@ -208,7 +227,7 @@ impl Emulator {
         // Go decodes `null` into the zero answer without an error: no children (so every
         // child is deleted) and no status.
         let null_answer = response.is_null();
-        let response = if null_answer {
+        let mut response = if null_answer {
             Value::Object(serde_json::Map::new())
         } else {
             response
@@ -217,6 +236,16 @@ impl Emulator {
         check_response(registration, &hook, &response)?;
         let mut desired = desired_children(registration, &response);
         check_kinds(&desired)?;
+        if registration.type_ == ControllerType::Composite {
+            desired = self.roll(
+                registration,
+                (&parent_key, &parent),
+                &mut response,
+                older,
+                desired,
+                &owned,
+            );
+        }
         if let Err(problem) = check_child_labels(registration, &parent, &mut desired) {
             // syncParentObject has already queued the resync and let the finalizer go.
             self.note_resync(registration, &parent_key, &response, report);

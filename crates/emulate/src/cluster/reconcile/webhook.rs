@@ -64,6 +64,25 @@ pub(in crate::cluster) async fn stable_answer(
         Ok(chosen.1)
     }
     .await;
+    // syncRevisions: each older revision's parent is asked too; any failure fails the
+    // whole sync.
+    let mut older = Vec::new();
+    let outcome = match outcome {
+        Ok(answer) => {
+            let mut failed = None;
+            for (patch, body) in &prepared.older {
+                match asker.ask_with(body.clone()).await {
+                    Ok((_, value)) => older.push((patch.clone(), value)),
+                    Err(problem) => {
+                        failed = Some(problem);
+                        break;
+                    }
+                }
+            }
+            failed.map_or(Ok(answer), Err)
+        }
+        Err(problem) => Err(problem),
+    };
     Answered {
         calls: asker.calls,
         outcome,
@@ -73,6 +92,7 @@ pub(in crate::cluster) async fn stable_answer(
         unstable,
         fresh,
         moved: false,
+        older,
     }
 }
 
@@ -151,13 +171,17 @@ struct Asker<'a> {
 
 impl Asker<'_> {
     async fn ask(&mut self) -> Result<(String, Value), Problem> {
+        self.ask_with(self.prepared.body.clone()).await
+    }
+
+    async fn ask_with(&mut self, body: Vec<u8>) -> Result<(String, Value), Problem> {
         let prepared = self.prepared;
         let exchange = exchange(
             self.transport,
             prepared.replica,
             &prepared.hook,
             prepared.hook_name,
-            prepared.body.clone(),
+            body,
             self.now,
             self.tagged.as_ref(),
         )
