@@ -686,6 +686,60 @@ async fn a_child_at_another_served_version_is_reported() {
         ),
         "{finding}"
     );
+    // Deleted and created again on every sync: the cluster never settles.
+    let (_, last) = emulator.timeline.last().unwrap();
+    let hpa = (
+        "autoscaling/v2".to_owned(),
+        "HorizontalPodAutoscaler".to_owned(),
+        "team-a".to_owned(),
+        "web".to_owned(),
+    );
+    assert!(
+        last.deleted.contains(&hpa) && last.created.contains(&hpa),
+        "{last:?}"
+    );
+    assert!(
+        emulator
+            .findings
+            .iter()
+            .any(|f| f.rule == metahooks::emulate::Rule::HotLoop),
+        "{:?}",
+        emulator.findings
+    );
+}
+
+/// applyNamespaceDefaults (pkg/controller/composite) leaves a namespaced child of a
+/// cluster-scoped parent without a namespace, and the API server refuses to create it.
+#[tokio::test]
+async fn a_namespaced_child_of_a_cluster_scoped_parent_needs_a_namespace() {
+    let (base, _) = hook(json!([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nowhere"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "somewhere", "namespace": "first"}},
+    ]))
+    .await;
+    let global = crd("Global", "globals", "Cluster");
+    let mut emulator = emulator(&base, "globals", &[global]);
+    emulator.stop_at_first = false;
+    emulator.apply(json!({"apiVersion": "example.com/v1", "kind": "Global",
+                          "metadata": {"name": "everywhere"}, "spec": {}}));
+    emulator.converge(5).await.unwrap();
+    assert!(
+        emulator
+            .get("v1", "ConfigMap", "first", "somewhere")
+            .is_some()
+    );
+    assert!(emulator.get("v1", "ConfigMap", "", "nowhere").is_none());
+    let refused = emulator
+        .findings
+        .iter()
+        .find(|f| f.rule == metahooks::emulate::Rule::APIServerRefused)
+        .unwrap_or_else(|| panic!("{:?}", emulator.findings));
+    assert!(
+        refused
+            .message
+            .contains("ConfigMap nowhere: an empty namespace may not be set during creation"),
+        "{refused}"
+    );
 }
 
 /// A `Local` CRD with this status schema, with or without a status subresource.

@@ -36,6 +36,7 @@ impl Emulator {
         let identity = parent_identity(parent);
         let mut managed = Managed::default();
         let mut accepted = Vec::with_capacity(desired.len());
+        let mut churned = Vec::new();
         for child in desired {
             let (api_version, kind, ..) = key_of(&child);
             let cluster_scoped = self.kinds.is_cluster_scoped(&kind);
@@ -54,6 +55,7 @@ impl Emulator {
                     managed.failed.push((Rule::ChildAtAnotherVersion, message));
                     let mut child = child;
                     child["apiVersion"] = json!(listed);
+                    churned.push(key_of(&child));
                     accepted.push(child);
                 }
                 None => accepted.push(child),
@@ -62,6 +64,28 @@ impl Emulator {
         let desired_by_key = self.as_written(registration, accepted, &key_of(parent).2);
         self.delete_undesired(owned, &desired_by_key, identity, report);
         for (key, child) in desired_by_key {
+            // applyNamespaceDefaults gives a namespaced child of a cluster-scoped parent
+            // no namespace; the API server refuses to create it.
+            if key.2.is_empty() && !self.kinds.is_cluster_scoped(&key.1) {
+                managed.failed.push((
+                    Rule::APIServerRefused,
+                    format!(
+                        "{} {}: an empty namespace may not be set during creation (a namespaced child of a cluster-scoped parent needs metadata.namespace)",
+                        key.1, key.3
+                    ),
+                ));
+                continue;
+            }
+            // ManageChildren matches by exact version: the observed child (at the listed
+            // version) is not desired and is deleted, and created again from the answer.
+            if churned
+                .iter()
+                .any(|c| c.1 == key.1 && c.3 == key.3 && (c.2 == key.2 || c.2.is_empty()))
+                && self.objects.contains_key(&key)
+            {
+                self.remove_with_dependents(&key);
+                report.deleted.push(key.clone());
+            }
             self.desired_under.insert(key.clone(), identity);
             // Dropped and asked for again with the parent unchanged all along: the child
             // was deleted for nothing and is recreated.
