@@ -236,7 +236,10 @@ impl Emulator {
         check_response(registration, &hook, &response)?;
         let mut desired = desired_children(registration, &response);
         check_kinds(&desired)?;
-        if registration.type_ == ControllerType::Composite {
+        // syncRevisions: a terminating parent whose finalizer is gone (or never was) is
+        // only asked for its status, with no revisions.
+        let status_only = parent.pointer("/metadata/deletionTimestamp").is_some() && !finalizing;
+        if registration.type_ == ControllerType::Composite && !status_only {
             desired = self.roll(
                 registration,
                 (&parent_key, &parent),
