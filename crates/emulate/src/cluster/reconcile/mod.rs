@@ -101,7 +101,13 @@ impl Emulator {
         let owned = self.owned_by(registration, &parent);
         let body = self.request_body(registration, &parent, &owned, &hook, finalizing, &related)?;
         let mut older = Vec::new();
-        for (patch, old_parent) in self.older_parents(registration, parent_key, &parent) {
+        let status_only = parent.pointer("/metadata/deletionTimestamp").is_some() && !finalizing;
+        let older_parents = if status_only {
+            Vec::new()
+        } else {
+            self.older_parents(registration, parent_key, &parent)
+        };
+        for (patch, old_parent) in older_parents {
             let body = self.request_body(
                 registration,
                 &old_parent,
