@@ -37,9 +37,8 @@ async fn hook_server() -> String {
     let app = Router::new()
         .route("/things/sync", post(sync))
         .with_state(Arc::new(AtomicU64::new(0)));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let port = crate::support::servers::serve_app(app, None).await;
+    let address = format!("127.0.0.1:{port}");
     format!("http://{address}")
 }
 

@@ -49,9 +49,8 @@ async fn hook(kind: &'static str) -> (String, Seen) {
             ),
         )
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let port = crate::support::servers::serve_app(app, None).await;
+    let address = format!("127.0.0.1:{port}");
     (format!("http://{address}"), seen)
 }
 

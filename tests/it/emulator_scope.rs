@@ -78,6 +78,19 @@ fn emulator(base: &str, plural: &str, crds: &[Value]) -> Emulator {
     emulator
 }
 
+/// An emulator for `locals` with these child types (generated selector), calling
+/// `base`, knowing the kinds of `crds` (the Local CRD among them).
+fn locals_emulator(base: &str, children: Value, crds: &[Value]) -> Emulator {
+    let mut kinds = Kinds::default();
+    for crd in crds {
+        kinds.learn(crd);
+    }
+    let registration = registration("locals", children, true, &kinds);
+    let mut emulator = Emulator::new(base, vec![registration]);
+    emulator.kinds = kinds;
+    emulator
+}
+
 #[tokio::test]
 async fn a_cluster_scoped_parent_owns_children_in_any_namespace_and_cluster_scoped_ones() {
     let (base, seen) = hook(json!([
@@ -661,16 +674,11 @@ async fn a_child_at_another_served_version_is_reported() {
     ]))
     .await;
     let local = crd("Local", "locals", "Namespaced");
-    let mut kinds = Kinds::default();
-    kinds.learn(&local);
-    let registration = registration(
-        "locals",
+    let mut emulator = locals_emulator(
+        &base,
         json!([{"apiVersion": "autoscaling/v2", "resource": "horizontalpodautoscalers"}]),
-        true,
-        &kinds,
+        std::slice::from_ref(&local),
     );
-    let mut emulator = Emulator::new(&base, vec![registration]);
-    emulator.kinds = kinds;
     emulator.stop_at_first = false;
     emulator.apply(local);
     emulator.apply(serde_json::from_str(PARENT).unwrap());
@@ -766,19 +774,13 @@ async fn status_emulator(status: Value, crd: Value) -> Emulator {
             async move { Json(json!({"status": status, "children": []})) }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let mut kinds = Kinds::default();
-    kinds.learn(&crd);
-    let registration = registration(
-        "locals",
+    let port = crate::support::servers::serve_app(app, None).await;
+    let address = format!("127.0.0.1:{port}");
+    let mut emulator = locals_emulator(
+        &format!("http://{address}"),
         json!([{"apiVersion": "v1", "resource": "configmaps"}]),
-        true,
-        &kinds,
+        std::slice::from_ref(&crd),
     );
-    let mut emulator = Emulator::new(&format!("http://{address}"), vec![registration]);
-    emulator.kinds = kinds;
     emulator.stop_at_first = false;
     emulator.apply(crd);
     emulator.apply(serde_json::from_str(PARENT).unwrap());
@@ -872,17 +874,11 @@ async fn a_child_cr_without_a_status_subresource_keeps_its_status() {
                 .remove("subresources");
         }
         let local = crd("Local", "locals", "Namespaced");
-        let mut kinds = Kinds::default();
-        kinds.learn(&widget);
-        kinds.learn(&local);
-        let registration = registration(
-            "locals",
+        let mut emulator = locals_emulator(
+            &base,
             json!([{"apiVersion": "example.com/v1", "resource": "widgets"}]),
-            true,
-            &kinds,
+            &[widget, local],
         );
-        let mut emulator = Emulator::new(&base, vec![registration]);
-        emulator.kinds = kinds;
         emulator.apply(serde_json::from_str(PARENT).unwrap());
         emulator.converge(5).await.unwrap();
         let child = emulator

@@ -3,67 +3,34 @@
 //! certificate rule that a server certificate found in the trusted pool is trusted as
 //! it is (crypto/x509 `Verify`: `opts.Roots.contains(c)`), names still checked.
 
-use std::sync::Arc;
-
 use base64::Engine;
 use metahooks::emulate::{Emulator, Kinds, Registration, Rule};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::servers::Pki;
+use crate::support::servers::{Pki, serve_app};
 
-/// An https hook on loopback answering every call with an empty, ready answer, with this
-/// server configuration (a client certificate required or not). Returns its base URL.
-async fn https_hook(config: Arc<rustls::ServerConfig>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut stream) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                // One request per connection: the head, then Content-Length bytes.
-                let mut seen = Vec::new();
-                let mut buffer = [0u8; 8192];
-                let body_starts = loop {
-                    let Ok(read) = stream.read(&mut buffer).await else {
-                        return;
-                    };
-                    if read == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buffer[..read]);
-                    if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break at + 4;
-                    }
-                };
-                let head = String::from_utf8_lossy(&seen[..body_starts]).to_ascii_lowercase();
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                while seen.len() < body_starts + length {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(read) => seen.extend_from_slice(&buffer[..read]),
-                    }
-                }
-                let body = br#"{"status": {"ok": true}, "children": []}"#;
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-                let _ = stream.write_all(body).await;
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
+/// An https hook on loopback (with the PKI's server certificate, asking for a client
+/// certificate when the PKI says so) answering every call with an empty, ready answer.
+async fn https_hook(pki: &Pki) -> String {
+    let app = axum::Router::new().route(
+        "/sync",
+        axum::routing::post(|| async {
+            axum::Json(json!({"status": {"ok": true}, "children": []}))
+        }),
+    );
+    let port = serve_app(app, Some(pki)).await;
     format!("https://localhost:{port}")
+}
+
+/// The client certificate Secret `hook-client` of `pki`.
+fn client_secret(pki: &Pki) -> Value {
+    secret(
+        "hook-client",
+        &[
+            ("tls.crt", &pki.client_cert_pem),
+            ("tls.key", &pki.client_key_pem),
+        ],
+    )
 }
 
 fn things() -> Kinds {
@@ -131,14 +98,8 @@ async fn ends_ready(emulator: &mut Emulator) -> bool {
 #[tokio::test]
 async fn client_tls_and_a_ca_bundle_reach_a_hook_that_requires_a_client_certificate() {
     let pki = Pki::new(true);
-    let base = https_hook(pki.server_files().server_config().unwrap()).await;
-    let client = secret(
-        "hook-client",
-        &[
-            ("tls.crt", &pki.client_cert_pem),
-            ("tls.key", &pki.client_key_pem),
-        ],
-    );
+    let base = https_hook(&pki).await;
+    let client = client_secret(&pki);
     let bundle = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "hook-ca", "namespace": "metacontroller"}, "data": {"ca.crt": pki.ca_pem}});
     let client_tls = json!({"secretRef": {"name": "hook-client", "namespace": "metacontroller"}});
@@ -195,12 +156,14 @@ async fn a_self_signed_certificate_given_as_the_ca_is_trusted_as_go_trusts_it() 
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("tls.crt"), cert.pem()).unwrap();
         std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
-        let files = metahooks::server::TlsFiles {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-            client_ca: None,
+        let pki = Pki {
+            dir,
+            ca_pem: cert.pem(),
+            client_cert_pem: String::new(),
+            client_key_pem: String::new(),
+            require_client_cert: false,
         };
-        let base = https_hook(files.server_config().unwrap()).await;
+        let base = https_hook(&pki).await;
         let mut emulator = tls_emulator(&base, json!({"caBundle": {"inline": cert.pem()}}), &[]);
         assert_eq!(
             ends_ready(&mut emulator).await,
@@ -218,14 +181,8 @@ async fn a_self_signed_certificate_given_as_the_ca_is_trusted_as_go_trusts_it() 
 #[tokio::test]
 async fn endpoint_configs_apply_by_host_unless_the_webhook_has_settings_of_its_own() {
     let pki = Pki::new(true);
-    let base = https_hook(pki.server_files().server_config().unwrap()).await;
-    let client = secret(
-        "hook-client",
-        &[
-            ("tls.crt", &pki.client_cert_pem),
-            ("tls.key", &pki.client_key_pem),
-        ],
-    );
+    let base = https_hook(&pki).await;
+    let client = client_secret(&pki);
     let entry = |host: &str| {
         json!([{"host": host, "caBundle": {"inline": pki.ca_pem},
                 "clientTLS": {"secretRef": {"name": "hook-client", "namespace": "metacontroller"}}}])

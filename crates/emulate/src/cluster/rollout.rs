@@ -156,17 +156,12 @@ impl Emulator {
                 .children
                 .retain(|id| wanted.contains(id) && claimed.insert(id.clone()));
         }
-        let find_observed = |id: &ChildId| -> Option<(Key, Value)> {
-            observed.iter().find_map(|key| {
-                let object = self.objects.get(key)?;
-                (id_of(object) == *id).then(|| (key.clone(), object.clone()))
-            })
-        };
         let no_op = |id: &ChildId, child: &Value| {
-            find_observed(id).is_some_and(|(key, live)| {
-                self.merged(&key, &live, child)
-                    .is_ok_and(|merged| merged == live)
-            })
+            self.observed_child(observed, id)
+                .is_some_and(|(key, live)| {
+                    self.merged(key, live, child)
+                        .is_ok_and(|merged| merged == *live)
+                })
         };
         // Unclaimed children go to the latest revision; claimed ones that would not
         // change move there at once.
@@ -238,6 +233,18 @@ impl Emulator {
         applied
     }
 
+    /// The observed child a revision claim names, with its key.
+    fn observed_child<'a>(
+        &'a self,
+        observed: &'a [Key],
+        id: &ChildId,
+    ) -> Option<(&'a Key, &'a Value)> {
+        observed.iter().find_map(|key| {
+            let object = self.objects.get(key)?;
+            (id_of(object) == *id).then_some((key, object))
+        })
+    }
+
     /// `shouldContinueRolling`: every rolling child on the latest revision is observed,
     /// updated to what the latest revision asks, has observed its latest spec
     /// (RollingInPlace, where it reports observedGeneration) and passes its status checks.
@@ -253,11 +260,7 @@ impl Emulator {
                 continue;
             };
             let (kind, name) = (&id.1, &id.2);
-            let found = observed.iter().find_map(|key| {
-                let object = self.objects.get(key)?;
-                (id_of(object) == *id).then_some((key, object))
-            });
-            let Some((key, live)) = found else {
+            let Some((key, live)) = self.observed_child(observed, id) else {
                 return Err(format!("missing child {kind} {name}"));
             };
             if let Some(update) = desired.iter().find(|c| id_of(c) == *id) {

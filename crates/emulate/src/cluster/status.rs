@@ -20,7 +20,7 @@ impl Emulator {
         response: &Value,
         report: &mut RoundReport,
     ) -> Option<Problem> {
-        let crd = self.kinds.crd_status(&parent_key.0, &parent_key.1).cloned();
+        let crd = self.kinds.crd_status(&parent_key.0, &parent_key.1);
         let parent = self.objects.get_mut(parent_key)?;
         let generation = parent
             .pointer("/metadata/generation")

@@ -79,20 +79,26 @@ pub enum CaSource {
     ConfigMap(String, String, String),
 }
 
+/// A non-empty string at `pointer` in `value`.
+fn text(value: &Value, pointer: &str) -> Option<String> {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .filter(|s| !s.is_empty())
+}
+
+/// The string at `pointer` (under `what`, in the registration at `at`), or the API
+/// server's "Required value" for it.
+fn required_at(at: &str, value: &Value, pointer: &str, what: &str) -> Result<String, String> {
+    text(value, pointer)
+        .ok_or_else(|| format!("{at}.{what}{}: Required value", pointer.replace('/', ".")))
+}
+
 /// `webhook.caBundle` and `webhook.clientTLS`, as Metacontroller's CRD has them (a
 /// reference's key `ca.crt`, the client's `tls.crt` and `tls.key`, unless set).
 fn tls_sources(webhook: &Value, at: &str) -> Result<Option<TlsSources>, String> {
-    let text = |value: &Value, field: &str| {
-        value
-            .pointer(field)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .filter(|s| !s.is_empty())
-    };
-    let required = |value: &Value, field: &str, what: &str| {
-        text(value, field)
-            .ok_or_else(|| format!("{at}.{what}{}: Required value", field.replace('/', ".")))
-    };
+    let required = |value: &Value, field: &str, what: &str| required_at(at, value, field, what);
     let ca = match webhook.get("caBundle").filter(|c| !c.is_null()) {
         None => None,
         Some(bundle) => {
@@ -159,17 +165,7 @@ pub enum Credentials {
 
 /// `webhook.authorization` / `webhook.basicAuth`, as Metacontroller's CRD has them.
 fn credentials(webhook: &Value, at: &str) -> Result<Option<Credentials>, String> {
-    let text = |value: &Value, field: &str| {
-        value
-            .pointer(field)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .filter(|s| !s.is_empty())
-    };
-    let required = |value: &Value, field: &str, what: &str| {
-        text(value, field)
-            .ok_or_else(|| format!("{at}.{what}{}: Required value", field.replace('/', ".")))
-    };
+    let required = |value: &Value, field: &str, what: &str| required_at(at, value, field, what);
     let authorization = webhook.get("authorization").filter(|a| !a.is_null());
     let basic = webhook.get("basicAuth").filter(|b| !b.is_null());
     match (authorization, basic) {

@@ -101,8 +101,7 @@ impl Emulator {
         let owned = self.owned_by(registration, &parent);
         let body = self.request_body(registration, &parent, &owned, &hook, finalizing, &related)?;
         let mut older = Vec::new();
-        let status_only = parent.pointer("/metadata/deletionTimestamp").is_some() && !finalizing;
-        let older_parents = if status_only {
+        let older_parents = if asked_for_status_only(&parent, finalizing) {
             Vec::new()
         } else {
             self.older_parents(registration, parent_key, &parent)
@@ -242,10 +241,9 @@ impl Emulator {
         check_response(registration, &hook, &response)?;
         let mut desired = desired_children(registration, &response);
         check_kinds(&desired)?;
-        // syncRevisions: a terminating parent whose finalizer is gone (or never was) is
-        // only asked for its status, with no revisions.
-        let status_only = parent.pointer("/metadata/deletionTimestamp").is_some() && !finalizing;
-        if registration.type_ == ControllerType::Composite && !status_only {
+        if registration.type_ == ControllerType::Composite
+            && !asked_for_status_only(&parent, finalizing)
+        {
             desired = self.roll(
                 registration,
                 (&parent_key, &parent),
@@ -488,6 +486,12 @@ impl serde::Serialize for Request<'_> {
         map.serialize_entry("related", self.related)?;
         map.end()
     }
+}
+
+/// syncRevisions: a terminating parent whose finalizer is gone (or never was) is only
+/// asked for its status, with no revisions.
+fn asked_for_status_only(parent: &Value, finalizing: bool) -> bool {
+    parent.pointer("/metadata/deletionTimestamp").is_some() && !finalizing
 }
 
 /// The children (or attachments) an answer asks for, as given.

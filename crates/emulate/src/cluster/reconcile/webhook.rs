@@ -21,14 +21,7 @@ pub(in crate::cluster) async fn stable_answer(
     prepared: &Prepared,
     now: jiff::Timestamp,
 ) -> Answered {
-    let mut asker = Asker {
-        transport,
-        prepared,
-        now,
-        calls: Vec::new(),
-        retry_after: None,
-        tagged: prepared.tagged.clone(),
-    };
+    let mut asker = Asker::new(transport, prepared, now, prepared.tagged.clone());
     let asked = prepared.asked();
     let mut taken = None;
     let mut unstable = None;
@@ -111,14 +104,7 @@ pub(in crate::cluster) async fn ask_later(
     let Ok(taken) = &answered.outcome else {
         return;
     };
-    let mut asker = Asker {
-        transport,
-        prepared,
-        now,
-        calls: Vec::new(),
-        retry_after: None,
-        tagged: answered.tagged.clone(),
-    };
+    let mut asker = Asker::new(transport, prepared, now, answered.tagged.clone());
     let later = asker.ask().await;
     answered.calls.append(&mut asker.calls);
     if asker.tagged.is_some() {
@@ -169,7 +155,23 @@ struct Asker<'a> {
     tagged: Option<Tagged>,
 }
 
-impl Asker<'_> {
+impl<'a> Asker<'a> {
+    fn new(
+        transport: &'a Transport,
+        prepared: &'a Prepared,
+        now: jiff::Timestamp,
+        tagged: Option<Tagged>,
+    ) -> Asker<'a> {
+        Asker {
+            transport,
+            prepared,
+            now,
+            calls: Vec::new(),
+            retry_after: None,
+            tagged,
+        }
+    }
+
     async fn ask(&mut self) -> Result<(String, Value), Problem> {
         self.ask_with(self.prepared.body.clone()).await
     }
