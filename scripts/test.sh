@@ -162,6 +162,10 @@ export MHTEST_FCGI_LIBS="$unpacked/usr/lib/x86_64-linux-gnu"
 MHTEST_TINYPROXY="$(command -v tinyproxy || echo /usr/bin/tinyproxy)"
 export MHTEST_TINYPROXY
 
+# A clean checkout gains nothing from incremental state, and it would take over a
+# gigabyte on machines where the linker has died for want of disk (SIGBUS in ld).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+echo "== disk before building: $(df -h --output=avail . 2>/dev/null | tail -1 || echo unknown) free"
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 step "cargo test" cargo test --locked --workspace --all-targets --no-fail-fast
 
