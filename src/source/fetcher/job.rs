@@ -1,66 +1,39 @@
 //! One job: fetch a remote once (git in a worker, or one HTTP GET), then refresh every
 //! request that shares it and account for what it brought.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::Inner;
-use super::budget;
-use super::writer::{Command, Ended};
+use super::command::Command;
+use super::leases::{Repo, Rooms};
+use super::state::{Ended, JobPlan};
 use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
-use crate::source::{FetchError, Location, RemoteKey, SourceKey, SourceRequest, git, http};
+use crate::source::{FetchError, Location, SourceRequest, git, http};
 
 pub(super) struct Job {
-    pub(super) inner: Arc<Inner>,
-    /// Clears the remote's in-flight mark however the job ends (a panic included), so a
-    /// remote can never be stuck "in flight" with no job behind it.
-    pub(super) guard: InFlight,
-    pub(super) remote_key: RemoteKey,
-    pub(super) requests: Vec<SourceRequest>,
-    pub(super) use_network: bool,
-    pub(super) resolved: Option<git::Resolved>,
-    /// When the network fetch whose commit this job reads started (this job's own start
-    /// when it asks the remote).
-    pub(super) commit_from: Option<Instant>,
-    /// Revisions of the snapshots the requests already have (key → revision).
-    pub(super) current: HashMap<SourceKey, crate::source::Revision>,
-    /// The shortest poll period of the remote's requests (for the metrics' alerting).
-    pub(super) interval: Duration,
-}
-
-pub(super) struct InFlight {
     inner: Arc<Inner>,
-    remote_key: RemoteKey,
-    /// Cleared when the job ends normally and says so itself.
-    armed: bool,
+    plan: JobPlan,
+    rooms: Rooms,
+    /// Tells the writer the job ended however it ends (a panic included), so a remote
+    /// can never be stuck with a job that no longer runs.
+    guard: EndGuard,
 }
 
-impl InFlight {
-    pub(super) fn new(inner: Arc<Inner>, remote_key: &RemoteKey) -> InFlight {
-        InFlight {
-            inner,
-            remote_key: remote_key.clone(),
-            armed: true,
-        }
-    }
+struct EndGuard {
+    inner: Arc<Inner>,
+    ended: Option<Ended>,
 }
 
-impl Drop for InFlight {
+impl Drop for EndGuard {
     fn drop(&mut self) {
-        if self.armed {
-            let _ = self.inner.commands.send(Command::Finished(Ended {
-                remote_key: self.remote_key.clone(),
-                resolved: None,
-                network: false,
-                commit_from: None,
-            }));
+        if let Some(ended) = self.ended.take() {
+            let _ = self.inner.commands.send(Command::Finished(ended));
         }
     }
 }
 
-pub(super) type Results = Vec<(SourceKey, Fetched)>;
+pub(super) type Results = Vec<(crate::source::SourceKey, Fetched)>;
 
 /// Paths one worker reads at most (each within the config size limit): a worker's memory
 /// follows one batch, however many paths parents name on one remote. Further paths are
@@ -97,15 +70,33 @@ async fn read_known(
 }
 
 impl Job {
-    pub(super) async fn run(self) {
+    pub(super) fn new(inner: Arc<Inner>, plan: JobPlan) -> Job {
+        let ended = Ended {
+            remote_key: plan.remote_key.clone(),
+            job: plan.job,
+            resolved: None,
+            network: false,
+            commit_from: None,
+            went_to_network: false,
+        };
+        Job {
+            rooms: Rooms::of(plan.job),
+            guard: EndGuard {
+                inner: inner.clone(),
+                ended: Some(ended),
+            },
+            inner,
+            plan,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
         let started = Instant::now();
-        let (outcomes, resolved) = match self.requests.first().map(|r| r.location.clone()) {
+        let (outcomes, resolved) = match self.plan.requests.first().map(|r| r.location.clone()) {
             Some(Location::Git { url, reference, .. }) => self.run_git(url, reference).await,
             Some(Location::Http { url }) => {
-                let (results, room) = self.run_http(&url).await;
-                let stored = self.store(results);
-                drop(room);
-                (stored, None)
+                let results = self.run_http(&url).await;
+                (results, None)
             }
             None => (Vec::new(), None),
         };
@@ -119,12 +110,11 @@ impl Job {
         let mut reasons: Vec<&'static str> = Vec::new();
         // Who waits on the fetch: the parents that asked for the remote lately, and their
         // namespaces.
-        let waiting_parents = super::read(&self.inner.state)
-            .remotes
-            .get(&self.remote_key)
-            .map_or(0, |remote| {
-                remote.waiting_parents(Instant::now(), self.interval)
-            });
+        let waiting_parents = self.inner.store.read().waiting_parents(
+            &self.plan.remote_key,
+            Instant::now(),
+            self.plan.interval,
+        );
         let waiting_namespaces = self.namespaces().len();
         for error in outcomes.iter().flatten() {
             failures += 1;
@@ -143,7 +133,7 @@ impl Job {
         reasons.dedup();
         let requests = outcomes.len();
         let outcomes: Vec<Option<&FetchError>> = outcomes.iter().map(Option::as_ref).collect();
-        if let Some(request) = self.requests.first() {
+        if let Some(request) = self.plan.requests.first() {
             let kind = match request.location {
                 Location::Git { .. } => "git",
                 Location::Http { .. } => "http",
@@ -154,21 +144,21 @@ impl Job {
                 kind,
                 &remote,
                 started.elapsed().as_secs_f64(),
-                self.interval.as_secs(),
+                self.plan.interval.as_secs(),
                 &outcomes,
             );
         }
         let duration_ms = started.elapsed().as_millis() as u64;
         if failures == 0 {
             tracing::info!(
-                network = self.use_network,
+                network = self.plan.use_network,
                 requests,
                 duration_ms,
                 "source fetched"
             );
         } else {
             tracing::warn!(
-                network = self.use_network,
+                network = self.plan.use_network,
                 requests,
                 failures,
                 reasons = reasons.join(","),
@@ -190,8 +180,9 @@ impl Job {
             })
             .collect();
         let _ = self.inner.commands.send(Command::Stored {
-            remote_key: self.remote_key.clone(),
-            commit_from: self.commit_from,
+            remote_key: self.plan.remote_key.clone(),
+            job: self.plan.job,
+            commit_from: self.plan.commit_from,
             results,
         });
         outcomes
@@ -199,23 +190,29 @@ impl Job {
 
     /// Tells the writer the job ended, with the commit it resolved.
     fn finish(mut self, resolved: Option<git::Resolved>) {
-        self.guard.armed = false;
-        let _ = self.inner.commands.send(Command::Finished(Ended {
-            remote_key: self.remote_key.clone(),
-            resolved,
-            network: self.use_network,
-            commit_from: self.commit_from,
-        }));
+        if let Some(ended) = &mut self.guard.ended {
+            ended.resolved = resolved;
+            ended.network = self.plan.use_network;
+            ended.commit_from = self.plan.commit_from;
+        }
+    }
+
+    /// The job asks the remote now.
+    fn went_to_network(&mut self) {
+        if let Some(ended) = &mut self.guard.ended {
+            ended.went_to_network = true;
+        }
     }
 
     async fn run_git(
-        &self,
+        &mut self,
         url: String,
         reference: Option<String>,
     ) -> (Vec<Option<FetchError>>, Option<git::Resolved>) {
-        let inner = &self.inner;
-        let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
-        let tls = self.requests.iter().find_map(|r| r.tls.clone());
+        let inner = self.inner.clone();
+        let requests = &self.plan.requests;
+        let credentials = requests.iter().find_map(|r| r.credentials.clone());
+        let tls = requests.iter().find_map(|r| r.tls.clone());
         let reads = self.reads();
         if let Err(refusal) = inner.refuse_cache_url(&url) {
             return (self.store(failed_reads(&reads, &refusal)), None);
@@ -225,13 +222,19 @@ impl Job {
         let settings = &inner.settings;
         // A turn at a worker first (fair between namespaces), then the repository.
         let _slot = inner.git_slots.acquire(self.namespaces()).await;
-        let room = budget::reserve(&self.inner, reads.len().min(READS_PER_WORKER)).await;
-        let repo_guard = inner.repo_lock(&dir).lock_owned().await;
-        let known = self.resolved.clone().filter(|_| !self.use_network);
+        let room = self
+            .rooms
+            .reserve(&inner, reads.len().min(READS_PER_WORKER))
+            .await;
+        let known = self
+            .plan
+            .resolved
+            .clone()
+            .filter(|_| !self.plan.use_network);
         let downloading = known.is_none();
+        let mut repo = Repo::take(&inner, self.plan.job, dir.clone(), downloading).await;
         if downloading {
-            inner.network_fetches.fetch_add(1, Ordering::SeqCst);
-            inner.reserve_disk(&dir).await;
+            self.went_to_network();
         }
         let mut first = reads;
         let rest = first.split_off(READS_PER_WORKER.min(first.len()));
@@ -248,19 +251,19 @@ impl Job {
         };
         let isolation = &settings.isolation;
         let outcome = crate::source::worker::spawn::run(isolation, job.clone()).await;
-        if downloading {
-            inner.downloads.fetch_sub(1, Ordering::SeqCst);
-        }
         let mut outcomes = self.store(outcome.results);
         drop(room);
         outcomes.extend(
             self.read_rest(isolation, &job, &outcome.resolved, &rest)
                 .await,
         );
-        drop(repo_guard);
         if let Ok(resolved) = &outcome.resolved {
-            self.account_for(resolved, &dir);
+            crate::source::disk::touch(&resolved.repo_dir);
+            if resolved.downloaded {
+                repo.downloaded();
+            }
         }
+        drop(repo);
         (outcomes, outcome.resolved.ok())
     }
 
@@ -268,7 +271,7 @@ impl Job {
     /// resolved (or failed as it failed), each batch stored as it comes once what the
     /// last ones brought has been delivered or let go.
     async fn read_rest(
-        &self,
+        &mut self,
         isolation: &crate::source::worker::spawn::Isolation,
         template: &GitJob,
         resolved: &Result<git::Resolved, FetchError>,
@@ -280,7 +283,7 @@ impl Job {
         };
         let mut outcomes = Vec::with_capacity(rest.len());
         for batch in rest.chunks(READS_PER_WORKER) {
-            let room = budget::reserve(&self.inner, batch.len()).await;
+            let room = self.rooms.reserve(&self.inner, batch.len()).await;
             let results = read_known(isolation, template, resolved, batch).await;
             outcomes.extend(self.store(results));
             drop(room);
@@ -303,7 +306,8 @@ impl Job {
 
     /// What the worker reads for each request: its path, and the revision it has.
     fn reads(&self) -> Vec<Read> {
-        self.requests
+        self.plan
+            .requests
             .iter()
             .map(|request| Read {
                 key: request.key(),
@@ -311,47 +315,39 @@ impl Job {
                     Location::Git { path, .. } => path.clone(),
                     Location::Http { .. } => String::new(),
                 },
-                current: self.current.get(&request.key()).cloned(),
+                current: self.plan.current.get(&request.key()).cloned(),
             })
             .collect()
     }
 
-    /// Marks the repository used and, after a download, brings the cache back under its
-    /// cap (leaving room for the downloads still running).
-    fn account_for(&self, resolved: &git::Resolved, dir: &std::path::Path) {
-        let inner = &self.inner;
-        crate::source::disk::touch(&resolved.repo_dir);
-        if resolved.downloaded {
-            let max = inner.settings.cache_max_bytes;
-            let reserved = inner
-                .downloads
-                .load(Ordering::SeqCst)
-                .saturating_mul(inner.reservation());
-            inner.enforce_cache_cap(dir, max.saturating_sub(reserved));
-        }
-    }
-
     /// The namespaces of the parents sharing this job: it may run under any of them.
     fn namespaces(&self) -> Vec<String> {
-        let mut namespaces: Vec<String> =
-            self.requests.iter().map(|r| r.namespace.clone()).collect();
+        let mut namespaces: Vec<String> = self
+            .plan
+            .requests
+            .iter()
+            .map(|r| r.namespace.clone())
+            .collect();
         namespaces.sort();
         namespaces.dedup();
         namespaces
     }
 
-    /// The results, and the room they take in the snapshot budget until they are stored.
-    async fn run_http(&self, url: &str) -> (Results, budget::Room) {
-        let _slot = self.inner.http_slots.acquire(self.namespaces()).await;
-        let room = budget::reserve(&self.inner, 1).await;
-        self.inner.network_fetches.fetch_add(1, Ordering::SeqCst);
-        let credentials = self.requests.iter().find_map(|r| r.credentials.clone());
-        let tls = self.requests.iter().find_map(|r| r.tls.clone());
+    /// Fetches the one file and stores what it brought for each request, within room
+    /// reserved for it until stored.
+    async fn run_http(&mut self, url: &str) -> Vec<Option<FetchError>> {
+        let inner = self.inner.clone();
+        let _slot = inner.http_slots.acquire(self.namespaces()).await;
+        let room = self.rooms.reserve(&inner, 1).await;
+        self.went_to_network();
+        let requests = &self.plan.requests;
+        let credentials = requests.iter().find_map(|r| r.credentials.clone());
+        let tls = requests.iter().find_map(|r| r.tls.clone());
         // A source with certificates of its own gets a client of its own; the rest share one.
         let own_client = tls
             .as_ref()
-            .map(|tls| http::client(self.inner.policy.clone(), Some(tls)));
-        let (inner, credentials) = (&self.inner, credentials.as_ref());
+            .map(|tls| http::client(inner.policy.clone(), Some(tls)));
+        let credentials = credentials.as_ref();
         let result = match own_client {
             Some(Err(error)) => Err(error),
             Some(Ok(client)) => {
@@ -359,12 +355,11 @@ impl Job {
             }
             None => http::fetch(&inner.client, &inner.policy, url, credentials, None).await,
         };
-        let results = self
-            .requests
+        let results = requests
             .iter()
             .map(|r| {
                 let outcome = match &result {
-                    Ok(snapshot) if self.current.get(&r.key()) == Some(&snapshot.revision) => {
+                    Ok(snapshot) if self.plan.current.get(&r.key()) == Some(&snapshot.revision) => {
                         Fetched::Unchanged
                     }
                     Ok(snapshot) => Fetched::Fresh(snapshot.clone()),
@@ -373,8 +368,25 @@ impl Job {
                 (r.key(), outcome)
             })
             .collect();
-        (results, room)
+        let stored = self.store(results);
+        drop(room);
+        stored
     }
+}
+
+/// The span a job runs in: everything it logs (failures, the fetch summary) carries its
+/// remote.
+pub(super) fn span(request: &SourceRequest) -> tracing::Span {
+    let (url, reference) = match &request.location {
+        Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
+        Location::Http { url } => (url.as_str(), None),
+    };
+    tracing::info_span!(
+        "fetch",
+        remote = %crate::telemetry::Escaped(&crate::telemetry::bounded(&crate::source::redact_url(url))),
+        r#ref = reference.unwrap_or(""),
+        credentials = request.credentials.is_some() || request.tls.is_some(),
+    )
 }
 
 /// Whose repository a fetch uses: each credential holder (and client certificate) has

@@ -1,259 +1,46 @@
 //! The source engine. Lookups never wait: they read what the engine holds. What calls,
-//! push receivers and jobs ask for goes to one writer task as messages ([`writer`]),
-//! which records interests and, when a remote has not been fetched within the asked
-//! interval, starts one job for it. A job fetches the remote once (git: list refs,
-//! download only a new commit; HTTP: one GET) and then refreshes every request that
-//! shares it. A failed job records its error next to the last good snapshot, which
-//! stays in use.
+//! push receivers and jobs ask for goes to one writer task as messages ([`command`]),
+//! which alone changes the state ([`state`]): it records interests and, when a remote
+//! has not been fetched within the asked interval, starts one job for it. A job fetches
+//! the remote once (git: list refs, download only a new commit; HTTP: one GET) and then
+//! refreshes every request that shares it. A failed job records its error next to the
+//! last good snapshot, which stays in use.
 
-use crate::source::Revision;
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::policy::Policy;
 use super::slots::FairSlots;
 use super::{
-    FetchError, Interest, Refresh, RemoteKey, SourceKey, SourceRequest, SourceState, SourceView,
-    Sources, git, http,
+    FetchError, Interest, Refresh, Revision, SourceRequest, SourceState, SourceView, Sources, http,
 };
 
-mod budget;
 mod cache_dir;
+mod command;
 mod job;
-mod look;
-mod order;
+mod leases;
 mod settings;
+mod state;
+mod store;
 mod writer;
 
-use order::after_running;
+use command::Command;
 pub use settings::{
     DEFAULT_CACHE_MAX_BYTES, DEFAULT_SNAPSHOT_BUDGET_BYTES, DEFAULT_WORKERS,
     DEFAULT_WORKERS_PER_NAMESPACE, FetcherSettings,
 };
+use state::{PUSH_SPACING, State, Wanted};
 
-#[derive(Default)]
-struct RemoteEntry {
-    requests: HashMap<SourceKey, Asked>,
-    started: Option<Instant>,
-    in_flight: bool,
-    /// The running job asks the remote (false: it only reads new paths of the commit
-    /// already here, which changes nothing for requests that have their snapshot).
-    in_flight_network: bool,
-    /// The last commit fetched (git), so a new path can be read without the network.
-    resolved: Option<git::Resolved>,
-    /// "Fetch now" tokens ([`Sources::refresh`]).
-    refresh: RefreshTokens,
-    /// A push named this remote's repository since its last job started.
-    pushed: bool,
-    /// A timer waits to start the fetch a push asked for (see `PUSH_SPACING`).
-    push_timer: bool,
-    /// When the network job that brought `resolved` started.
-    resolved_from: Option<Instant>,
-    /// Revisions parents said they run, each with when the engine first heard of it
-    /// (the newest few): a copy fetched after that is at least as new.
-    heard: VecDeque<(Revision, Instant)>,
-    /// The parents (`namespace/name`) that asked for the remote, and when each last did
-    /// (those silent for a few intervals are let go): who waits on its next fetch.
-    parents: HashMap<std::sync::Arc<str>, Instant>,
-}
-
-/// Most parents remembered per remote (for the log line of a failed fetch only).
-const PARENTS_REMEMBERED: usize = 10_000;
-
-impl RemoteEntry {
-    /// `parent` asked for this remote at `now`, polling every `interval`.
-    fn heard_from(&mut self, parent: &std::sync::Arc<str>, now: Instant, interval: Duration) {
-        self.parents.insert(parent.clone(), now);
-        if self.parents.len() > PARENTS_REMEMBERED {
-            let silent_for = interval * FORGET_AFTER_INTERVALS;
-            self.parents
-                .retain(|_, last| now.saturating_duration_since(*last) < silent_for);
-        }
-    }
-
-    /// How many parents have asked for the remote lately.
-    pub(super) fn waiting_parents(&self, now: Instant, interval: Duration) -> usize {
-        let silent_for = interval * FORGET_AFTER_INTERVALS;
-        self.parents
-            .values()
-            .filter(|last| now.saturating_duration_since(**last) < silent_for)
-            .count()
-    }
-}
-
-/// Most handled "fetch now" tokens remembered per remote.
-const HANDLED_TOKENS: usize = 32;
-/// Most "fetch now" tokens waiting for a remote's next job (each parent asking again
-/// re-adds its own, so none is lost for good).
-const MAX_WANTED_TOKENS: usize = 256;
-
-/// Where each "fetch now" token of a remote stands: asked for (the next job covers it),
-/// covered by the running job, or handled (that job finished).
-#[derive(Default)]
-struct RefreshTokens {
-    wanted: BTreeSet<String>,
-    started: BTreeSet<String>,
-    handled: VecDeque<String>,
-}
-
-impl RefreshTokens {
-    /// A job starts: every token asked for so far is covered by it.
-    fn job_started(&mut self) {
-        self.started.append(&mut self.wanted);
-    }
-
-    /// The job ended (whatever its outcome: a failed fetch also answers "fetch now").
-    fn job_ended(&mut self) {
-        for token in std::mem::take(&mut self.started) {
-            if self.handled.len() == HANDLED_TOKENS {
-                self.handled.pop_front();
-            }
-            self.handled.push_back(token);
-        }
-    }
-}
-
-/// A request and when a parent last asked for it: requests nobody asks for any more
-/// (their parents were deleted or changed source) are forgotten.
-struct Asked {
-    request: SourceRequest,
-    last: Instant,
-    interval: Duration,
-}
-
-/// How many intervals a request may go unasked before it is forgotten.
-const FORGET_AFTER_INTERVALS: u32 = 3;
-/// How often `lookup` sweeps for forgotten requests.
-const SWEEP_EVERY: Duration = Duration::from_secs(30);
-
-#[derive(Default, Clone)]
-struct SnapshotEntry {
-    snapshot: Option<Arc<super::Snapshot>>,
-    error: Option<FetchError>,
-    /// Bytes the snapshot holds (counted against the budget).
-    bytes: u64,
-    /// Bytes of what was made of the snapshot ([`super::derived`]) when last counted
-    /// (counted against the budget too).
-    derived: u64,
-    last_used: Option<Instant>,
-    /// The revision of a snapshot let go under the memory budget.
-    let_go: Option<super::Revision>,
-    /// The parent last said it runs `let_go` already (read back from its ConfigMap), so
-    /// nothing needs reading again for it until the source changes.
-    held: bool,
-    /// When the network fetch that the latest good result reflects started.
-    fetched_from: Option<Instant>,
-    /// The start of the fetch whose job stored the latest result, good or failed: while
-    /// that job still runs, its result for this request is already in, and nothing it
-    /// does later changes this request's answer.
-    answered_by: Option<Instant>,
-    /// A lookup has returned the snapshot since it was fetched. One not yet delivered is
-    /// never let go: under a working set larger than the budget, a parent would
-    /// otherwise find its snapshot gone every time it came back for it.
-    delivered: bool,
-}
-
-impl SnapshotEntry {
-    /// What the entry weighs in the budget: the snapshot and what was made of it.
-    fn weight(&self) -> u64 {
-        self.bytes + self.derived
-    }
-
-    /// Whether a job that runs on `remote` may still change this request's answer: it
-    /// asks the remote and has not stored this request's result yet, or it reads a path
-    /// this request has no snapshot for.
-    /// An answer stored by the running job counts, a failure as much as a snapshot: the
-    /// job then only has to clear its mark, and two calls on either side of that must
-    /// answer alike.
-    fn awaits(entry: Option<&SnapshotEntry>, remote: &RemoteEntry) -> bool {
-        let has_snapshot = entry.is_some_and(|e| e.snapshot.is_some());
-        let answered = entry.is_some_and(|e| {
-            remote.in_flight_network && e.answered_by.is_some() && e.answered_by == remote.started
-        });
-        remote.in_flight && !answered && (remote.in_flight_network || !has_snapshot)
-    }
-
-    /// Nothing to answer from: never read, or let go and the parent does not hold it.
-    fn needs_reading(&self) -> bool {
-        self.snapshot.is_none() && self.let_go.is_some() && !self.held
-    }
-
-    /// The revision the request already has, so a job need not read it again.
-    fn current_revision(&self) -> Option<&super::Revision> {
-        if self.error.is_some() {
-            return None;
-        }
-        match (&self.snapshot, &self.let_go) {
-            (Some(snapshot), _) => Some(&snapshot.revision),
-            (None, Some(revision)) if self.held => Some(revision),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Default)]
-struct State {
-    remotes: HashMap<RemoteKey, RemoteEntry>,
-    snapshots: HashMap<SourceKey, SnapshotEntry>,
-    last_sweep: Option<Instant>,
-    /// Bytes of every snapshot held.
-    snapshot_bytes: u64,
-    /// Bytes of the budget running jobs have reserved for what they bring ([`budget`]).
-    reserved: u64,
-    /// Jobs waiting for room in the budget.
-    waiting_for_room: u64,
-}
-
-impl State {
-    /// Drops requests not asked for within `FORGET_AFTER_INTERVALS` of their interval
-    /// (or within `max_age` when given), their snapshots, and remotes left with none.
-    fn sweep(&mut self, now: Instant, max_age: Option<Duration>) {
-        let mut forgotten = Vec::new();
-        for remote in self.remotes.values_mut() {
-            remote.requests.retain(|key, asked| {
-                let age = max_age.unwrap_or(asked.interval * FORGET_AFTER_INTERVALS);
-                let keep = now.saturating_duration_since(asked.last) <= age;
-                if !keep {
-                    forgotten.push(key.clone());
-                }
-                keep
-            });
-        }
-        self.remotes
-            .retain(|_, remote| remote.in_flight || !remote.requests.is_empty());
-        for key in forgotten {
-            let still_asked = self.remotes.values().any(|r| r.requests.contains_key(&key));
-            if !still_asked && let Some(entry) = self.snapshots.remove(&key) {
-                self.snapshot_bytes = self.snapshot_bytes.saturating_sub(entry.weight());
-            }
-        }
-        self.last_sweep = Some(now);
-    }
-}
-
+/// What every job and the writer share, none of it changed once the engine runs: the
+/// engine's state is reached through `store` (read-only) and changed by messages to
+/// the writer (`commands`).
 struct Inner {
     policy: Arc<Policy>,
-    cache_dir: PathBuf,
+    cache_dir: std::path::PathBuf,
     client: super::client::HttpClient,
-    /// Written by the writer task alone ([`writer`]); read by lookups and gauges.
-    state: RwLock<State>,
-    /// What the writer task is asked to do.
-    commands: tokio::sync::mpsc::UnboundedSender<writer::Command>,
-    /// Names of rooms jobs reserve in the snapshot budget ([`budget`]).
-    next_room: AtomicU64,
-    /// Serialises git work per cache repository (libgit2 locks refs on disk).
-    repo_locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
-    network_fetches: AtomicU64,
+    store: store::Store,
+    commands: tokio::sync::mpsc::UnboundedSender<Command>,
     runtime: tokio::runtime::Handle,
-    /// The cache's size when last measured (after a download or an eviction).
-    cache_bytes: AtomicU64,
-    /// Git jobs that may download right now (each reserves disk space).
-    downloads: AtomicU64,
-    /// Held while a job checks and takes its disk reservation.
-    reserving: Mutex<()>,
     settings: FetcherSettings,
     git_slots: Arc<FairSlots>,
     http_slots: Arc<FairSlots>,
@@ -262,10 +49,6 @@ struct Inner {
     disk_key: [u8; 32],
     metrics: super::metrics::SourceMetrics,
 }
-
-/// The least time between two fetches of one remote that pushes start: a burst of pushes
-/// becomes one fetch now and one when the spacing has passed.
-const PUSH_SPACING: Duration = Duration::from_secs(2);
 
 /// HTTP fetches at once, and for one namespace: each holds a socket and at most one
 /// file's bytes, so they are bounded apart from the git workers.
@@ -294,27 +77,28 @@ impl Fetcher {
         let (_, cached_bytes) =
             super::disk::enforce_cap(&settings.cache_dir.join("git"), u64::MAX, |_| None::<()>);
         let policy = Arc::new(settings.policy.clone());
+        let limits = state::Limits {
+            snapshot_budget_bytes: settings.snapshot_budget_bytes,
+            cache_max_bytes: settings.cache_max_bytes,
+            download_bytes: policy.limits.download_bytes,
+            push_resync_seconds: settings.push_resync_seconds,
+        };
+        let (writes, store) = store::split(State::new(limits, cached_bytes));
         let (commands, received) = tokio::sync::mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             client: http::client(policy.clone(), None)?,
             policy,
             cache_dir: settings.cache_dir.clone(),
-            state: RwLock::new(State::default()),
+            store,
             commands,
-            next_room: AtomicU64::new(0),
-            repo_locks: Mutex::new(HashMap::new()),
-            network_fetches: AtomicU64::new(0),
             runtime,
-            cache_bytes: AtomicU64::new(cached_bytes),
-            downloads: AtomicU64::new(0),
-            reserving: Mutex::new(()),
             git_slots: FairSlots::new(settings.workers, settings.workers_per_namespace),
             http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
             disk_key,
             metrics: super::metrics::SourceMetrics::new(settings.max_remote_series),
             settings,
         });
-        let writer = writer::Writer::new(Arc::downgrade(&inner), received);
+        let writer = writer::Writer::new(Arc::downgrade(&inner), writes, received);
         inner.runtime.spawn(writer.run());
         Ok(Fetcher { inner })
     }
@@ -322,28 +106,28 @@ impl Fetcher {
     /// Waits until everything asked so far is applied and no job runs (for `render`,
     /// which prints the settled answer).
     pub async fn idle(&self) {
-        self.ask(|done| writer::Command::Idle { done }).await;
+        self.ask(|done| Command::Idle { done }).await;
     }
 
     /// Sends `command` to the writer and waits for its answer (at once when the writer
     /// has gone with the runtime).
-    async fn ask(&self, command: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> writer::Command) {
+    async fn ask(&self, command: impl FnOnce(tokio::sync::oneshot::Sender<()>) -> Command) {
         let (done, answered) = tokio::sync::oneshot::channel();
         if self.inner.commands.send(command(done)).is_ok() {
             let _ = answered.await;
         }
     }
 
-    /// Records that a parent asked for `request` (see [`writer::Wanted`]).
+    /// Records that a parent asked for `request` (see [`state::Wanted`]).
     fn ask_for(
         &self,
         request: &SourceRequest,
         interval: Duration,
         running: Option<&Revision>,
         fetch_now: Option<&str>,
-        parent: Option<std::sync::Arc<str>>,
+        parent: Option<Arc<str>>,
     ) {
-        self.send(writer::Command::Want(Box::new(writer::Wanted {
+        self.send(Command::Want(Box::new(Wanted {
             request: request.clone(),
             interval,
             running: running.cloned(),
@@ -352,7 +136,7 @@ impl Fetcher {
         })));
     }
 
-    fn send(&self, command: writer::Command) {
+    fn send(&self, command: Command) {
         // Fails only once the runtime that ran the writer has shut down.
         let _ = self.inner.commands.send(command);
     }
@@ -369,52 +153,36 @@ impl Fetcher {
 
     /// Bytes of the snapshots held in memory now.
     pub fn snapshot_bytes(&self) -> u64 {
-        read(&self.inner.state).snapshot_bytes
+        self.inner.store.read().gauges().0
     }
 
     /// Jobs waiting for room in the snapshot budget before they fetch.
     pub fn jobs_waiting_for_room(&self) -> u64 {
-        read(&self.inner.state).waiting_for_room
+        self.inner.store.read().gauges().2
     }
 
-    /// Remote fetches that went to the network so far (git ref listings and HTTP GETs).
+    /// Remote fetches that went to the network so far (git ref listings and HTTP GETs),
+    /// counted as their jobs end.
     pub fn network_fetches(&self) -> u64 {
-        self.inner.network_fetches.load(Ordering::SeqCst)
+        self.inner.store.read().network_fetches()
     }
 
     /// Treats every remote as due: the next lookup fetches again. What time passing does;
     /// tests use it instead of sleeping through the 10 s minimum interval.
     pub async fn expire(&self) {
-        self.ask(|done| writer::Command::Expire { done }).await;
+        self.ask(|done| Command::Expire { done }).await;
     }
 
     /// Forgets every request not asked for within `max_age`, as the periodic sweep does
     /// after a few intervals. Tests use it instead of waiting for the intervals to pass.
     pub async fn forget_unasked(&self, max_age: Duration) {
-        self.ask(|done| writer::Command::Forget { max_age, done })
-            .await;
+        self.ask(|done| Command::Forget { max_age, done }).await;
     }
 
     /// Requests and snapshots held in memory.
     pub fn tracked(&self) -> (usize, usize) {
-        let state = read(&self.inner.state);
-        let requests = state.remotes.values().map(|r| r.requests.len()).sum();
-        (requests, state.snapshots.len())
+        self.inner.store.read().tracked()
     }
-}
-
-/// The engine's state as readers see it.
-fn read(state: &RwLock<State>) -> RwLockReadGuard<'_, State> {
-    state
-        .read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The engine's state as the writer changes it (nowhere else).
-fn write(state: &RwLock<State>) -> RwLockWriteGuard<'_, State> {
-    state
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl SourceView for Fetcher {
@@ -424,25 +192,14 @@ impl SourceView for Fetcher {
         interval: Duration,
         running: Option<&Revision>,
     ) -> SourceState {
-        self.read(request, interval, running)
+        self.inner
+            .store
+            .read()
+            .answer(request, Instant::now(), interval, running)
     }
 
     fn token(&self, request: &SourceRequest, token: &str) -> Refresh {
-        let state = read(&self.inner.state);
-        if let Some(remote) = state.remotes.get(&request.remote_key()) {
-            if remote.refresh.handled.iter().any(|t| t == token) {
-                return Refresh::Handled;
-            }
-            if remote.refresh.started.contains(token) {
-                return Refresh::Pending;
-            }
-        }
-        // Refused before any job (credentials not allowed): nothing will run for it, and
-        // the refusal itself is the answer.
-        if look::binding_refusal(request).is_some() {
-            return Refresh::Handled;
-        }
-        Refresh::Pending
+        self.inner.store.read().token(request, token)
     }
 }
 
@@ -465,12 +222,8 @@ impl Sources for Fetcher {
     /// Marks every remote of `repository` pushed: each idle one past the push spacing
     /// is fetched now, the others when the spacing has passed.
     fn pushed(&self, repository: &str) -> usize {
-        let remotes = read(&self.inner.state)
-            .remotes
-            .values()
-            .filter(|remote| remote.is_of(repository))
-            .count();
-        self.send(writer::Command::Push {
+        let remotes = self.inner.store.read().remotes_of(repository);
+        self.send(Command::Push {
             repository: repository.to_owned(),
         });
         remotes
@@ -480,12 +233,9 @@ impl Sources for Fetcher {
         self.inner.metrics.register(registry);
         let inner = self.inner.clone();
         registry.register_collector(Box::new(super::metrics::EngineGaugesFn(move || {
-            let (snapshot_bytes, reserved, waiting) = {
-                let state = read(&inner.state);
-                (state.snapshot_bytes, state.reserved, state.waiting_for_room)
-            };
+            let (snapshot_bytes, reserved, waiting, cache_bytes) = inner.store.read().gauges();
             super::metrics::Gauges {
-                cache_bytes: inner.cache_bytes.load(Ordering::SeqCst),
+                cache_bytes,
                 snapshot_bytes,
                 snapshot_room: (reserved, waiting),
                 git_jobs: inner.git_slots.load(),
@@ -505,7 +255,7 @@ impl Fetcher {
         running: Option<&Revision>,
     ) -> SourceState {
         self.ask_for(request, interval, running, None, None);
-        self.read(request, interval, running)
+        self.state(request, interval, running)
     }
 
     /// Asks for a fetch now for `token` and tells where it stands.
@@ -525,21 +275,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn the_parents_that_wait_on_a_remote_are_those_that_asked_lately() {
-        let mut remote = RemoteEntry::default();
-        let start = Instant::now();
-        let minute = Duration::from_secs(60);
-        let (a, b): (std::sync::Arc<str>, std::sync::Arc<str>) =
-            ("team-a/web".into(), "team-b/api".into());
-        remote.heard_from(&a, start, minute);
-        remote.heard_from(&b, start, minute);
-        remote.heard_from(&a, start + minute, minute);
-        assert_eq!(remote.waiting_parents(start + minute, minute), 2);
-        // b has been silent for three intervals; a asked again since.
-        let later = start + minute * 3 + Duration::from_secs(1);
-        assert_eq!(remote.waiting_parents(later, minute), 1);
-    }
     use crate::source::{Credentials, Location};
 
     /// A repository on disk with one commit per call, read through `file://`.
@@ -693,40 +428,6 @@ mod tests {
         let _ = sources.lookup_holding(&a, HOUR, Some(elsewhere));
         sources.idle().await;
         assert!(sources.state(&a, HOUR, Some(elsewhere)).after_running);
-    }
-
-    #[test]
-    fn a_running_job_is_awaited_until_it_has_stored_this_requests_result() {
-        let started = Some(Instant::now());
-        let network = RemoteEntry {
-            started,
-            in_flight: true,
-            in_flight_network: true,
-            ..RemoteEntry::default()
-        };
-        let failed = SnapshotEntry {
-            error: Some(FetchError::HostRefused {
-                host: "127.0.0.1".into(),
-                why: "loopback".into(),
-            }),
-            answered_by: started,
-            ..SnapshotEntry::default()
-        };
-        let earlier = SnapshotEntry {
-            answered_by: started.map(|s| s - Duration::from_secs(1)),
-            ..failed.clone()
-        };
-        assert!(SnapshotEntry::awaits(None, &network));
-        assert!(SnapshotEntry::awaits(Some(&earlier), &network));
-        // The failure is in; the job has yet to clear its mark.
-        assert!(!SnapshotEntry::awaits(Some(&failed), &network));
-        let reading = RemoteEntry {
-            in_flight_network: false,
-            ..network
-        };
-        // A job that reads new paths only changes requests with nothing to show.
-        assert!(SnapshotEntry::awaits(Some(&earlier), &reading));
-        assert!(!SnapshotEntry::awaits(None, &RemoteEntry::default()));
     }
 
     #[tokio::test]
