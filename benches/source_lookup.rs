@@ -73,11 +73,9 @@ fn bench(c: &mut Criterion) {
     let cache = tempfile::tempdir().unwrap();
     let worker = Isolation::Process(env!("CARGO_BIN_EXE_metahooks").into());
     let fetcher = runtime.block_on(async {
-        Fetcher::start(FetcherSettings::new(
-            policy.clone(),
-            cache.path().to_owned(),
-            worker,
-        ))
+        Fetcher::start(
+            FetcherSettings::builder(policy.clone(), cache.path().to_owned(), worker).build(),
+        )
         .unwrap()
     });
     let registry =

@@ -101,10 +101,10 @@ impl HookError {
     /// Stable, low-cardinality label for metrics and logs.
     pub fn reason(&self) -> &'static str {
         match self {
-            HookError::BadRequest(_) => "bad_request",
-            HookError::NotFound { .. } => "not_found",
-            HookError::Saturated => "saturated",
-            HookError::Internal(_) => "internal",
+            HookError::BadRequest(_) => "BadRequest",
+            HookError::NotFound { .. } => "NotFound",
+            HookError::Saturated => "Saturated",
+            HookError::Internal(_) => "Internal",
         }
     }
 }

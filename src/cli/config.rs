@@ -11,7 +11,7 @@ use crate::controllers::common::policy::ExposurePolicy;
 use crate::controllers::{ControllerSettings, Registry};
 use crate::receivers::ReceiverSettings;
 use crate::server::{Auth, Limits, ServerSettings, TlsFiles};
-use crate::source::fetcher::{Fetcher, FetcherSettings};
+use crate::source::fetcher::{Fetcher, FetcherSettings, SettingsBuilder};
 use crate::source::policy::{Policy, SourceLimits};
 use crate::source::worker::spawn::Isolation;
 
@@ -131,13 +131,11 @@ pub fn serve_settings_with_receivers(
         _ => None,
     };
     let push_resync = receivers.as_ref().map(|_| args.receiver_resync_seconds);
-    let sources = source_settings(&args.controllers)?;
+    let sources = source_settings(&args.controllers)?
+        .push_resync_seconds(push_resync)
+        .build();
     log_effective_policy(args, &settings, &sources);
-    let fetcher = Fetcher::start(FetcherSettings {
-        push_resync_seconds: push_resync,
-        ..sources
-    })
-    .context("cannot start the source fetcher")?;
+    let fetcher = Fetcher::start(sources).context("cannot start the source fetcher")?;
     let controllers = ControllerSettings {
         heavy_validations: crate::server::compute_threads(args.compute_threads),
         step_memo_bytes: args.step_memo_bytes,
@@ -168,7 +166,7 @@ fn log_effective_policy(args: &ServeArgs, settings: &ServerSettings, sources: &F
         mock_image = %controllers.mock_image,
         "policy for what CRs may create"
     );
-    let policy = &sources.policy;
+    let policy = sources.policy();
     let schemes: Vec<String> = std::iter::once("https".to_owned())
         .chain(policy.extra_schemes.iter().cloned())
         .collect();
@@ -199,8 +197,8 @@ fn log_effective_policy(args: &ServeArgs, settings: &ServerSettings, sources: &F
         source_ca_file = policy.source_ca_pem.is_some(),
         download_bytes = policy.limits.download_bytes,
         fetch_timeout_seconds = policy.limits.timeout_seconds,
-        fetch_workers = sources.workers,
-        fetch_workers_per_namespace = sources.workers_per_namespace,
+        fetch_workers = sources.workers(),
+        fetch_workers_per_namespace = sources.workers_per_namespace(),
         "policy for sources"
     );
     let limits = &settings.limits;
@@ -235,7 +233,7 @@ fn proxies(args: &ControllerArgs) -> anyhow::Result<crate::source::proxy::Proxie
 /// # Errors
 /// As [`source_settings`], or the engine cannot start ([`Fetcher::start`]).
 pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
-    Fetcher::start(source_settings(args)?).context("cannot start the source fetcher")
+    Fetcher::start(source_settings(args)?.build()).context("cannot start the source fetcher")
 }
 
 /// The source engine's settings the controller flags describe.
@@ -243,7 +241,7 @@ pub fn source_fetcher(args: &ControllerArgs) -> anyhow::Result<Fetcher> {
 /// # Errors
 /// A file the flags name cannot be read, the cache directory cannot be created, or this
 /// program's path (which fetch workers run) cannot be found.
-pub fn source_settings(args: &ControllerArgs) -> anyhow::Result<FetcherSettings> {
+pub fn source_settings(args: &ControllerArgs) -> anyhow::Result<SettingsBuilder> {
     let policy = Policy {
         extra_schemes: args.allow_scheme.iter().cloned().collect(),
         allow_private_addresses: args.allow_private_addresses,
@@ -265,15 +263,13 @@ pub fn source_settings(args: &ControllerArgs) -> anyhow::Result<FetcherSettings>
     std::fs::create_dir_all(&cache_dir)
         .with_context(|| format!("cannot create the cache directory {}", cache_dir.display()))?;
     let isolation = Isolation::current_exe().context("cannot start fetch workers")?;
-    Ok(FetcherSettings {
-        workers: args.fetch_workers,
-        workers_per_namespace: args.fetch_workers_per_namespace,
-        worker_memory_bytes: args.fetch_worker_memory_bytes,
-        cache_max_bytes: args.cache_max_bytes,
-        snapshot_budget_bytes: args.snapshot_memory_bytes,
-        max_remote_series: args.metrics_max_remotes,
-        ..FetcherSettings::new(policy, cache_dir, isolation)
-    })
+    Ok(FetcherSettings::builder(policy, cache_dir, isolation)
+        .workers(args.fetch_workers)
+        .workers_per_namespace(args.fetch_workers_per_namespace)
+        .worker_memory_bytes(args.fetch_worker_memory_bytes)
+        .cache_max_bytes(args.cache_max_bytes)
+        .snapshot_budget_bytes(args.snapshot_memory_bytes)
+        .max_remote_series(args.metrics_max_remotes))
 }
 
 /// File descriptors kept for everything but hook connections: listeners, probes and

@@ -50,13 +50,13 @@ impl CallError {
     pub fn reason(&self) -> &'static str {
         match self {
             CallError::Hook(error) => error.reason(),
-            CallError::TooLarge { .. } => "too_large",
-            CallError::Overloaded { .. } => "overloaded",
-            CallError::BodiesOverBudget { .. } => "bodies_over_budget",
-            CallError::ClientOverBudget { .. } => "client_over_budget",
-            CallError::Unauthorized => "unauthorized",
-            CallError::DeadlineExceeded { .. } => "deadline_exceeded",
-            CallError::SlowBody { .. } => "slow_body",
+            CallError::TooLarge { .. } => "TooLarge",
+            CallError::Overloaded { .. } => "Overloaded",
+            CallError::BodiesOverBudget { .. } => "BodiesOverBudget",
+            CallError::ClientOverBudget { .. } => "ClientOverBudget",
+            CallError::Unauthorized => "Unauthorized",
+            CallError::DeadlineExceeded { .. } => "DeadlineExceeded",
+            CallError::SlowBody { .. } => "SlowBody",
         }
     }
 

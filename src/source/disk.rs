@@ -19,8 +19,8 @@ const KEY_FILE: &str = "repository-key";
 /// The directory or the key file cannot be created or read.
 pub fn key(cache_dir: &Path) -> Result<[u8; 32], super::FetchError> {
     let file = cache_dir.join(KEY_FILE);
-    let problem = |e: std::io::Error| {
-        super::FetchError::Other(format!("cannot keep the cache key {}: {e}", file.display()))
+    let problem = |e: std::io::Error| super::FetchError::CacheUnreadable {
+        detail: format!("cannot keep the cache key {}: {e}", file.display()),
     };
     if let Ok(bytes) = std::fs::read(&file)
         && let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice())

@@ -74,8 +74,16 @@ pub enum FetchError {
     WorkerCrashed { url: String, detail: String },
     #[error("the source cache has no space left for {url}: {detail}")]
     CacheFull { url: String, detail: String },
-    #[error("{0}")]
-    Other(String),
+    #[error("the source cache cannot be read: {detail}")]
+    CacheUnreadable { detail: String },
+    #[error("git failed for {url}: {detail}")]
+    GitFailed { url: String, detail: String },
+    #[error("{whence} is not usable TLS material: {detail}")]
+    TlsMaterialInvalid { whence: String, detail: String },
+    #[error("the source engine cannot run fetches: {detail}")]
+    EngineFailed { detail: String },
+    #[error("this server has no source engine")]
+    NoSourceEngine,
 }
 
 impl FetchError {
@@ -108,7 +116,11 @@ impl FetchError {
             FetchError::UnsupportedEncoding { .. } => "UnsupportedEncoding",
             FetchError::WorkerCrashed { .. } => "WorkerCrashed",
             FetchError::CacheFull { .. } => "CacheFull",
-            FetchError::Other(_) => "FetchFailed",
+            FetchError::CacheUnreadable { .. } => "CacheUnreadable",
+            FetchError::GitFailed { .. } => "GitFailed",
+            FetchError::TlsMaterialInvalid { .. } => "TLSMaterialInvalid",
+            FetchError::EngineFailed { .. } => "EngineFailed",
+            FetchError::NoSourceEngine => "NoSourceEngine",
         }
     }
 }

@@ -552,9 +552,7 @@ pub struct NoSources;
 impl SourceView for NoSources {
     fn state(&self, _: &SourceRequest, _: Duration, _: Option<&Revision>) -> SourceState {
         SourceState {
-            error: Some(FetchError::Other(
-                "this server has no source engine".to_owned(),
-            )),
+            error: Some(FetchError::NoSourceEngine),
             ..SourceState::default()
         }
     }

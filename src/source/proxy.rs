@@ -164,7 +164,11 @@ impl Proxies {
         (!self.bypassed(host)).then_some(proxy)
     }
 
-    /// Whether `NO_PROXY` sends `host` direct.
+    /// Whether `NO_PROXY` sends `host` direct, as Go's `httpproxy` reads it (what the
+    /// cluster's other tools do). hyper-util's `NoProxy` (which reqwest uses) is not
+    /// used: it reads a `host:port` entry as a name that never matches, lets `.svc`
+    /// match `svc` itself where Go matches subdomains only, and does not ignore a
+    /// fully-qualified name's trailing dot; the tests below pin all three.
     fn bypassed(&self, host: &str) -> bool {
         let host = host
             .trim_start_matches('[')

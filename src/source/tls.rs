@@ -143,7 +143,8 @@ fn private_key(pem: &str) -> Result<PrivateKeyDer<'static>, PemError> {
 /// The TLS client settings for a fetch: roots, extra CAs and a client certificate.
 ///
 /// # Errors
-/// A CA or client certificate that does not parse (`Other`, naming where it came from).
+/// A CA or client certificate that does not parse (`TlsMaterialInvalid`, naming where
+/// it came from).
 pub fn client_config(
     server_ca: Option<&str>,
     material: Option<&TlsMaterial>,
@@ -152,12 +153,10 @@ pub fn client_config(
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
     let mut add = |pem: &str, whence: &str| -> Result<(), FetchError> {
-        for certificate in
-            certificates(pem).map_err(|e| FetchError::Other(format!("{whence}: {e}")))?
-        {
+        for certificate in certificates(pem).map_err(|e| tls_invalid(whence, &e))? {
             roots
                 .add(certificate)
-                .map_err(|e| FetchError::Other(format!("{whence}: {e}")))?;
+                .map_err(|e| tls_invalid(whence, &e))?;
         }
         Ok(())
     };
@@ -177,14 +176,14 @@ pub fn client_config(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| FetchError::Other(format!("cannot set up TLS: {e}")))?
+    .map_err(|e| tls_invalid("the TLS protocol settings", &e))?
     .with_root_certificates(roots);
     let client_pair =
         material.and_then(|m| Some((m, m.cert_pem.as_deref()?, m.key_pem.as_deref()?)));
     let mut config = match client_pair {
         Some((m, cert, key)) => {
             let whence = |part: &str, e: &dyn std::fmt::Display| {
-                FetchError::Other(format!("`{part}` of Secret {:?}: {e}", m.secret))
+                tls_invalid(&format!("`{part}` of Secret {:?}", m.secret), e)
             };
             let chain = certificates(cert).map_err(|e| whence("tls.crt", &e))?;
             let key = private_key(key).map_err(|e| whence("tls.key", &e))?;
@@ -265,6 +264,14 @@ pub enum CaFileError {
         path: std::path::PathBuf,
         problem: PemError,
     },
+}
+
+/// `whence` (a flag, or a part of a Secret) does not hold what TLS needs.
+fn tls_invalid(whence: &str, detail: &dyn std::fmt::Display) -> FetchError {
+    FetchError::TlsMaterialInvalid {
+        whence: whence.to_owned(),
+        detail: detail.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -258,7 +258,7 @@ async fn serve_logs_json_and_drains_on_sigterm() {
         .unwrap_or_else(|| panic!("no refused call logged: {lines:#?}"));
     assert_eq!(refused_call["level"], "WARN", "{refused_call}");
     assert_eq!(refused_call["status"], 404, "{refused_call}");
-    assert_eq!(refused_call["reason"], "not_found", "{refused_call}");
+    assert_eq!(refused_call["reason"], "NotFound", "{refused_call}");
     assert!(
         refused_call["error"]
             .as_str()

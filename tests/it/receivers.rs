@@ -11,7 +11,6 @@ use metahooks::controllers::{ControllerSettings, Registry};
 use metahooks::receivers::{ReceiverSettings, verify::sign};
 use metahooks::server::{Clock, Server};
 use metahooks::source::Sources;
-use metahooks::source::fetcher::FetcherSettings;
 use serde_json::{Value, json};
 use support::emulator::Emulator;
 use support::servers::{GitDaemon, Repo};
@@ -33,10 +32,11 @@ async fn setup() -> Setup {
     repo.commit(&[("app.env", "COLOUR=blue\n")]);
     let daemon = GitDaemon::start(&repo);
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = support::start(FetcherSettings {
-        push_resync_seconds: Some(5),
-        ..support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
-    });
+    let fetcher = support::start(
+        support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
+            .push_resync_seconds(Some(5))
+            .build(),
+    );
     let sources: Arc<dyn Sources> = Arc::new(fetcher.clone());
     let registry = Registry::standard(ControllerSettings::default()).with_sources(sources.clone());
     let server = Server::start(support::local_settings(), registry, Clock::System)

@@ -219,7 +219,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::source_hardening::{git_stdin, settled};
-use metahooks::source::fetcher::{Fetcher, FetcherSettings};
+use metahooks::source::fetcher::Fetcher;
 use metahooks::source::policy::{Policy, SourceLimits};
 use metahooks::source::{Location, SourceRequest, Sources};
 use support::servers::{GitDaemon, Repo, serve_git_http_per_user};
@@ -307,11 +307,12 @@ fn worker_fetcher(
         limits,
         ..support::loopback_policy(&["git", "http"])
     };
-    let fetcher = support::start(FetcherSettings {
-        workers,
-        workers_per_namespace: per_namespace,
-        ..support::fetcher_settings(policy, cache.path())
-    });
+    let fetcher = support::start(
+        support::fetcher_settings(policy, cache.path())
+            .workers(workers)
+            .workers_per_namespace(per_namespace)
+            .build(),
+    );
     (fetcher, cache)
 }
 
@@ -676,10 +677,11 @@ async fn many_paths_of_one_remote_are_read_within_one_workers_memory() {
     // files that one worker holding them all at once could not keep under 96 MiB.
     let (_repo, daemon) = directories_of_900_kb(48);
     let cache = tempfile::tempdir().unwrap();
-    let fetcher = support::start(FetcherSettings {
-        worker_memory_bytes: 96 * 1024 * 1024,
-        ..support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
-    });
+    let fetcher = support::start(
+        support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
+            .worker_memory_bytes(96 * 1024 * 1024)
+            .build(),
+    );
     let requests: Vec<SourceRequest> = (0..48)
         .map(|n| git(daemon.url(), "team-a", &format!("d{n}")))
         .collect();
@@ -707,10 +709,11 @@ async fn a_jobs_snapshots_are_handed_over_batch_by_batch_within_the_budget() {
     let (_repo, daemon) = directories_of_900_kb(40);
     let cache = tempfile::tempdir().unwrap();
     let budget: u64 = 8 * 1024 * 1024;
-    let fetcher = support::start(FetcherSettings {
-        snapshot_budget_bytes: budget,
-        ..support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
-    });
+    let fetcher = support::start(
+        support::fetcher_settings(support::loopback_policy(&["git"]), cache.path())
+            .snapshot_budget_bytes(budget)
+            .build(),
+    );
     let requests: Vec<SourceRequest> = (0..40)
         .map(|n| git(daemon.url(), "team-a", &format!("d{n}")))
         .collect();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use metahooks::source::binding::Binding;
-use metahooks::source::fetcher::{Fetcher, FetcherSettings};
+use metahooks::source::fetcher::Fetcher;
 use metahooks::source::policy::Policy;
 use metahooks::source::{Location, SourceRequest, SourceState, Sources};
 use support::servers::{Files, GitDaemon, Repo, serve_files};
@@ -328,10 +328,11 @@ async fn the_disk_cache_stays_under_its_cap() {
     let (first_daemon, second_daemon) = (GitDaemon::start(&first), GitDaemon::start(&second));
     let cache = tempfile::tempdir().unwrap();
     // A cap below one repository: each download evicts every other repository.
-    let fetcher = support::start(FetcherSettings {
-        cache_max_bytes: 1,
-        ..support::fetcher_settings(loopback_policy(), cache.path())
-    });
+    let fetcher = support::start(
+        support::fetcher_settings(loopback_policy(), cache.path())
+            .cache_max_bytes(1)
+            .build(),
+    );
     let a = git_request(&first_daemon.url(), None, "a.env");
     let b = git_request(&second_daemon.url(), None, "b.env");
     assert!(settled(&fetcher, &a).await.snapshot.is_some());

@@ -154,7 +154,10 @@ fn a_replica_with_an_older_copy_keeps_the_newer_config_and_refreshes() {
     // A replica that cannot catch up says so, and still keeps what runs.
     behind.sources.fail(
         URL,
-        crate::source::FetchError::Other("the remote hung up".to_owned()),
+        crate::source::FetchError::Unreachable {
+            url: "https://git.example/config.git".to_owned(),
+            detail: "the remote hung up".to_owned(),
+        },
     );
     let stuck = behind.sync(spec(), &children(&newer));
     assert_eq!(hash(&stuck), hash(&newer));

@@ -65,7 +65,7 @@ impl ConnectGuard {
     /// Starts a guard for a fetch of `url` (git or ssh) that must end by `deadline`.
     ///
     /// # Errors
-    /// [`FetchError::Other`] when no loopback port can be had.
+    /// [`FetchError::EngineFailed`] when no loopback port can be had.
     pub fn start(
         policy: &Policy,
         url: &url::Url,
@@ -76,8 +76,8 @@ impl ConnectGuard {
             "git" => 9418,
             _ => 22,
         });
-        let cannot = |e: std::io::Error| {
-            FetchError::Other(format!("cannot start the connection guard: {e}"))
+        let cannot = |e: std::io::Error| FetchError::EngineFailed {
+            detail: format!("cannot start the connection guard: {e}"),
         };
         let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(cannot)?;
         let address = listener.local_addr().map_err(cannot)?;

@@ -217,8 +217,13 @@ impl Job {
         if let Err(refusal) = inner.refuse_cache_url(&url) {
             return (self.store(failed_reads(&reads, &refusal)), None);
         }
-        let fingerprint = holder_fingerprint(credentials.as_ref(), tls.as_ref(), &inner.disk_key);
-        let dir = git::repo_dir(&inner.cache_dir, &url, &fingerprint);
+        let dir = git::repo_dir(
+            &inner.cache_dir,
+            &url,
+            credentials.as_ref(),
+            tls.as_ref(),
+            &inner.disk_key,
+        );
         let settings = &inner.settings;
         // A turn at a worker first (fair between namespaces), then the repository.
         let _slot = inner.git_slots.acquire(self.namespaces()).await;
@@ -387,21 +392,4 @@ pub(super) fn span(request: &SourceRequest) -> tracing::Span {
         r#ref = reference.unwrap_or(""),
         credentials = request.credentials.is_some() || request.tls.is_some(),
     )
-}
-
-/// Whose repository a fetch uses: each credential holder (and client certificate) has
-/// its own, so objects one's access brought in are never served to another.
-fn holder_fingerprint(
-    credentials: Option<&crate::source::Credentials>,
-    tls: Option<&crate::source::tls::TlsMaterial>,
-    disk_key: &[u8; 32],
-) -> String {
-    let mut fingerprint = credentials
-        .map(|c| c.fingerprint_with(disk_key))
-        .unwrap_or_default();
-    if let Some(tls) = tls {
-        fingerprint.push('+');
-        fingerprint.push_str(&tls.fingerprint());
-    }
-    fingerprint
 }

@@ -27,7 +27,7 @@ mod writer;
 use command::Command;
 pub use settings::{
     DEFAULT_CACHE_MAX_BYTES, DEFAULT_SNAPSHOT_BUDGET_BYTES, DEFAULT_WORKERS,
-    DEFAULT_WORKERS_PER_NAMESPACE, FetcherSettings,
+    DEFAULT_WORKERS_PER_NAMESPACE, FetcherSettings, SettingsBuilder,
 };
 use state::{PUSH_SPACING, State, Wanted};
 
@@ -69,9 +69,10 @@ impl Fetcher {
     /// No runtime runs, the cache directory's key cannot be read or written, or the HTTP
     /// client cannot be built from the policy.
     pub fn start(settings: FetcherSettings) -> Result<Fetcher, FetchError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            FetchError::Other("the source fetcher needs a Tokio runtime".to_owned())
-        })?;
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| FetchError::EngineFailed {
+                detail: "it was started outside a Tokio runtime".to_owned(),
+            })?;
         let disk_key = super::disk::key(&settings.cache_dir)?;
         // What a restarted server's cache already holds (nothing is removed here).
         let (_, cached_bytes) =
@@ -326,16 +327,17 @@ mod tests {
             allow_private_addresses: true,
             ..Policy::default()
         };
-        start(FetcherSettings {
-            snapshot_budget_bytes: budget,
-            ..settings(policy, cache)
-        })
+        start(
+            settings(policy, cache)
+                .snapshot_budget_bytes(budget)
+                .build(),
+        )
     }
 
     /// The test binary cannot be re-executed as a worker; the integration tests run
     /// real workers.
-    fn settings(policy: Policy, cache: &Path) -> FetcherSettings {
-        FetcherSettings::new(
+    fn settings(policy: Policy, cache: &Path) -> SettingsBuilder {
+        FetcherSettings::builder(
             policy,
             cache.to_owned(),
             crate::source::worker::spawn::Isolation::InProcess,
@@ -575,10 +577,11 @@ mod tests {
             ..Policy::default()
         };
         let budget = 150 * 1024;
-        let sources = start(FetcherSettings {
-            snapshot_budget_bytes: budget,
-            ..settings(policy, cache.path())
-        });
+        let sources = start(
+            settings(policy, cache.path())
+                .snapshot_budget_bytes(budget)
+                .build(),
+        );
         let _ = sources.lookup(&wanted[0], HOUR);
         sources.idle().await;
         assert!(sources.snapshot_bytes() > 100 * 1024, "a is held");

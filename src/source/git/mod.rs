@@ -67,17 +67,25 @@ fn configure_network() {
     });
 }
 
-/// Where the bare repository for `url` fetched with credentials of `fingerprint` ("" for
-/// none) lives under `cache_dir`. Each credential holder has a repository of its own:
-/// objects one holder's access brought in are never served to another, whose own
-/// access the server may refuse.
-pub fn repo_dir(cache_dir: &Path, url: &str, fingerprint: &str) -> PathBuf {
-    let mut keyed = Vec::with_capacity(url.len() + fingerprint.len() + 1);
-    keyed.extend_from_slice(url.as_bytes());
-    keyed.push(0);
-    keyed.extend_from_slice(fingerprint.as_bytes());
-    let digest = crate::hash::sha256_hex(&keyed);
-    cache_dir.join("git").join(&digest[..24])
+/// Where the bare repository for `url` fetched with `credentials` and `tls` lives under
+/// `cache_dir`, named by a digest keyed with the cache's `key`. Each credential holder
+/// (and client certificate) has a repository of its own: objects one holder's access
+/// brought in are never served to another, whose own access the server may refuse.
+pub fn repo_dir(
+    cache_dir: &Path,
+    url: &str,
+    credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
+    key: &[u8; 32],
+) -> PathBuf {
+    let holder = credentials.map(|c| c.fingerprint_with(key));
+    let client = tls.map(TlsMaterial::fingerprint);
+    let digest = crate::hash::Parts::keyed(key)
+        .part(url.as_bytes())
+        .optional(holder.as_deref().map(str::as_bytes))
+        .optional(client.as_deref().map(str::as_bytes))
+        .finish();
+    cache_dir.join("git").join(hex::encode(&digest[..12]))
 }
 
 /// When a fetch job must be done by: the policy's time limit from now. The same instant
@@ -171,7 +179,9 @@ fn downloaded_commit(
     let object = repo.find_object(commit, None).map_err(|_| not_found())?;
     Ok(object
         .peel_to_commit()
-        .map_err(|e| FetchError::Other(e.to_string()))?
+        .map_err(|e| FetchError::CacheUnreadable {
+            detail: format!("commit {commit}: {e}"),
+        })?
         .id()
         .to_string())
 }
@@ -206,10 +216,9 @@ fn open_or_init(dir: &Path, url: &str) -> Result<Repository, FetchError> {
                 detail,
             }
         } else {
-            FetchError::Other(format!(
-                "cannot {doing} the cache at {}: {detail}",
-                dir.display()
-            ))
+            FetchError::CacheUnreadable {
+                detail: format!("cannot {doing} {}: {detail}", dir.display()),
+            }
         }
     };
     if dir.join("HEAD").exists() {

@@ -20,16 +20,14 @@ pub fn extract(
 ) -> Result<Snapshot, FetchError> {
     let path = check_repo_path(path)?;
     let repo = Repository::open_bare(&resolved.repo_dir)
-        .map_err(|e| FetchError::Other(format!("cannot open the cache: {e}")))?;
-    let oid = Oid::from_str(&resolved.commit).map_err(|e| FetchError::Other(e.to_string()))?;
+        .map_err(|e| cache_unreadable(format!("cannot open the repository: {e}")))?;
+    let oid = Oid::from_str(&resolved.commit).map_err(|e| cache_unreadable(e.to_string()))?;
     let commit = repo
         .find_commit(oid)
-        .map_err(|e| FetchError::Other(format!("commit {oid} vanished from the cache: {e}")))?;
+        .map_err(|e| cache_unreadable(format!("commit {oid} vanished: {e}")))?;
     let revision = resolved.revision();
     let made_at = Some(commit.committer().when().seconds());
-    let root = commit
-        .tree()
-        .map_err(|e| FetchError::Other(e.to_string()))?;
+    let root = commit.tree().map_err(|e| cache_unreadable(e.to_string()))?;
     let limits = &policy.limits;
     if path.is_empty() {
         let files = read_tree(&repo, &root, "", limits, deadline)?;
@@ -52,7 +50,7 @@ pub fn extract(
         Some(ObjectType::Tree) => {
             let tree = repo
                 .find_tree(entry.id())
-                .map_err(|e| FetchError::Other(e.to_string()))?;
+                .map_err(|e| cache_unreadable(e.to_string()))?;
             let files = read_tree(&repo, &tree, &path, limits, deadline)?;
             Ok(Snapshot::new(revision, files, false, made_at))
         }
@@ -105,7 +103,7 @@ pub(super) fn read_tree(
     for (name, id) in found {
         let blob = repo
             .find_blob(id)
-            .map_err(|e| FetchError::Other(e.to_string()))?;
+            .map_err(|e| cache_unreadable(e.to_string()))?;
         files.insert(name, Content::from_bytes(blob.content().to_vec()));
     }
     Ok(files)
@@ -115,10 +113,10 @@ pub(super) fn read_tree(
 pub(super) fn blob_size(repo: &Repository, id: Oid) -> Result<u64, FetchError> {
     let odb = repo
         .odb()
-        .map_err(|e| FetchError::Other(format!("cannot read the cache: {e}")))?;
+        .map_err(|e| cache_unreadable(format!("cannot open its object database: {e}")))?;
     let (size, _) = odb
         .read_header(id)
-        .map_err(|e| FetchError::Other(format!("cannot read object {id}: {e}")))?;
+        .map_err(|e| cache_unreadable(format!("cannot read object {id}: {e}")))?;
     Ok(size as u64)
 }
 
@@ -175,7 +173,7 @@ fn list_blobs(
     if let Some(failure) = failure {
         return Err(failure);
     }
-    walked.map_err(|e| FetchError::Other(e.to_string()))?;
+    walked.map_err(|e| cache_unreadable(e.to_string()))?;
     Ok(found)
 }
 
@@ -195,12 +193,17 @@ fn read_one(
     }
     let blob = repo
         .find_blob(id)
-        .map_err(|e| FetchError::Other(e.to_string()))?;
+        .map_err(|e| cache_unreadable(e.to_string()))?;
     let name = path.rsplit('/').next().unwrap_or(path).to_owned();
     Ok(BTreeMap::from([(
         name,
         Content::from_bytes(blob.content().to_vec()),
     )]))
+}
+
+/// The cache failed while a commit it holds was read.
+fn cache_unreadable(detail: String) -> FetchError {
+    FetchError::CacheUnreadable { detail }
 }
 
 #[cfg(test)]

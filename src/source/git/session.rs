@@ -398,6 +398,9 @@ pub(super) fn map_error(
                 detail: message,
             }
         }
-        _ => FetchError::Other(format!("git error for {url}: {message}")),
+        _ => FetchError::GitFailed {
+            url: url.to_owned(),
+            detail: message,
+        },
     }
 }

@@ -86,7 +86,7 @@ impl SmartHttp {
     /// Installs the transport's settings for fetches on this thread.
     ///
     /// # Errors
-    /// [`FetchError::Other`] when the client or its runtime cannot be built.
+    /// [`FetchError::EngineFailed`] when the client or its runtime cannot be built.
     pub(super) fn install(
         shown: &str,
         credentials: Option<&Credentials>,
@@ -97,7 +97,9 @@ impl SmartHttp {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| FetchError::Other(format!("cannot start the HTTP client: {e}")))?;
+            .map_err(|e| FetchError::EngineFailed {
+                detail: format!("cannot start the HTTP client: {e}"),
+            })?;
         let policy = Arc::new(policy.clone());
         let limits = &policy.limits;
         let meter = Meter::new(

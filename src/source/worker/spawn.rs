@@ -30,10 +30,8 @@ impl Isolation {
     pub fn current_exe() -> Result<Isolation, FetchError> {
         std::env::current_exe()
             .map(Isolation::Process)
-            .map_err(|e| {
-                FetchError::Other(format!(
-                    "cannot find this program to run fetch workers: {e}"
-                ))
+            .map_err(|e| FetchError::EngineFailed {
+                detail: format!("cannot find this program to run fetch workers: {e}"),
             })
     }
 }
@@ -52,11 +50,15 @@ pub async fn run(isolation: &Isolation, job: GitJob) -> GitOutcome {
             let limit = Duration::from_millis(job.limits.timeout_ms) + GRACE;
             let timeout = timeout_error(&job);
             let failed = GitOutcome::failed(&job, timeout.clone());
+            let job_url = job.url.clone();
             let work = tokio::task::spawn_blocking(move || super::run(&job));
             match tokio::time::timeout(limit, work).await {
                 Ok(Ok(outcome)) => outcome,
                 Ok(Err(join)) => GitOutcome {
-                    resolved: Err(FetchError::Other(format!("the git fetch aborted: {join}"))),
+                    resolved: Err(FetchError::WorkerCrashed {
+                        url: redact_url(&job_url),
+                        detail: format!("the git fetch aborted: {join}"),
+                    }),
                     ..failed
                 },
                 Err(_) => failed,

@@ -107,17 +107,17 @@ pub fn fetcher(
     policy: metahooks::source::policy::Policy,
     cache: &std::path::Path,
 ) -> metahooks::source::fetcher::Fetcher {
-    start(fetcher_settings(policy, cache))
+    start(fetcher_settings(policy, cache).build())
 }
 
 /// The engine's defaults, with workers that run this package's `metahooks` binary.
 pub fn fetcher_settings(
     policy: metahooks::source::policy::Policy,
     cache: &std::path::Path,
-) -> metahooks::source::fetcher::FetcherSettings {
+) -> metahooks::source::fetcher::SettingsBuilder {
     use metahooks::source::worker::spawn::Isolation;
     let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_metahooks"));
-    metahooks::source::fetcher::FetcherSettings::new(
+    metahooks::source::fetcher::FetcherSettings::builder(
         policy,
         cache.to_owned(),
         Isolation::Process(program),
