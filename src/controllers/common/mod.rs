@@ -20,6 +20,7 @@ pub mod revisions;
 pub mod rollout;
 pub mod secrets;
 pub mod source_spec;
+pub mod source_sync;
 pub mod spec;
 pub mod steps;
 pub mod taken;

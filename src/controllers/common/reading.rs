@@ -9,29 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::refresh;
-use crate::controllers::{Answer, Context};
-use crate::protocol::CompositeResponse;
 use crate::source::{Interest, Refresh, Seen, SourceRequest, SourceState, SourceView};
-
-/// A composite sync that reads sources: `answer` runs with the call's reads and the
-/// "fetch now" value carried over from `parent`'s status; the value it handled is
-/// recorded in the response's status, and the reads go with the answer.
-///
-/// # Errors
-/// Those of `answer`.
-pub fn composite_sync<E>(
-    ctx: &Context,
-    parent: &Value,
-    answer: impl FnOnce(&mut Reads<'_>, &mut refresh::Outcome) -> Result<CompositeResponse, E>,
-) -> Result<Answer<CompositeResponse>, E> {
-    let mut reads = Reads::new(ctx.sources.as_ref()).for_parent(parent);
-    let response = refresh::recording(parent, |asked| answer(&mut reads, asked))?;
-    Ok(Answer {
-        response,
-        sources: reads.finish(),
-    })
-}
 
 /// One source a call used: what it asks of the engine, and what it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]

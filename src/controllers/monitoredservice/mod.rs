@@ -29,11 +29,12 @@ use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
-use crate::controllers::common::reading::{self, Reads};
+use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
+use crate::controllers::common::source_sync;
 use crate::controllers::common::taken::{self, ChildName};
 use crate::controllers::{Answer, CompositeHooks, Context};
 use crate::error::HookError;
@@ -251,7 +252,7 @@ impl CompositeHooks for MonitoredServiceHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<Answer<CompositeResponse>, HookError> {
-        reading::composite_sync(ctx, &request.parent, |reads, asked| {
+        source_sync::composite_sync(ctx, &request.parent, |reads, asked| {
             self.answer(request, ctx, reads, asked)
         })
     }

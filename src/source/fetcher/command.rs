@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::job::Results;
 use super::state::{Ended, JobId, RepoWanted, RoomId, RoomWanted, Wanted};
-use crate::source::RemoteKey;
+use crate::source::worker::Fetched;
+use crate::source::{RemoteKey, SourceKey};
+
+/// What a job brought, request by request.
+pub(super) type Results = Vec<(SourceKey, Fetched)>;
 
 pub(super) enum Command {
     /// A parent asked for a source.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Inner;
-use super::command::Command;
+use super::command::{Command, Results};
 use super::leases::{Repo, Rooms};
 use super::state::{Ended, JobPlan};
 use crate::source::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
@@ -32,8 +32,6 @@ impl Drop for EndGuard {
         }
     }
 }
-
-pub(super) type Results = Vec<(crate::source::SourceKey, Fetched)>;
 
 /// Paths one worker reads at most (each within the config size limit): a worker's memory
 /// follows one batch, however many paths parents name on one remote. Further paths are
