@@ -348,7 +348,7 @@ mod tests {
         Fetcher::start(settings).unwrap_or_else(|e| panic!("fetcher: {e}"))
     }
 
-    fn request(url: &str, path: &str) -> SourceRequest {
+    pub(super) fn request(url: &str, path: &str) -> SourceRequest {
         SourceRequest {
             tls: None,
             location: Location::Git {

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
-use crate::source::{Location, Snapshot, worker::Fetched};
+use crate::source::fetcher::tests::request;
+use crate::source::{Snapshot, worker::Fetched};
 
 const URLS: [&str; 2] = ["https://git.example/a.git", "https://git.example/b.git"];
 
@@ -27,19 +28,6 @@ const PARENTS: [(usize, &str, u64); 6] = [
     (1, "c.env", 120),
     (0, "c.env", 60),
 ];
-
-fn request(url: &str, path: &str) -> SourceRequest {
-    SourceRequest {
-        tls: None,
-        location: Location::Git {
-            url: url.to_owned(),
-            reference: None,
-            path: path.to_owned(),
-        },
-        namespace: "team-a".to_owned(),
-        credentials: None,
-    }
-}
 
 fn limits() -> Limits {
     Limits {
@@ -244,24 +232,9 @@ impl World {
                 };
                 let running = self.jobs.remove(index);
                 let plan = running.plan;
-                let resolved = if *fails {
-                    None
-                } else if plan.use_network {
-                    self.commits += 1;
-                    Some(resolved(self.commits))
-                } else {
-                    plan.resolved.clone()
-                };
-                let remote = plan.remote_key.clone();
-                self.state.finished(Ended {
-                    remote_key: plan.remote_key,
-                    job: plan.job,
-                    resolved,
-                    network: plan.use_network,
-                    commit_from: plan.commit_from,
-                    went_to_network: plan.use_network,
-                });
-                self.happened(Some(&remote), |since, _| since.finished = true);
+                let resolved = if *fails { None } else { self.resolves(&plan) };
+                self.state.finished(ended(&plan, resolved));
+                self.happened(Some(&plan.remote_key), |since, _| since.finished = true);
             }
             Event::Push { repo } => {
                 let Some(repository) = crate::source::repository::normalise(URLS[*repo]) else {
@@ -378,6 +351,17 @@ impl World {
         Ok(())
     }
 
+    /// The commit `plan`'s job resolves when it succeeds: a new one from the network, else
+    /// the one it read.
+    fn resolves(&mut self, plan: &JobPlan) -> Option<git::Resolved> {
+        if plan.use_network {
+            self.commits += 1;
+            Some(resolved(self.commits))
+        } else {
+            plan.resolved.clone()
+        }
+    }
+
     /// Runs every job to its end, storing a fresh result for each of its requests, and
     /// asks again for every parent, until no job starts (time stands still).
     fn settle(&mut self) -> Result<(), TestCaseError> {
@@ -404,20 +388,8 @@ impl World {
                     self.now,
                     &mut effects,
                 );
-                let resolved = if plan.use_network {
-                    self.commits += 1;
-                    Some(resolved(self.commits))
-                } else {
-                    plan.resolved.clone()
-                };
-                self.state.finished(Ended {
-                    remote_key: plan.remote_key,
-                    job: plan.job,
-                    resolved,
-                    network: plan.use_network,
-                    commit_from: plan.commit_from,
-                    went_to_network: plan.use_network,
-                });
+                let resolved = self.resolves(&plan);
+                self.state.finished(ended(&plan, resolved));
                 self.take_effects(effects);
             }
             for parent in 0..PARENTS.len() {
@@ -454,6 +426,18 @@ impl World {
             );
         }
         Ok(())
+    }
+}
+
+/// How `plan`'s job ends, having resolved `resolved`.
+fn ended(plan: &JobPlan, resolved: Option<git::Resolved>) -> Ended {
+    Ended {
+        remote_key: plan.remote_key.clone(),
+        job: plan.job,
+        resolved,
+        network: plan.use_network,
+        commit_from: plan.commit_from,
+        went_to_network: plan.use_network,
     }
 }
 
@@ -590,14 +574,7 @@ fn a_running_job_is_awaited_until_it_has_stored_this_requests_result() {
     let answer = state.answer(&a, now, hour, None);
     assert!(!answer.pending && answer.error.is_some(), "{answer:?}");
     assert!(state.answer(&c, now, hour, None).pending);
-    state.finished(Ended {
-        remote_key: fetch.remote_key.clone(),
-        job: fetch.job,
-        resolved: Some(resolved(1)),
-        network: true,
-        commit_from: fetch.commit_from,
-        went_to_network: true,
-    });
+    state.finished(ended(fetch, Some(resolved(1))));
     // c was never read: a job reads it from the commit now here, without the network.
     let jobs = ask(&mut state, &c, now);
     let [read] = jobs.as_slice() else {
@@ -612,14 +589,7 @@ fn a_running_job_is_awaited_until_it_has_stored_this_requests_result() {
         now,
         &mut effects,
     );
-    state.finished(Ended {
-        remote_key: read.remote_key.clone(),
-        job: read.job,
-        resolved: read.resolved.clone(),
-        network: false,
-        commit_from: read.commit_from,
-        went_to_network: false,
-    });
+    state.finished(ended(read, read.resolved.clone()));
     // A new path b: read by a job of its own, awaited by b, and by a, which has nothing
     // to show but an error the read may replace; not by c, which has its snapshot.
     let jobs = ask(&mut state, &b, now);
