@@ -35,7 +35,8 @@ WORKDIR /src
 # Dependencies first, so source edits do not rebuild them.
 COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
-# The workspace's small crates (protocol, apiserver, emulate) build with the dependencies.
+# The workspace's crates (protocol, apiserver, emulate, hash, and the source engine) build
+# with the dependencies.
 COPY crates ./crates
 RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && cargo build --release --locked --target "$(cat /rust-target)" \

@@ -6,7 +6,8 @@
 //! - [`apiserver`]: the API server's rules for objects (crate `metahooks-apiserver`);
 //! - [`server`]: the HTTP edge (routing, limits, auth, TLS, ETag, probes);
 //! - [`controllers`]: pure sync/finalize/customize logic per controller;
-//! - [`source`]: the background config-source engine (git, HTTP) controllers read from;
+//! - [`source`]: the background config-source engine (git, HTTP) controllers read from
+//!   (crate `metahooks-source`; [`hash`], every digest, is crate `metahooks-hash`);
 //! - [`emulate`]: the Metacontroller emulator behind `metahooks emulate` and the tests
 //!   (crate `metahooks-emulate`, which needs none of the rest);
 //! - [`cli`] (flags → settings, `render`, `emulate`), [`crds`], [`telemetry`]: the
@@ -21,14 +22,14 @@ pub mod crds;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz_surfaces;
-pub mod hash;
 pub mod http_error;
 pub mod receivers;
 pub mod server;
-pub mod source;
 pub mod telemetry;
 pub mod yaml;
 
 pub use metahooks_apiserver as apiserver;
 pub use metahooks_emulate as emulate;
+pub use metahooks_hash as hash;
 pub use metahooks_protocol as protocol;
+pub use metahooks_source as source;

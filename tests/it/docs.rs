@@ -124,7 +124,7 @@ fn every_declared_reason_is_used_by_a_controller() {
 
 #[test]
 fn every_condition_reason_is_on_its_crd_page() {
-    let source_reasons: Vec<String> = doc("src/source/error.rs")
+    let source_reasons: Vec<String> = doc("crates/source/src/error.rs")
         .lines()
         .filter_map(|line| line.split("=> \"").nth(1))
         .filter_map(|rest| rest.split('"').next())

@@ -1,0 +1,367 @@
+//! Git over libgit2 (blocking; run inside a fetch worker process, see
+//! [`super::worker`]). A poll first
+//! lists the remote's refs; only when the wanted commit is not already in the local bare
+//! repository is a pack downloaded, shallow where the server allows. Files are read from
+//! the commit's tree, never from a worktree, so nothing outside the repository can be
+//! reached, and symbolic links are refused rather than followed.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use git2::{Oid, Repository};
+
+use super::connect_guard::Phase;
+use super::policy::Policy;
+use super::tls::TlsMaterial;
+use super::{Credentials, FetchError};
+
+mod read;
+mod session;
+mod smart_http;
+pub use read::extract;
+use session::*;
+
+/// Where fetched refs land in the cache repository (one wanted ref, or all branches
+/// when a commit id was asked for that no ref advertises).
+const LOCAL_REF: &str = "refs/metahooks/one";
+const LOCAL_ALL: &str = "refs/metahooks/all";
+
+/// The commit a reference resolved to, in the local cache repository.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resolved {
+    /// The cache repository holding the commit.
+    pub repo_dir: PathBuf,
+    /// The commit id.
+    pub commit: String,
+    /// The reference as shown in revisions: branch or tag name, or what the user wrote.
+    pub display_ref: String,
+    /// Whether a pack was downloaded (false when the commit was already here).
+    pub downloaded: bool,
+    /// Bytes downloaded for it (0 when nothing was).
+    pub received_bytes: u64,
+}
+
+impl Resolved {
+    /// The revision shown for snapshots of this commit.
+    pub fn revision(&self) -> String {
+        format!("{}@sha1:{}", self.display_ref, self.commit)
+    }
+}
+
+/// Sets libgit2's process-wide network settings once, before any fetch of the process:
+/// connect and read waits bounded (so a silent git:// or ssh server cannot hold a job
+/// forever; the transfer callback only runs while data arrives), and http(s) spoken by
+/// [`smart_http`].
+#[allow(unsafe_code)]
+fn configure_network() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: these write libgit2 process globals without synchronisation. The only
+        // readers are libgit2 network operations, and every one of them in this program
+        // starts in `fetch` after this `Once` has completed, so none runs concurrently.
+        unsafe {
+            let _ = git2::opts::set_server_connect_timeout_in_milliseconds(10_000);
+            let _ = git2::opts::set_server_timeout_in_milliseconds(20_000);
+            smart_http::register();
+        }
+    });
+}
+
+/// Where the bare repository for `url` fetched with `credentials` and `tls` lives under
+/// `cache_dir`, named by a digest keyed with the cache's `key`. Each credential holder
+/// (and client certificate) has a repository of its own: objects one holder's access
+/// brought in are never served to another, whose own access the server may refuse.
+pub fn repo_dir(
+    cache_dir: &Path,
+    url: &str,
+    credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
+    key: &[u8; 32],
+) -> PathBuf {
+    let holder = credentials.map(|c| c.fingerprint_with(key));
+    let client = tls.map(TlsMaterial::fingerprint);
+    let digest = metahooks_hash::Parts::keyed(key)
+        .part(url.as_bytes())
+        .optional(holder.as_deref().map(str::as_bytes))
+        .optional(client.as_deref().map(str::as_bytes))
+        .finish();
+    cache_dir.join("git").join(hex::encode(&digest[..12]))
+}
+
+/// When a fetch job must be done by: the policy's time limit from now. The same instant
+/// bounds the download and the reading of the files (`extract`).
+pub fn deadline(policy: &Policy) -> Instant {
+    Instant::now() + Duration::from_secs(policy.limits.timeout_seconds)
+}
+
+/// Resolves `reference` on the remote and makes sure its commit is in the local cache:
+/// check the URL and host → connect through the guard → list the remote's refs →
+/// download the commit unless the cache already holds it.
+pub fn fetch(
+    dir: &Path,
+    raw_url: &str,
+    reference: Option<&str>,
+    credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
+    policy: &Policy,
+    deadline: Instant,
+) -> Result<Resolved, FetchError> {
+    let parsed = checked_url(raw_url, credentials, tls, policy)?;
+    let trust = SshTrust::for_url(&parsed, raw_url, credentials)?;
+    configure_network();
+    let dir = dir.to_owned();
+    let repo = open_or_init(&dir, raw_url)?;
+    let session = Session::connect(
+        &parsed,
+        raw_url,
+        Secrets {
+            credentials,
+            tls,
+            ssh: trust,
+        },
+        policy,
+        deadline,
+    )?;
+    session.teach_libssh2(&dir);
+    let (commit, display_ref, remote_ref) = {
+        session.enter(Phase::Refs);
+        let heads = session.list_heads(&repo)?;
+        resolve(&heads, reference, &session.shown)?
+    };
+    let resolved = |commit: String, downloaded: bool, received_bytes: u64| Resolved {
+        repo_dir: dir.clone(),
+        commit,
+        display_ref: display_ref.clone(),
+        downloaded,
+        received_bytes,
+    };
+    if let Some(have) = commit_in(&repo, commit)? {
+        return Ok(resolved(have, false, 0));
+    }
+    let shallow = !matches!(parsed.scheme(), "file");
+    session.enter(Phase::Pack);
+    session.download(&repo, remote_ref.as_deref(), shallow)?;
+    let not_found = || FetchError::RefNotFound {
+        url: session.shown.clone(),
+        reference: reference.unwrap_or("HEAD").to_owned(),
+    };
+    let commit_id = downloaded_commit(&repo, commit, not_found)?;
+    Ok(resolved(commit_id, true, session.outcome.received.get()))
+}
+
+/// The URL, when the policy allows it and its host, and the Secret's owner allowed its
+/// credentials and certificates to reach it.
+fn checked_url(
+    raw_url: &str,
+    credentials: Option<&Credentials>,
+    tls: Option<&TlsMaterial>,
+    policy: &Policy,
+) -> Result<url::Url, FetchError> {
+    let parsed = policy
+        .check_url(raw_url)
+        .map_err(|e| redact_error(e, raw_url))?;
+    if let Some(credentials) = credentials {
+        credentials.check_url(raw_url)?;
+    }
+    if let Some(tls) = tls {
+        tls.check_url(raw_url)?;
+    }
+    policy.check_host(&parsed)?;
+    Ok(parsed)
+}
+
+/// The commit the download brought, as the commit id it peels to.
+fn downloaded_commit(
+    repo: &Repository,
+    commit: Oid,
+    not_found: impl FnOnce() -> FetchError,
+) -> Result<String, FetchError> {
+    let object = repo.find_object(commit, None).map_err(|_| not_found())?;
+    Ok(object
+        .peel_to_commit()
+        .map_err(|e| FetchError::CacheUnreadable {
+            detail: format!("commit {commit}: {e}"),
+        })?
+        .id()
+        .to_string())
+}
+
+/// The commit's id when the cache already holds it.
+fn commit_in(repo: &Repository, commit: Oid) -> Result<Option<String>, FetchError> {
+    let Ok(object) = repo.find_object(commit, None) else {
+        return Ok(None);
+    };
+    match object.peel_to_commit() {
+        Ok(found) => Ok(Some(found.id().to_string())),
+        Err(_) => Ok(None),
+    }
+}
+
+/// A policy refusal names the URL; shown without its user-info.
+fn redact_error(error: FetchError, raw_url: &str) -> FetchError {
+    match error {
+        FetchError::InvalidUrl { problem, .. } => FetchError::InvalidUrl {
+            url: super::redact_url(raw_url),
+            problem,
+        },
+        other => other,
+    }
+}
+
+fn open_or_init(dir: &Path, url: &str) -> Result<Repository, FetchError> {
+    let cache_error = |doing: &str, detail: String| {
+        if is_disk_full(&detail) {
+            FetchError::CacheFull {
+                url: super::redact_url(url),
+                detail,
+            }
+        } else {
+            FetchError::CacheUnreadable {
+                detail: format!("cannot {doing} {}: {detail}", dir.display()),
+            }
+        }
+    };
+    if dir.join("HEAD").exists() {
+        remove_leftovers(dir);
+        return Repository::open_bare(dir).map_err(|e| cache_error("open", e.to_string()));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| cache_error("create", e.to_string()))?;
+    Repository::init_bare(dir).map_err(|e| cache_error("create", e.to_string()))
+}
+
+/// Lock files and half-written packs left by a fetch that was killed (at its deadline or
+/// its memory limit) or by a crash. They are stale by construction: the fetcher runs one
+/// job per repository at a time, and this one holds it. Left alone, a `shallow.lock` or
+/// a ref's `.lock` fails every later fetch of the repository.
+pub fn remove_leftovers(dir: &Path) {
+    fn walk(dir: &Path, depth: usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() && depth < 8 && name != "objects" {
+                walk(&path, depth + 1);
+            } else if kind.is_file() && name.ends_with(".lock") {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    walk(dir, 0);
+    if let Ok(entries) = std::fs::read_dir(dir.join("objects").join("pack")) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            // libgit2's indexer writes `pack_git2_*` and renames it when the pack is whole.
+            if name.starts_with("pack_git2_") || name.starts_with("tmp_") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+fn is_disk_full(detail: &str) -> bool {
+    detail.contains("No space left on device") || detail.contains("os error 28")
+}
+
+/// Picks the advertised ref for what the user asked: remote HEAD, a branch, a tag
+/// (peeled), a full ref name or a commit id. Returns (commit, display name, ref to fetch).
+fn resolve(
+    heads: &[(String, Oid, Option<String>)],
+    reference: Option<&str>,
+    url: &str,
+) -> Result<(Oid, String, Option<String>), FetchError> {
+    let find = |name: &str| heads.iter().find(|(n, ..)| n == name);
+    let not_found = || FetchError::RefNotFound {
+        url: url.to_owned(),
+        reference: reference.unwrap_or("HEAD").to_owned(),
+    };
+    let Some(reference) = reference.filter(|r| !r.is_empty()) else {
+        let (_, oid, target) = find("HEAD").ok_or_else(not_found)?;
+        let display = target
+            .as_deref()
+            .map(|t| t.trim_start_matches("refs/heads/").to_owned())
+            .unwrap_or_else(|| "HEAD".to_owned());
+        let fetch_ref = target.clone().unwrap_or_else(|| "HEAD".to_owned());
+        return Ok((*oid, display, Some(fetch_ref)));
+    };
+    if reference.len() == 40 && reference.chars().all(|c| c.is_ascii_hexdigit()) {
+        let oid = Oid::from_str(reference).map_err(|_| not_found())?;
+        let advertised = heads
+            .iter()
+            .find(|(_, o, _)| *o == oid)
+            .map(|(n, ..)| n.clone());
+        return Ok((oid, reference.to_owned(), advertised));
+    }
+    for candidate in [
+        reference.to_owned(),
+        format!("refs/heads/{reference}"),
+        format!("refs/tags/{reference}"),
+    ] {
+        if let Some((name, oid, _)) = find(&candidate) {
+            // An annotated tag points at a tag object; the peeled entry names the commit.
+            let commit = find(&format!("{candidate}^{{}}")).map_or(*oid, |(_, peeled, _)| *peeled);
+            return Ok((commit, reference.to_owned(), Some(name.clone())));
+        }
+    }
+    Err(not_found())
+}
+
+/// The folder a git worker gets as HOME: inside its repository's cache folder, so no
+/// user's `~/.gitconfig` or `~/.ssh` is ever read, and what is written there is this
+/// repository's alone.
+pub fn worker_home(repo_dir: &Path) -> PathBuf {
+    repo_dir.join("metahooks-home")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oid(n: u8) -> Oid {
+        Oid::from_bytes(&[n; 20]).unwrap()
+    }
+
+    #[test]
+    fn resolves_head_branches_tags_and_commits() {
+        let heads = vec![
+            (
+                "HEAD".to_owned(),
+                oid(1),
+                Some("refs/heads/main".to_owned()),
+            ),
+            ("refs/heads/main".to_owned(), oid(1), None),
+            ("refs/heads/dev".to_owned(), oid(2), None),
+            ("refs/tags/v1".to_owned(), oid(3), None),
+            ("refs/tags/v1^{}".to_owned(), oid(4), None),
+        ];
+        assert_eq!(
+            resolve(&heads, None, "u").unwrap(),
+            (
+                oid(1),
+                "main".to_owned(),
+                Some("refs/heads/main".to_owned())
+            )
+        );
+        assert_eq!(resolve(&heads, Some("dev"), "u").unwrap().0, oid(2));
+        assert_eq!(
+            resolve(&heads, Some("v1"), "u").unwrap().0,
+            oid(4),
+            "annotated tags are peeled"
+        );
+        let sha = oid(2).to_string();
+        assert_eq!(
+            resolve(&heads, Some(&sha), "u").unwrap().2.as_deref(),
+            Some("refs/heads/dev")
+        );
+        assert_eq!(
+            resolve(&heads, Some("nope"), "u").unwrap_err().reason(),
+            "RefNotFound"
+        );
+    }
+}
