@@ -10,6 +10,8 @@
 //!   (crate `metahooks-source`; [`hash`], every digest, is crate `metahooks-hash`);
 //! - [`emulate`]: the Metacontroller emulator behind `metahooks emulate` and the tests
 //!   (crate `metahooks-emulate`, which needs none of the rest);
+//! - [`memo`]: the bounded memos the server keeps (answers, receivers' deliveries) and
+//!   the memo of expensive pure steps it hands every controller call;
 //! - [`cli`] (flags → settings, `render`, `emulate`), [`crds`], [`telemetry`]: the
 //!   command line around them. Only `cli` and `main` use `anyhow`: everything below
 //!   returns typed errors.
@@ -23,6 +25,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzz_surfaces;
 pub mod http_error;
+pub mod memo;
 pub mod receivers;
 pub mod server;
 pub mod telemetry;

@@ -322,7 +322,7 @@ pub fn controller_settings(args: &ControllerArgs) -> ControllerSettings {
             deny_secret_env: args.deny_secret_env,
         },
         heavy_validations: 0,
-        step_memo_bytes: crate::controllers::common::steps::DEFAULT_BYTES,
+        step_memo_bytes: crate::memo::steps::DEFAULT_BYTES,
     }
 }
 

@@ -132,7 +132,7 @@ pub struct ServeArgs {
     pub answer_memo_bytes: u64,
     /// Bytes of remembered steps at most (validated definitions);
     /// `metahooks_step_memo_bytes` says how many are held.
-    #[arg(long, env = "METAHOOKS_STEP_MEMO_BYTES", default_value_t = crate::controllers::common::steps::DEFAULT_BYTES)]
+    #[arg(long, env = "METAHOOKS_STEP_MEMO_BYTES", default_value_t = crate::memo::steps::DEFAULT_BYTES)]
     pub step_memo_bytes: u64,
     /// Threads hook answers are computed on (validation, building children); 0 chooses
     /// one per core the process may use.

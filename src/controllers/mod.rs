@@ -20,9 +20,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use self::common::reading::SourceUse;
-use self::common::steps::Steps;
 pub use self::registry::{CallOutcome, Changes, Registry, parse_request};
 use crate::error::HookError;
+use crate::memo::steps::Steps;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, DecoratorRequest,
     DecoratorResponse,
@@ -52,7 +52,7 @@ impl Default for ControllerSettings {
             docs_image: apimock::DEFAULT_DOCS_IMAGE.to_owned(),
             policy: common::policy::ExposurePolicy::default(),
             heavy_validations: 0,
-            step_memo_bytes: common::steps::DEFAULT_BYTES,
+            step_memo_bytes: crate::memo::steps::DEFAULT_BYTES,
         }
     }
 }

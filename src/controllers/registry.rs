@@ -10,10 +10,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::common::reading::SourceUse;
-use super::common::steps::Steps;
 use super::{CompositeHooks, Context, ControllerSettings, DecoratorHooks};
 use super::{ParentRef, ParentType, apimock, common, configsync, monitoredservice};
 use crate::error::{BadRequest, Fault, HookError};
+use crate::memo::steps::Steps;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, DecoratorRequest, DecoratorResponse,
     Hook, ObjectMap, TypeKey, object_name,

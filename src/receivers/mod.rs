@@ -25,8 +25,8 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::controllers::common::memo::Memo;
 use crate::http_error::HttpError;
+use crate::memo::Memo;
 use crate::source::Sources;
 use verify::Forge;
 

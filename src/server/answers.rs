@@ -13,8 +13,8 @@ use axum::body::Bytes;
 use axum::http::HeaderValue;
 
 use crate::controllers::ParentRef;
-use crate::controllers::common::memo::Memo;
 use crate::controllers::common::reading::SourceUse;
+use crate::memo::Memo;
 use crate::protocol::Hook;
 
 /// Bytes of answers remembered by default, and the number of answers that is sized for.

@@ -12,8 +12,8 @@ use crate::controllers::Context;
 use crate::controllers::common::conditions::{ConditionType, Decided};
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::revisions::running_is_newer;
-use crate::controllers::common::steps::{Step, StepKey};
 use crate::error::HookError;
+use crate::memo::steps::{Step, StepKey};
 
 /// The definition the children are built from, and the verdict on the wanted one.
 pub(super) struct Decision<'r> {

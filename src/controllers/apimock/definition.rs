@@ -13,8 +13,8 @@ use serde_json::Value;
 use super::validate::{self, Landmarks};
 pub use super::verdict::{Generation, Invalid};
 use crate::controllers::common::reason::Reason;
-use crate::controllers::common::steps::{Step, StepKey, Steps};
 use crate::hash::sha256_hex;
+use crate::memo::steps::{Step, StepKey, Steps};
 
 /// A definition is held in a ConfigMap, so it can be no larger than one's content.
 pub const MAX_DEFINITION_BYTES: usize = crate::apiserver::CONFIG_MAP_CONTENT_BYTES;

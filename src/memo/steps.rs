@@ -13,7 +13,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::memo::Memo;
+use super::Memo;
 
 /// Which step a result is of: the same input digest means different things to two steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,10 +1,14 @@
-//! The one bounded cache every controller memo uses.
+//! The one bounded cache every memo of the server uses ([`Memo`]), and the memo of
+//! expensive pure steps ([`steps`]) it hands every controller call. Below both the server
+//! and the controllers, so that neither reaches into the other for it.
 //!
 //! Bounded by a total weight (entries or bytes, chosen per memo), with eviction one entry
 //! at a time: the hand-rolled "clear everything when full" memos it replaces dropped
 //! thousands of entries inside one unlucky hook call, which showed up as that call's
 //! 15–20 ms latency. quick_cache's CLOCK-PRO policy also keeps hot entries (a steady
 //! parent) over one-off ones (a stream of edits).
+
+pub mod steps;
 
 use std::hash::Hash;
 
