@@ -14,6 +14,7 @@ mod fixtures;
 pub mod monitoredservice;
 
 mod registry;
+mod requeue;
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use serde_json::Value;
 
 use self::common::reading::SourceUse;
 pub use self::registry::{CallOutcome, Changes, Registry, parse_request};
+pub use self::requeue::{PENDING_RESYNC_SECONDS, Requeue};
 use crate::error::HookError;
 use crate::memo::steps::Steps;
 use crate::protocol::{
@@ -96,18 +98,55 @@ impl std::fmt::Debug for Context {
 /// was read.
 #[derive(Debug, Clone)]
 pub struct Answer<R> {
-    /// The response to send.
+    /// The response to send, without `resyncAfterSeconds`: that is `requeue`'s.
     pub response: R,
+    /// When the controller wants its parent synced again (the server adds what the
+    /// sources ask, see [`Requeue::for_sources`]).
+    pub requeue: Requeue,
     /// Each source the answer read, with what it saw and what it asks for.
     pub sources: Vec<SourceUse>,
 }
 
 impl<R> Answer<R> {
-    /// An answer that read no source.
-    pub fn from_request(response: R) -> Answer<R> {
-        Answer {
+    /// An answer that read no source, synced again only when something changes.
+    pub fn of(response: R) -> Answer<R> {
+        Reply::await_change(response).with_sources(Vec::new())
+    }
+}
+
+/// A controller's response and when it wants the parent synced again, before the sources
+/// it read are added ([`Answer`]).
+#[derive(Debug, Clone)]
+pub struct Reply<R> {
+    /// The response, without `resyncAfterSeconds`.
+    pub response: R,
+    /// When to sync again.
+    pub requeue: Requeue,
+}
+
+impl<R> Reply<R> {
+    /// `response`, synced again only when something changes.
+    pub fn await_change(response: R) -> Reply<R> {
+        Reply {
             response,
-            sources: Vec::new(),
+            requeue: Requeue::AwaitChange,
+        }
+    }
+
+    /// `response`, synced again after `seconds` (0: only when something changes).
+    pub fn after_seconds(response: R, seconds: u64) -> Reply<R> {
+        Reply {
+            response,
+            requeue: Requeue::after_seconds(seconds),
+        }
+    }
+
+    /// This reply with the sources it read: the answer of a sync.
+    pub fn with_sources(self, sources: Vec<SourceUse>) -> Answer<R> {
+        Answer {
+            response: self.response,
+            requeue: self.requeue,
+            sources,
         }
     }
 }

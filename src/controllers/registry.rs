@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::common::reading::SourceUse;
-use super::{CompositeHooks, Context, ControllerSettings, DecoratorHooks};
+use super::{Answer, CompositeHooks, Context, ControllerSettings, DecoratorHooks, Requeue};
 use super::{ParentRef, ParentType, apimock, common, configsync, monitoredservice};
 use crate::error::{BadRequest, Fault, HookError};
 use crate::memo::steps::Steps;
@@ -418,15 +418,17 @@ impl Prepared {
                 .finalize(r, ctx)
                 .map(|response| Answered::of(&response, Vec::new(), composite(&response, r))),
             (Entry::Composite(c), _, Parsed::Composite(r)) => c.sync(r, ctx).map(|answer| {
-                let changes = composite(&answer.response, r);
-                Answered::of(&answer.response, answer.sources, changes)
+                let (response, sources) = wire(answer);
+                let changes = composite(&response, r);
+                Answered::of(&response, sources, changes)
             }),
             (Entry::Decorator(d), Hook::Finalize, Parsed::Decorator(r)) => d
                 .finalize(r, ctx)
                 .map(|response| Answered::of(&response, Vec::new(), decorator(&response, r))),
             (Entry::Decorator(d), _, Parsed::Decorator(r)) => d.sync(r, ctx).map(|answer| {
-                let changes = decorator(&answer.response, r);
-                Answered::of(&answer.response, answer.sources, changes)
+                let (response, sources) = wire(answer);
+                let changes = decorator(&response, r);
+                Answered::of(&response, sources, changes)
             }),
             _ => Err(HookError::Internal(Fault::WrongController)),
         };
@@ -446,6 +448,36 @@ impl Prepared {
             sources,
             changes,
         }
+    }
+}
+
+/// A sync's response as it goes on the wire: `resyncAfterSeconds` is the sooner of what
+/// the controller asked and what the sources it read ask, written here and nowhere else.
+fn wire<R: Resync>(answer: Answer<R>) -> (R, Vec<SourceUse>) {
+    let Answer {
+        mut response,
+        requeue,
+        sources,
+    } = answer;
+    let requeue = requeue.sooner(Requeue::for_sources(&sources));
+    *response.resync_after_seconds() = requeue.seconds().map(Into::into);
+    (response, sources)
+}
+
+/// A sync response's `resyncAfterSeconds`.
+trait Resync {
+    fn resync_after_seconds(&mut self) -> &mut Option<serde_json::Number>;
+}
+
+impl Resync for CompositeResponse {
+    fn resync_after_seconds(&mut self) -> &mut Option<serde_json::Number> {
+        &mut self.resync_after_seconds
+    }
+}
+
+impl Resync for DecoratorResponse {
+    fn resync_after_seconds(&mut self) -> &mut Option<serde_json::Number> {
+        &mut self.resync_after_seconds
     }
 }
 

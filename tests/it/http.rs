@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use metahooks::controllers::common::reading::Reads;
-use metahooks::controllers::{Answer, CompositeHooks, Context, Registry};
+use metahooks::controllers::{Answer, CompositeHooks, Context, Registry, Reply};
 use metahooks::error::HookError;
 use metahooks::protocol::{CompositeRequest, CompositeResponse};
 use metahooks::server::{Auth, Clock, Limits, Server, ServerSettings, TlsFiles};
@@ -86,7 +86,7 @@ impl CompositeHooks for Probe {
             Some(_) => Err(metahooks::error::Fault::serialise("the children")(
                 serde_json::from_str::<serde_json::Value>("{").unwrap_err(),
             )),
-            None => Ok(Answer::from_request(CompositeResponse::new(
+            None => Ok(Answer::of(CompositeResponse::new(
                 json!({"seen": request.parent["metadata"]["name"]}),
                 vec![],
             ))),
@@ -718,10 +718,7 @@ impl CompositeHooks for Counted {
             json!({"seen": request.parent["metadata"]["name"], "revision": revision}),
             vec![],
         );
-        Ok(Answer {
-            response,
-            sources: reads.finish(),
-        })
+        Ok(Reply::await_change(response).with_sources(reads.finish()))
     }
 
     fn finalize(

@@ -38,7 +38,7 @@ use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_sync;
 use crate::controllers::common::taken::{self, ChildName};
-use crate::controllers::{Answer, CompositeHooks, Context, ControllerSettings};
+use crate::controllers::{Answer, CompositeHooks, Context, ControllerSettings, Reply};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, RelatedResourceRule,
@@ -76,7 +76,7 @@ impl ApiMockHooks {
         ctx: &Context,
         reads: &mut Reads<'_>,
         asked: &mut refresh::Outcome,
-    ) -> Result<CompositeResponse, HookError> {
+    ) -> Result<Reply<CompositeResponse>, HookError> {
         let parent = &request.parent;
         let name = object_name(parent).unwrap_or_default();
         let namespace = object_namespace(parent).unwrap_or("default");
@@ -93,14 +93,18 @@ impl ApiMockHooks {
         let (spec, exposed) = match self.checked_spec(parent, name, namespace) {
             Ok(checked) => checked,
             Err((validated, serving_observed)) => {
-                return call.keep_running(validated, None, serving_observed);
+                return call
+                    .keep_running(validated, None, serving_observed)
+                    .map(Reply::await_change);
             }
         };
         let origin = match origin::origin(&spec, &request.related, namespace, name) {
             Ok(origin) => origin,
             Err(Problem { reason, message }) => {
                 let validated = Decided::new(ConditionType::Validated, false, reason, message);
-                return call.keep_running(validated, None, true);
+                return call
+                    .keep_running(validated, None, true)
+                    .map(Reply::await_change);
             }
         };
         if let Some(outcome) = ask_for_refresh(&origin, reads, parent) {
@@ -115,12 +119,13 @@ impl ApiMockHooks {
             reads,
         );
         let decision = self.decide(&call, &reading, ctx)?;
-        let (fetched, resync_seconds) = refresh_if_behind(&origin, &decision, reading, reads);
+        let poll_seconds = reading.poll_seconds;
+        let fetched = refresh_if_behind(&origin, &decision, reading, reads);
         let source = source_facts(&origin, fetched, decision.served.as_ref());
         let Some(served) = decision.served else {
             // Nothing valid to build from: whatever exists stays as it is.
             let response = call.keep_running(decision.validated, source, false)?;
-            return Ok(response.with_resync_after(resync_seconds));
+            return Ok(Reply::after_seconds(response, poll_seconds));
         };
         let response = self.serve(
             &call,
@@ -130,7 +135,7 @@ impl ApiMockHooks {
             source,
             namespace,
         )?;
-        Ok(response.with_resync_after(resync_seconds))
+        Ok(Reply::after_seconds(response, poll_seconds))
     }
 
     /// The answer that serves `served`: its children and the status that describes them.
@@ -390,23 +395,20 @@ impl Call<'_> {
     }
 }
 
-/// The `Fetched` condition and when to sync again. When another replica has already
-/// read a newer copy of the same ref, what runs is kept and this server's copy is
-/// refreshed now rather than at the next interval.
+/// The `Fetched` condition. When another replica has already read a newer copy of the
+/// same ref, what runs is kept and this server's copy is refreshed now rather than at
+/// the next interval (and, the reads saying so, the next sync comes soon).
 fn refresh_if_behind(
     origin: &Origin<'_>,
     decision: &Decision<'_>,
     reading: origin::Reading<'_>,
     reads: &mut Reads<'_>,
-) -> (Option<Decided>, u64) {
+) -> Option<Decided> {
     let (Origin::Fetched { request, .. }, Some(running)) = (origin, &decision.behind) else {
-        return (reading.fetched, reading.resync_seconds);
+        return reading.fetched;
     };
-    let Some(engine_says) = reading.fetched else {
-        return (None, reading.resync_seconds);
-    };
-    let fetched = polling::refreshing(reads, request, running, engine_says);
-    (Some(fetched), polling::PENDING_RESYNC_SECONDS)
+    let engine_says = reading.fetched?;
+    Some(polling::refreshing(reads, request, running, engine_says))
 }
 
 /// Where the mock answers: in the cluster, and through the Ingress when there is one.

@@ -52,8 +52,9 @@ pub struct Reading<'r> {
     /// The engine fetched this revision after it heard what the parent runs
     /// ([`SourceState::after_running`](crate::source::SourceState::after_running)).
     pub after_running: bool,
-    /// When to ask again (a fetch in progress, or the polling interval); 0 for never.
-    pub resync_seconds: u64,
+    /// The poll period of a fetched definition; 0 for one that is not polled. (Sooner
+    /// while a fetch runs: the server adds that from the call's reads.)
+    pub poll_seconds: u64,
 }
 
 impl Reading<'_> {
@@ -64,7 +65,7 @@ impl Reading<'_> {
             revision: None,
             made_at: None,
             after_running: true,
-            resync_seconds: 0,
+            poll_seconds: 0,
         }
     }
 }
@@ -211,7 +212,7 @@ pub(super) fn read<'r>(
             revision: None,
             made_at: None,
             after_running: true,
-            resync_seconds: 0,
+            poll_seconds: 0,
         },
         Origin::ConfigMap(key_ref) => read_config_map(key_ref, related, namespace),
         Origin::Fetched {
@@ -220,7 +221,6 @@ pub(super) fn read<'r>(
             interval,
         } => {
             let state = reads.lookup(request, Duration::from_secs(*interval), running);
-            let resync_seconds = polling::resync_seconds(&state, false, *interval);
             let fetched = polling::fetched_condition(&state, "definition", running);
             let candidate = state.snapshot.as_deref().map(|snapshot| {
                 let read = bundle_of(snapshot, *root);
@@ -235,7 +235,7 @@ pub(super) fn read<'r>(
                 made_at: state.snapshot.as_ref().and_then(|s| s.made_at),
                 after_running: state.after_running,
                 candidate,
-                resync_seconds,
+                poll_seconds: *interval,
             }
         }
     }
@@ -347,6 +347,6 @@ fn read_config_map<'r>(
         revision: None,
         made_at: None,
         after_running: true,
-        resync_seconds: 0,
+        poll_seconds: 0,
     }
 }

@@ -1,5 +1,5 @@
-//! How often sources are polled, and when to ask Metacontroller for the next sync: one
-//! rule for every controller that reads a source.
+//! How often sources are polled, and the `Fetched` condition: one rule for every
+//! controller that reads a source. (When to sync again is `Requeue`'s.)
 
 use super::conditions::{ConditionType, Decided};
 use super::reading::Reads;
@@ -11,27 +11,11 @@ use crate::source::{SourceRequest, SourceState};
 pub const DEFAULT_INTERVAL_SECONDS: u64 = 60;
 /// The shortest poll period allowed: faster polling costs remotes more than it gains.
 pub const MIN_INTERVAL_SECONDS: u64 = 10;
-/// How soon to ask again while a fetch is still running.
-pub const PENDING_RESYNC_SECONDS: u64 = 2;
-
 /// The poll period a spec asks for, within the allowed range.
 pub fn interval_seconds(asked: Option<u64>) -> u64 {
     asked
         .unwrap_or(DEFAULT_INTERVAL_SECONDS)
         .max(MIN_INTERVAL_SECONDS)
-}
-
-/// When to sync again: soon while a fetch runs or this server's copy is behind what
-/// runs, else at the poll period.
-pub fn resync_seconds(state: &SourceState, behind: bool, interval: u64) -> u64 {
-    if state.pending || behind {
-        PENDING_RESYNC_SECONDS
-    } else {
-        // While push receivers listen, a push is seen at the next sync: keep it close.
-        state
-            .resync_within
-            .map_or(interval, |within| interval.min(within))
-    }
 }
 
 /// The `Fetched` condition for the engine's state of a source of `what` ("source",
@@ -107,23 +91,5 @@ mod tests {
         assert_eq!(interval_seconds(None), 60);
         assert_eq!(interval_seconds(Some(3)), 10);
         assert_eq!(interval_seconds(Some(300)), 300);
-    }
-
-    #[test]
-    fn a_running_fetch_or_a_stale_copy_asks_again_soon() {
-        let idle = SourceState::default();
-        let pending = SourceState {
-            pending: true,
-            ..SourceState::default()
-        };
-        assert_eq!(resync_seconds(&idle, false, 60), 60);
-        assert_eq!(resync_seconds(&pending, false, 60), 2);
-        assert_eq!(resync_seconds(&idle, true, 60), 2);
-        let receiving = SourceState {
-            resync_within: Some(5),
-            ..SourceState::default()
-        };
-        assert_eq!(resync_seconds(&receiving, false, 600), 5);
-        assert_eq!(resync_seconds(&receiving, false, 3), 3);
     }
 }

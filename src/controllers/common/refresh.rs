@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::polling::PENDING_RESYNC_SECONDS;
 use super::reading::Reads;
+use crate::controllers::Reply;
 use crate::protocol::CompositeResponse;
 use crate::source::{REQUESTED_AT, Refresh, SourceRequest};
 
@@ -18,13 +18,12 @@ pub const STATUS_FIELD: &str = "lastHandledRequestedAt";
 /// Longest annotation value acted on (a timestamp, or a commit id from a pipeline).
 const MAX_TOKEN_LEN: usize = 256;
 
-/// What to record after a sync, and whether to ask again soon.
+/// What to record after a sync. (While the fetch for a new value runs, the server asks
+/// for the next sync soon: the call's reads say so, see `Requeue::for_sources`.)
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
     /// The handled value to write (the earlier one when nothing new was handled).
     pub handled: Option<String>,
-    /// A fetch for a new value is scheduled or running.
-    pub pending: bool,
 }
 
 /// The value the parent asks to be handled, if it is one not handled yet (`handled` is
@@ -60,12 +59,8 @@ pub fn ask(
     match reads.fetch_now(request, interval, token) {
         Refresh::Handled => Outcome {
             handled: Some(token.to_owned()),
-            pending: false,
         },
-        Refresh::Pending => Outcome {
-            pending: true,
-            ..carried(handled)
-        },
+        Refresh::Pending => carried(handled),
     }
 }
 
@@ -77,40 +72,28 @@ pub fn ask(
 /// Those of `answer`.
 pub fn recording<E>(
     parent: &Value,
-    answer: impl FnOnce(&mut Outcome) -> Result<CompositeResponse, E>,
-) -> Result<CompositeResponse, E> {
+    answer: impl FnOnce(&mut Outcome) -> Result<Reply<CompositeResponse>, E>,
+) -> Result<Reply<CompositeResponse>, E> {
     let mut asked = carried(recorded(parent));
-    let response = answer(&mut asked)?;
-    Ok(asked.apply(response))
+    let mut reply = answer(&mut asked)?;
+    asked.record(&mut reply.response);
+    Ok(reply)
 }
 
 /// Nothing new handled: the earlier value stays.
 pub fn carried(handled: Option<&str>) -> Outcome {
     Outcome {
         handled: handled.map(str::to_owned),
-        pending: false,
     }
 }
 
 impl Outcome {
-    /// Writes the handled value into the answer's status and, while a fetch for a new
-    /// value runs, asks for the next sync soon.
-    pub fn apply(&self, mut response: CompositeResponse) -> CompositeResponse {
+    /// Writes the handled value into the response's status.
+    pub fn record(&self, response: &mut CompositeResponse) {
         if let (Some(handled), Some(Value::Object(status))) = (&self.handled, &mut response.status)
         {
             status.insert(STATUS_FIELD.to_owned(), Value::String(handled.clone()));
         }
-        let soon = PENDING_RESYNC_SECONDS;
-        if self.pending
-            && response
-                .resync_after_seconds
-                .as_ref()
-                .and_then(serde_json::Number::as_u64)
-                .is_none_or(|seconds| seconds > soon)
-        {
-            response = response.with_resync_after(soon);
-        }
-        response
     }
 }
 
@@ -132,28 +115,14 @@ mod tests {
     }
 
     #[test]
-    fn the_handled_value_lands_in_status_and_a_pending_fetch_asks_again_soon() {
-        let response =
-            CompositeResponse::new(json!({"phase": "Ready"}), Vec::new()).with_resync_after(600);
-        let handled = Outcome {
-            handled: Some("t1".to_owned()),
-            pending: false,
-        }
-        .apply(response.clone());
+    fn the_handled_value_lands_in_status() {
+        let mut response = CompositeResponse::new(json!({"phase": "Ready"}), Vec::new());
+        carried(None).record(&mut response);
+        assert_eq!(response.status, Some(json!({"phase": "Ready"})));
+        carried(Some("t1")).record(&mut response);
         assert_eq!(
-            handled.status,
+            response.status,
             Some(json!({"phase": "Ready", STATUS_FIELD: "t1"}))
-        );
-        assert_eq!(handled.resync_after_seconds, Some(600.into()));
-        let pending = Outcome {
-            handled: None,
-            pending: true,
-        }
-        .apply(response);
-        assert_eq!(pending.status, Some(json!({"phase": "Ready"})));
-        assert_eq!(
-            pending.resync_after_seconds,
-            Some(PENDING_RESYNC_SECONDS.into())
         );
     }
 }

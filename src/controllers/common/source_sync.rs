@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::reading::Reads;
 use super::refresh;
-use crate::controllers::{Answer, Context};
+use crate::controllers::{Answer, Context, Reply};
 use crate::protocol::CompositeResponse;
 
 /// A composite sync that reads sources: `answer` runs with the call's reads and the
@@ -17,12 +17,9 @@ use crate::protocol::CompositeResponse;
 pub fn composite_sync<E>(
     ctx: &Context,
     parent: &Value,
-    answer: impl FnOnce(&mut Reads<'_>, &mut refresh::Outcome) -> Result<CompositeResponse, E>,
+    answer: impl FnOnce(&mut Reads<'_>, &mut refresh::Outcome) -> Result<Reply<CompositeResponse>, E>,
 ) -> Result<Answer<CompositeResponse>, E> {
     let mut reads = Reads::new(ctx.sources.as_ref()).for_parent(parent);
-    let response = refresh::recording(parent, |asked| answer(&mut reads, asked))?;
-    Ok(Answer {
-        response,
-        sources: reads.finish(),
-    })
+    let reply = refresh::recording(parent, |asked| answer(&mut reads, asked))?;
+    Ok(reply.with_sources(reads.finish()))
 }

@@ -24,7 +24,7 @@ use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::secrets;
 use crate::controllers::common::source_spec::{GitFields, git_location};
-use crate::controllers::{Answer, Context, DecoratorHooks};
+use crate::controllers::{Answer, Context, DecoratorHooks, Reply};
 use crate::error::HookError;
 use crate::protocol::{
     CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, ObjectMap,
@@ -93,11 +93,8 @@ impl DecoratorHooks for ConfigSyncHooks {
         ctx: &Context,
     ) -> Result<Answer<DecoratorResponse>, HookError> {
         let mut reads = Reads::new(ctx.sources.as_ref()).for_parent(&request.object);
-        let response = self.answer(request, &mut reads)?;
-        Ok(Answer {
-            response,
-            sources: reads.finish(),
-        })
+        let reply = self.answer(request, &mut reads)?;
+        Ok(reply.with_sources(reads.finish()))
     }
 
     fn finalize(
@@ -146,7 +143,7 @@ impl ConfigSyncHooks {
         &self,
         request: &DecoratorRequest,
         reads: &mut Reads<'_>,
-    ) -> Result<DecoratorResponse, HookError> {
+    ) -> Result<Reply<DecoratorResponse>, HookError> {
         let target = &request.object;
         let name = object_name(target).unwrap_or_default();
         let annotations = Annotations::of(target);
@@ -184,12 +181,9 @@ impl ConfigSyncHooks {
             Duration::from_secs(interval),
             observed.as_ref().and_then(|c| c.revision.as_ref()),
         );
-        let mut resync = polling::resync_seconds(&state, false, interval);
-        if asked.pending {
-            resync = resync.min(polling::PENDING_RESYNC_SECONDS);
-        }
         let (served, problem) = served(&state, observed.as_ref());
-        let mut response = answer(served, problem, observed.as_ref(), name, resync)?;
+        let mut reply = answer(served, problem, observed.as_ref(), name, interval)?;
+        let response = &mut reply.response;
         if let Some(written) = response.annotations.as_mut() {
             written.insert(WARNING.to_owned(), annotations.raised_interval());
         }
@@ -198,7 +192,7 @@ impl ConfigSyncHooks {
         {
             written.insert(HANDLED.to_owned(), asked.handled);
         }
-        Ok(response)
+        Ok(reply)
     }
 }
 
@@ -374,7 +368,7 @@ fn answer(
     observed: Option<&Config>,
     name: &str,
     resync: u64,
-) -> Result<DecoratorResponse, HookError> {
+) -> Result<Reply<DecoratorResponse>, HookError> {
     let revision = served
         .as_ref()
         .or(observed)
@@ -386,12 +380,12 @@ fn answer(
         .transpose()?
         .into_iter()
         .collect();
-    Ok(DecoratorResponse {
+    let response = DecoratorResponse {
         annotations: Some(annotations),
         attachments: Some(attachments),
-        resync_after_seconds: (resync > 0).then(|| resync.into()),
         ..DecoratorResponse::default()
-    })
+    };
+    Ok(Reply::after_seconds(response, resync))
 }
 
 fn config_map(target: &str, config: &Config) -> Result<Value, HookError> {

@@ -36,7 +36,7 @@ use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
 use crate::controllers::common::source_sync;
 use crate::controllers::common::taken::{self, ChildName};
-use crate::controllers::{Answer, CompositeHooks, Context};
+use crate::controllers::{Answer, CompositeHooks, Context, Reply};
 use crate::error::HookError;
 use crate::protocol::{
     CompositeRequest, CompositeResponse, CustomizeRequest, CustomizeResponse, ObjectMap,
@@ -99,11 +99,11 @@ impl MonitoredServiceHooks {
         ctx: &Context,
         reads: &mut Reads<'_>,
         asked: &mut refresh::Outcome,
-    ) -> Result<CompositeResponse, HookError> {
+    ) -> Result<Reply<CompositeResponse>, HookError> {
         let call = Call::observe(request, ctx);
         let spec = match self.checked_spec(&call) {
             Ok(spec) => spec,
-            Err(facts) => return call.keep_running(*facts),
+            Err(facts) => return call.keep_running(*facts, 0),
         };
         let interval = spec.interval_seconds();
         let wanted = match source_request(&spec, &request.related, call.namespace) {
@@ -129,9 +129,9 @@ impl MonitoredServiceHooks {
                 return match call.running() {
                     Some(running) => {
                         let children = children::build(call.name, &spec, Some(running))?;
-                        Ok(call.answer(facts, children, interval)?)
+                        call.answer(facts, children, interval)
                     }
-                    None => Ok(call.keep_running(facts)?.with_resync_after(interval)),
+                    None => call.keep_running(facts, interval),
                 };
             }
         };
@@ -183,7 +183,7 @@ fn answer_from_source(
     wanted: &SourceRequest,
     reads: &mut Reads<'_>,
     asked: &mut refresh::Outcome,
-) -> Result<CompositeResponse, HookError> {
+) -> Result<Reply<CompositeResponse>, HookError> {
     let request = call.request;
     let interval = spec.interval_seconds();
     *asked = refresh::ask(
@@ -209,7 +209,6 @@ fn answer_from_source(
         state.after_running,
         request.children.is_empty(),
     );
-    let resync = polling::resync_seconds(&state, decision.behind, interval);
     let fetched = polling::fetched_condition(
         &state,
         "source",
@@ -229,10 +228,10 @@ fn answer_from_source(
         pods: call.pods(),
     };
     match &served {
-        None => Ok(call.keep_running(facts)?.with_resync_after(resync)),
+        None => call.keep_running(facts, interval),
         Some(served) => {
             let children = children::build(call.name, spec, Some(served))?;
-            Ok(call.answer(facts, children, resync)?)
+            call.answer(facts, children, interval)
         }
     }
 }
@@ -342,7 +341,7 @@ impl<'r> Call<'r> {
         facts: Facts<'_>,
         children: Vec<Value>,
         resync: u64,
-    ) -> Result<CompositeResponse, HookError> {
+    ) -> Result<Reply<CompositeResponse>, HookError> {
         let taken = taken::condition(
             &children,
             &self.request.children,
@@ -358,12 +357,17 @@ impl<'r> Call<'r> {
             &self.now,
         )?;
         response.children = Some(children);
-        Ok(response.with_resync_after(resync))
+        Ok(Reply::after_seconds(response, resync))
     }
 
-    /// An answer that leaves every observed child as it is.
-    fn keep_running(&self, facts: Facts<'_>) -> Result<CompositeResponse, HookError> {
-        self.answer(facts, observed_children(&self.request.children), 0)
+    /// An answer that leaves every observed child as it is, asking again after `resync`
+    /// seconds (0: never).
+    fn keep_running(
+        &self,
+        facts: Facts<'_>,
+        resync: u64,
+    ) -> Result<Reply<CompositeResponse>, HookError> {
+        self.answer(facts, observed_children(&self.request.children), resync)
     }
 }
 
