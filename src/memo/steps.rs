@@ -2,7 +2,7 @@
 //! (What is made of a fetched snapshot is kept with the snapshot instead, see
 //! [`crate::source::derived`], and weighs in the snapshot budget.) The server owns
 //! the one instance (a controller keeps no memo of its own) and hands it to every call
-//! in its [`Context`](crate::controllers::Context).
+//! in its `Context`.
 //!
 //! Bounded in bytes: every step says what its result weighs. Steps on large inputs also
 //! take one of a few heavy slots, so that peak memory follows the number of cores, not
@@ -18,7 +18,7 @@ use super::Memo;
 /// Which step a result is of: the same input digest means different things to two steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
-    /// An APIMock definition's text validated ([`crate::controllers::apimock::definition`]).
+    /// An APIMock definition's text validated (`controllers::apimock::definition`).
     Analysis,
     /// A multi-file APIMock definition validated as a whole.
     BundleAnalysis,
