@@ -88,6 +88,10 @@ pub enum Fault {
     /// The computation panicked (caught).
     #[error("the hook server hit an internal fault while computing the answer")]
     Panicked,
+    /// A call reached the hook handler without what admission hands it (a router built
+    /// without its layers).
+    #[error("the hook server answered a call it had not admitted")]
+    NotAdmitted,
 }
 
 impl Fault {

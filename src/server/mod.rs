@@ -7,6 +7,7 @@
 //! readiness turns 503 at once, hooks keep answering for the drain delay, then in-flight
 //! calls finish and the process exits.
 
+mod admission;
 mod answers;
 mod auth;
 mod budget;
@@ -34,10 +35,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use tokio::sync::Semaphore;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -213,28 +213,37 @@ impl HookState {
 
 /// The hook routes (`POST /{controller}/{hook}`) over `state`: a path of its own for each
 /// registered hook, and one for every other pair of segments (answered 404, or the hook
-/// when its path came percent-escaped). The body limit and the in-flight slots are
-/// applied by the handler as it reads (see `hooks`), so no layer does either.
+/// when its path came percent-escaped). Each passes the admission layers (see
+/// `admission`) before the handler.
 pub fn hook_router(state: Arc<HookState>) -> Router {
     let mut router = Router::new();
     for route in &state.routes {
-        let route = *route;
-        router = router.route(
-            &route.path(),
-            post(move |State(state): State<Arc<HookState>>, request| {
-                hooks::handle(state, route, request)
-            })
-            .fallback(method_not_allowed),
-        );
+        let target = admission::Target::Hook(*route);
+        let admitted = admitted(&state).layer(axum::Extension(target));
+        router = router.route(&route.path(), admitted.fallback(method_not_allowed));
     }
+    let resolve = axum::middleware::from_fn_with_state(state.clone(), admission::resolve);
     router
         .route(
             "/{controller}/{hook}",
-            post(hooks::handle_other).fallback(method_not_allowed),
+            admitted(&state).layer(resolve).fallback(method_not_allowed),
         )
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)
+}
+
+/// `POST` to the hook handler through the admission layers, outermost first: observe,
+/// admit, read the body, take an in-flight slot, keep the deadline. (axum applies the
+/// last `layer` outermost, hence the order below.)
+fn admitted(state: &Arc<HookState>) -> MethodRouter<Arc<HookState>> {
+    use axum::middleware::from_fn_with_state as layer;
+    post(hooks::answer)
+        .layer(layer(state.clone(), admission::slot::deadline))
+        .layer(layer(state.clone(), admission::slot::in_flight))
+        .layer(layer(state.clone(), admission::body::read))
+        .layer(layer(state.clone(), admission::admit))
+        .layer(layer(state.clone(), admission::observe))
 }
 
 /// Last line of defence: a panic in a controller is a 500 with a JSON body, never a

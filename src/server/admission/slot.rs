@@ -1,0 +1,149 @@
+//! The in-flight slot and the deadline.
+//!
+//! A call takes its slot once its whole body is in, and the slot holds the body's bytes
+//! with it. Both are free again only when the work has really stopped (the handler hands
+//! a clone to the computation, so a call answered 503 at its deadline keeps counting
+//! until its work ends) and the answer has been sent or dropped (a client that does not
+//! read its answers cannot pile them up). tower's concurrency layers let their permit go
+//! when the response future ends, before either, which is why this layer is ours.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::body::Received;
+use super::{Started, refused};
+use crate::error::{Fault, HookError};
+use crate::server::error::CallError;
+use crate::server::{HookState, budget, millis};
+
+/// What a call holds while it is answered: its in-flight slot and its body's share of
+/// the byte budget, shared by the call's work and its response.
+pub type Slot = Arc<Held>;
+
+/// Permits that are let go together when the last holder drops them.
+pub struct Held {
+    _call: OwnedSemaphorePermit,
+    _body: Arc<budget::Held>,
+}
+
+/// When the call's answer is due: work that would only start after it is not started.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(pub Instant);
+
+/// Takes an in-flight slot for a call whose body is in (429 with `Retry-After` when none
+/// is free), hands it inward and holds it until the response body is gone.
+pub async fn in_flight(
+    State(state): State<Arc<HookState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let Some(body) = request
+        .extensions()
+        .get::<Received>()
+        .map(|r| r.held.clone())
+    else {
+        return refused(HookError::Internal(Fault::NotAdmitted).into(), None);
+    };
+    let Ok(call) = state.in_flight.clone().try_acquire_owned() else {
+        return refused(
+            CallError::Overloaded {
+                limit: state.limits.max_in_flight,
+                retry_after_seconds: state.limits.retry_after_seconds,
+            },
+            None,
+        );
+    };
+    let slot: Slot = Arc::new(Held {
+        _call: call,
+        _body: body,
+    });
+    request.extensions_mut().insert(slot.clone());
+    let response = next.run(request).await;
+    held_until_sent(response, slot)
+}
+
+/// Answers 503 when the handler has no answer by the call's deadline (counted from when
+/// it came in). The handler's work, if it started, runs on and keeps its slot.
+pub async fn deadline(
+    State(state): State<Arc<HookState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = request
+        .extensions()
+        .get::<Started>()
+        .map_or_else(Instant::now, |started| started.0);
+    let due = started + state.limits.deadline;
+    request.extensions_mut().insert(Deadline(due));
+    match tokio::time::timeout_at(due.into(), next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => refused(
+            CallError::DeadlineExceeded {
+                deadline_ms: millis(state.limits.deadline),
+            },
+            None,
+        ),
+    }
+}
+
+/// The response with `slot` held until hyper has sent its body or dropped it.
+pub fn held_until_sent(response: Response, slot: Slot) -> Response {
+    response.map(|body| {
+        Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+            // The closure owns the slot, so it lives exactly as long as the body.
+            let _held = &slot;
+            frame
+        }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_slot_and_the_body_bytes_are_held_until_the_response_body_is_gone() {
+        let slots = Arc::new(tokio::sync::Semaphore::new(1));
+        let bytes = budget::BodyBudget::new(100, 100);
+        let client = IpAddr::from([10, 0, 0, 1]);
+        let held = |slots: &Arc<tokio::sync::Semaphore>| {
+            let mut body = bytes.start(client);
+            bytes.take(&mut body, 40).unwrap();
+            Arc::new(Held {
+                _call: slots.clone().try_acquire_owned().unwrap(),
+                _body: Arc::new(body),
+            })
+        };
+        let response = held_until_sent(Response::new(Body::from("answer")), held(&slots));
+        assert_eq!(slots.available_permits(), 0, "taken while the body exists");
+        assert_eq!(bytes.held(), 40);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"answer");
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "free once the body is consumed"
+        );
+        assert_eq!(bytes.held(), 0);
+
+        let unsent = held_until_sent(Response::new(Body::from("never read")), held(&slots));
+        assert_eq!(slots.available_permits(), 0);
+        drop(unsent);
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "free once the body is dropped"
+        );
+        assert_eq!(bytes.held(), 0);
+    }
+}
