@@ -7,14 +7,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::HookState;
-use super::admission::body::Received;
-use super::admission::slot::{Deadline, Slot};
-use super::admission::{Record, refused, route_of};
+use super::admission::slot::Slot;
+use super::admission::{Call, Record, refused};
 use super::answers::{CallKey, Remembered, RouteKey, route_key};
 use super::error::CallError;
 use crate::controllers::{CallOutcome, Registry};
@@ -58,16 +57,19 @@ impl HookRoute {
 
 /// A call the admission layers let in: the remembered answer for its bytes, or one
 /// computed now, remembered and sent.
-pub async fn answer(State(state): State<Arc<HookState>>, request: Request) -> Response {
-    let route = route_of(&request);
+pub async fn answer(state: Arc<HookState>, request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
-    let admitted = (
-        route,
-        parts.extensions.remove::<Received>(),
-        parts.extensions.remove::<Slot>(),
-        parts.extensions.remove::<Deadline>(),
-    );
-    let (Some(route), Some(received), Some(slot), Some(Deadline(deadline))) = admitted else {
+    let admitted = parts.extensions.remove::<Call>().and_then(|call| {
+        let Call {
+            route,
+            received,
+            slot,
+            deadline,
+            ..
+        } = call;
+        Some((route, received?, slot?, deadline?))
+    });
+    let Some((route, received, slot, deadline)) = admitted else {
         return refused(HookError::Internal(Fault::NotAdmitted).into(), None);
     };
     let headers = &parts.headers;

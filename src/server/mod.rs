@@ -37,7 +37,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::IntoResponse;
-use axum::routing::{MethodRouter, post};
+use axum::routing::MethodRouter;
 use tokio::sync::Semaphore;
 use tower_http::catch_panic::CatchPanicLayer;
 
@@ -218,32 +218,45 @@ impl HookState {
 pub fn hook_router(state: Arc<HookState>) -> Router {
     let mut router = Router::new();
     for route in &state.routes {
-        let target = admission::Target::Hook(*route);
-        let admitted = admitted(&state).layer(axum::Extension(target));
+        let admitted = admitted(&state, Some(*route));
         router = router.route(&route.path(), admitted.fallback(method_not_allowed));
     }
     let resolve = axum::middleware::from_fn_with_state(state.clone(), admission::resolve);
     router
         .route(
             "/{controller}/{hook}",
-            admitted(&state).layer(resolve).fallback(method_not_allowed),
+            admitted(&state, None)
+                .layer(resolve)
+                .fallback(method_not_allowed),
         )
         .fallback(not_found)
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)
 }
 
-/// `POST` to the hook handler through the admission layers, outermost first: observe,
-/// admit, read the body, take an in-flight slot, keep the deadline. (axum applies the
-/// last `layer` outermost, hence the order below.)
-fn admitted(state: &Arc<HookState>) -> MethodRouter<Arc<HookState>> {
-    use axum::middleware::from_fn_with_state as layer;
-    post(hooks::answer)
-        .layer(layer(state.clone(), admission::slot::deadline))
-        .layer(layer(state.clone(), admission::slot::in_flight))
-        .layer(layer(state.clone(), admission::body::read))
-        .layer(layer(state.clone(), admission::admit))
-        .layer(layer(state.clone(), admission::observe))
+/// `POST` to the hook handler through the admission layers (see `admission`), outermost
+/// first: observe, admit, read the body, take an in-flight slot, keep the deadline.
+/// `route` is the hook of a registered path (None: the path is resolved per call).
+fn admitted(
+    state: &Arc<HookState>,
+    route: Option<hooks::HookRoute>,
+) -> MethodRouter<Arc<HookState>> {
+    use admission::{Admit, Observe, StepLayer, body::ReadBody, slot::Deadline, slot::InFlight};
+    let handler = {
+        let state = state.clone();
+        tower::service_fn(move |request| {
+            let state = state.clone();
+            async move { Ok::<_, std::convert::Infallible>(hooks::answer(state, request).await) }
+        })
+    };
+    let stack = tower::ServiceBuilder::new()
+        .layer(StepLayer::new(state, Observe { route }))
+        .layer(StepLayer::new(state, Admit))
+        .layer(StepLayer::new(state, ReadBody))
+        .layer(StepLayer::new(state, InFlight))
+        .layer(StepLayer::new(state, Deadline))
+        .service(handler);
+    axum::routing::post_service(stack)
 }
 
 /// Last line of defence: a panic in a controller is a 500 with a JSON body, never a

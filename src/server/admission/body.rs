@@ -11,25 +11,24 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::{refused, route_of};
-use crate::error::{BadRequest, Fault, HookError};
+use super::{Inner, Next, Step, call_of, not_admitted, refused};
+use crate::error::{BadRequest, HookError};
 use crate::server::answers::{CallHasher, CallKey};
 use crate::server::budget::{self, OverBudget};
 use crate::server::error::CallError;
 use crate::server::{HookState, millis};
 
 /// A body read whole: its pieces, the call's key (route and body hashed) and what it
-/// holds of the budget (a request extension, for the in-flight layer and the handler).
+/// holds of the budget (for the in-flight layer and the handler).
 #[derive(Clone)]
 pub struct Received {
     /// The body as it arrived.
-    pub body: ReadBody,
+    pub body: Pieces,
     /// The call's key in the answer memo.
     pub key: CallKey,
     /// The body's bytes in the budget, held until every holder lets go.
@@ -40,9 +39,9 @@ pub struct Received {
 /// needs its hash, so the pieces are joined only when the body is to be parsed (at 2 MiB,
 /// a copy that costs more than the hash).
 #[derive(Clone)]
-pub struct ReadBody(Vec<Bytes>);
+pub struct Pieces(Vec<Bytes>);
 
-impl ReadBody {
+impl Pieces {
     /// The pieces as one buffer (copied only when there are several).
     pub fn joined(mut self) -> Bytes {
         if self.0.len() <= 1 {
@@ -56,29 +55,40 @@ impl ReadBody {
     }
 }
 
-/// Reads the call's body, then hands it inward as [`Received`].
-pub async fn read(State(state): State<Arc<HookState>>, request: Request, next: Next) -> Response {
-    let Some(route) = route_of(&request) else {
-        return refused(HookError::Internal(Fault::NotAdmitted).into(), None);
-    };
-    // Calls that come in without a socket (tests through `oneshot`) share one client.
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<std::net::SocketAddr>>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
-    let (parts, body) = request.into_parts();
-    let mut hasher = CallHasher::new(&route.key);
-    match read_within(&state, &parts.headers, (client, body), &mut hasher).await {
-        Ok((body, held)) => {
-            let mut request = Request::from_parts(parts, Body::empty());
-            request.extensions_mut().insert(Received {
+/// Reads the call's body whole, then hands it inward (`Call::received`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReadBody;
+
+impl Step for ReadBody {
+    async fn run<S: Inner>(
+        self,
+        state: Arc<HookState>,
+        mut request: Request,
+        next: Next<S>,
+    ) -> Response {
+        let Some(route) = call_of(&mut request).map(|call| call.route) else {
+            return not_admitted();
+        };
+        // Calls that come in without a socket (tests through `oneshot`) share one client.
+        let client = request
+            .extensions()
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
+        let (mut parts, body) = request.into_parts();
+        let mut hasher = CallHasher::new(&route.key);
+        let read = read_within(&state, &parts.headers, (client, body), &mut hasher).await;
+        let (body, held) = match read {
+            Ok(read) => read,
+            Err(error) => return refused(error, None),
+        };
+        if let Some(call) = parts.extensions.get_mut::<super::Call>() {
+            call.received = Some(Received {
                 body,
                 key: hasher.finish(),
                 held: Arc::new(held),
             });
-            next.run(request).await
         }
-        Err(error) => refused(error, None),
+        next.run(Request::from_parts(parts, Body::empty())).await
     }
 }
 
@@ -90,7 +100,7 @@ async fn read_within(
     headers: &HeaderMap,
     (client, body): (IpAddr, Body),
     hasher: &mut CallHasher,
-) -> Result<(ReadBody, budget::Held), CallError> {
+) -> Result<(Pieces, budget::Held), CallError> {
     let limit = state.limits.body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -129,7 +139,7 @@ async fn read_within(
                 pieces.push(piece);
             }
         }
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Ok((ReadBody(pieces), held)))
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Ok((Pieces(pieces), held)))
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(read)) => read,

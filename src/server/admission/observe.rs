@@ -4,56 +4,85 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use tracing::Instrument;
 
-use super::{Record, Refusal, Started, Target};
+use super::{Call, Inner, Next, Record, Refusal, Step, Target};
 use crate::controllers::{Changes, ParentRef};
 use crate::protocol::Hook;
 use crate::server::HookState;
 
 /// Times the call, runs it in a span named after its hook, then counts and logs it with
-/// what the handler recorded (the parent, the changes) or why it was refused.
-pub async fn observe(
-    State(state): State<Arc<HookState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    request.extensions_mut().insert(Started(started));
-    let (controller, hook) = request
-        .extensions()
-        .get::<Target>()
-        .map_or(("unknown", "unknown"), |target| labels(&state, target));
-    let span = tracing::debug_span!(
-        "hook",
-        controller,
-        hook,
-        parent.namespace = tracing::field::Empty,
-        parent.name = tracing::field::Empty,
-    );
-    let mut response = next.run(request).instrument(span.clone()).await;
-    let record = response
-        .extensions_mut()
-        .remove::<Record>()
-        .unwrap_or_default();
-    let refusal = response.extensions_mut().remove::<Refusal>();
-    span.record("parent.namespace", &*record.parent.namespace);
-    span.record("parent.name", &*record.parent.name);
-    let code = response.status().as_u16();
-    let elapsed = started.elapsed();
-    state.metrics.record(controller, hook, code, elapsed);
-    log_call(
-        (controller, hook),
-        &record.parent,
-        code,
-        elapsed,
-        record.changes,
-        refusal,
-    );
-    response
+/// what the handler recorded (the parent, the changes) or why it was refused. On a
+/// registered hook's path, `route` is that hook; elsewhere the path was resolved before
+/// (a [`Target`] extension).
+#[derive(Debug, Clone, Copy)]
+pub struct Observe {
+    /// The hook of the path this layer serves, if it is a registered hook's.
+    pub route: Option<super::HookRoute>,
+}
+
+impl Step for Observe {
+    async fn run<S: Inner>(
+        self,
+        state: Arc<HookState>,
+        mut request: Request,
+        next: Next<S>,
+    ) -> Response {
+        let started = Instant::now();
+        let target = match self.route {
+            Some(route) => Some(Target::Hook(route)),
+            None => request.extensions_mut().remove::<Target>(),
+        };
+        let (controller, hook) = target
+            .as_ref()
+            .map_or(("unknown", "unknown"), |target| labels(&state, target));
+        match target {
+            Some(Target::Hook(route)) => {
+                request.extensions_mut().insert(Call {
+                    route,
+                    started,
+                    received: None,
+                    slot: None,
+                    deadline: None,
+                });
+            }
+            // Admit answers 404, naming the path.
+            unknown => {
+                if let Some(unknown) = unknown {
+                    request.extensions_mut().insert(unknown);
+                }
+            }
+        }
+        let span = tracing::debug_span!(
+            "hook",
+            controller,
+            hook,
+            parent.namespace = tracing::field::Empty,
+            parent.name = tracing::field::Empty,
+        );
+        let mut response = next.run(request).instrument(span.clone()).await;
+        let record = response
+            .extensions_mut()
+            .remove::<Record>()
+            .unwrap_or_default();
+        let refusal = response.extensions_mut().remove::<Refusal>();
+        span.record("parent.namespace", &*record.parent.namespace);
+        span.record("parent.name", &*record.parent.name);
+        let code = response.status().as_u16();
+        let elapsed = started.elapsed();
+        state.metrics.record(controller, hook, code, elapsed);
+        log_call(
+            (controller, hook),
+            &record.parent,
+            code,
+            elapsed,
+            record.changes,
+            refusal,
+        );
+        response
+    }
 }
 
 /// The metrics labels of a call. Only registered names become labels: a caller cannot

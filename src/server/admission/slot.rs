@@ -8,17 +8,13 @@
 //! when the response future ends, before either, which is why this layer is ours.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::body::Received;
-use super::{Started, refused};
-use crate::error::{Fault, HookError};
+use super::{Inner, Next, Step, call_of, not_admitted, refused};
 use crate::server::error::CallError;
 use crate::server::{HookState, budget, millis};
 
@@ -32,63 +28,69 @@ pub struct Held {
     _body: Arc<budget::Held>,
 }
 
-/// When the call's answer is due: work that would only start after it is not started.
-#[derive(Debug, Clone, Copy)]
-pub struct Deadline(pub Instant);
-
 /// Takes an in-flight slot for a call whose body is in (429 with `Retry-After` when none
 /// is free), hands it inward and holds it until the response body is gone.
-pub async fn in_flight(
-    State(state): State<Arc<HookState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let Some(body) = request
-        .extensions()
-        .get::<Received>()
-        .map(|r| r.held.clone())
-    else {
-        return refused(HookError::Internal(Fault::NotAdmitted).into(), None);
-    };
-    let Ok(call) = state.in_flight.clone().try_acquire_owned() else {
-        return refused(
-            CallError::Overloaded {
-                limit: state.limits.max_in_flight,
-                retry_after_seconds: state.limits.retry_after_seconds,
-            },
-            None,
-        );
-    };
-    let slot: Slot = Arc::new(Held {
-        _call: call,
-        _body: body,
-    });
-    request.extensions_mut().insert(slot.clone());
-    let response = next.run(request).await;
-    held_until_sent(response, slot)
+#[derive(Debug, Clone, Copy)]
+pub struct InFlight;
+
+impl Step for InFlight {
+    async fn run<S: Inner>(
+        self,
+        state: Arc<HookState>,
+        mut request: Request,
+        next: Next<S>,
+    ) -> Response {
+        let Some(call) = call_of(&mut request) else {
+            return not_admitted();
+        };
+        let Some(body) = call.received.as_ref().map(|received| received.held.clone()) else {
+            return not_admitted();
+        };
+        let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
+            return refused(
+                CallError::Overloaded {
+                    limit: state.limits.max_in_flight,
+                    retry_after_seconds: state.limits.retry_after_seconds,
+                },
+                None,
+            );
+        };
+        let slot: Slot = Arc::new(Held {
+            _call: permit,
+            _body: body,
+        });
+        call.slot = Some(slot.clone());
+        let response = next.run(request).await;
+        held_until_sent(response, slot)
+    }
 }
 
-/// Answers 503 when the handler has no answer by the call's deadline (counted from when
-/// it came in). The handler's work, if it started, runs on and keeps its slot.
-pub async fn deadline(
-    State(state): State<Arc<HookState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let started = request
-        .extensions()
-        .get::<Started>()
-        .map_or_else(Instant::now, |started| started.0);
-    let due = started + state.limits.deadline;
-    request.extensions_mut().insert(Deadline(due));
-    match tokio::time::timeout_at(due.into(), next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => refused(
-            CallError::DeadlineExceeded {
-                deadline_ms: millis(state.limits.deadline),
-            },
-            None,
-        ),
+/// Answers 503 when the rest of the stack has no answer by the call's deadline (counted
+/// from when it came in). The handler's work, if it started, runs on and keeps its slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline;
+
+impl Step for Deadline {
+    async fn run<S: Inner>(
+        self,
+        state: Arc<HookState>,
+        mut request: Request,
+        next: Next<S>,
+    ) -> Response {
+        let Some(call) = call_of(&mut request) else {
+            return not_admitted();
+        };
+        let due = call.started + state.limits.deadline;
+        call.deadline = Some(due);
+        match tokio::time::timeout_at(due.into(), next.run(request)).await {
+            Ok(response) => response,
+            Err(_) => refused(
+                CallError::DeadlineExceeded {
+                    deadline_ms: millis(state.limits.deadline),
+                },
+                None,
+            ),
+        }
     }
 }
 
