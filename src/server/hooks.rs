@@ -57,19 +57,20 @@ impl HookRoute {
 
 /// A call the admission layers let in: the remembered answer for its bytes, or one
 /// computed now, remembered and sent.
-pub async fn answer(state: Arc<HookState>, request: Request) -> Response {
+pub async fn answer(request: Request) -> Response {
     let (mut parts, _) = request.into_parts();
     let admitted = parts.extensions.remove::<Call>().and_then(|call| {
         let Call {
+            state,
             route,
             received,
             slot,
             deadline,
             ..
         } = call;
-        Some((route, received?, slot?, deadline?))
+        Some((state, route, received?, slot?, deadline?))
     });
-    let Some((route, received, slot, deadline)) = admitted else {
+    let Some((state, route, received, slot, deadline)) = admitted else {
         return refused(HookError::Internal(Fault::NotAdmitted).into(), None);
     };
     let headers = &parts.headers;

@@ -242,19 +242,19 @@ fn admitted(
     route: Option<hooks::HookRoute>,
 ) -> MethodRouter<Arc<HookState>> {
     use admission::{Admit, Observe, StepLayer, body::ReadBody, slot::Deadline, slot::InFlight};
-    let handler = {
-        let state = state.clone();
-        tower::service_fn(move |request| {
-            let state = state.clone();
-            async move { Ok::<_, std::convert::Infallible>(hooks::answer(state, request).await) }
-        })
+    let handler = tower::service_fn(|request| async move {
+        Ok::<_, std::convert::Infallible>(hooks::answer(request).await)
+    });
+    let observe = Observe {
+        state: state.clone(),
+        route,
     };
     let stack = tower::ServiceBuilder::new()
-        .layer(StepLayer::new(state, Observe { route }))
-        .layer(StepLayer::new(state, Admit))
-        .layer(StepLayer::new(state, ReadBody))
-        .layer(StepLayer::new(state, InFlight))
-        .layer(StepLayer::new(state, Deadline))
+        .layer(StepLayer(observe))
+        .layer(StepLayer(Admit))
+        .layer(StepLayer(ReadBody))
+        .layer(StepLayer(InFlight))
+        .layer(StepLayer(Deadline))
         .service(handler);
     axum::routing::post_service(stack)
 }

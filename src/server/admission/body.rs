@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::{Inner, Next, Step, call_of, not_admitted, refused};
+use super::{Call, Inner, Next, Step, not_admitted, refused};
 use crate::error::{BadRequest, HookError};
 use crate::server::answers::{CallHasher, CallKey};
 use crate::server::budget::{self, OverBudget};
@@ -60,28 +60,23 @@ impl Pieces {
 pub struct ReadBody;
 
 impl Step for ReadBody {
-    async fn run<S: Inner>(
-        self,
-        state: Arc<HookState>,
-        mut request: Request,
-        next: Next<S>,
-    ) -> Response {
-        let Some(route) = call_of(&mut request).map(|call| call.route) else {
-            return not_admitted();
-        };
+    async fn run<S: Inner>(self, request: Request, next: Next<S>) -> Response {
         // Calls that come in without a socket (tests through `oneshot`) share one client.
         let client = request
             .extensions()
             .get::<ConnectInfo<std::net::SocketAddr>>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
         let (mut parts, body) = request.into_parts();
-        let mut hasher = CallHasher::new(&route.key);
-        let read = read_within(&state, &parts.headers, (client, body), &mut hasher).await;
+        let Some(call) = parts.extensions.get::<Call>() else {
+            return not_admitted();
+        };
+        let mut hasher = CallHasher::new(&call.route.key);
+        let read = read_within(&call.state, &parts.headers, (client, body), &mut hasher).await;
         let (body, held) = match read {
             Ok(read) => read,
             Err(error) => return refused(error, None),
         };
-        if let Some(call) = parts.extensions.get_mut::<super::Call>() {
+        if let Some(call) = parts.extensions.get_mut::<Call>() {
             call.received = Some(Received {
                 body,
                 key: hasher.finish(),

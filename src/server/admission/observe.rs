@@ -8,7 +8,7 @@ use axum::extract::Request;
 use axum::response::Response;
 use tracing::Instrument;
 
-use super::{Call, Inner, Next, Record, Refusal, Step, Target};
+use super::{Call, Inner, Next, Record, Refusal, Step, Target, Unknown};
 use crate::controllers::{Changes, ParentRef};
 use crate::protocol::Hook;
 use crate::server::HookState;
@@ -17,21 +17,19 @@ use crate::server::HookState;
 /// what the handler recorded (the parent, the changes) or why it was refused. On a
 /// registered hook's path, `route` is that hook; elsewhere the path was resolved before
 /// (a [`Target`] extension).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Observe {
+    /// Everything the endpoint shares.
+    pub state: Arc<HookState>,
     /// The hook of the path this layer serves, if it is a registered hook's.
     pub route: Option<super::HookRoute>,
 }
 
 impl Step for Observe {
-    async fn run<S: Inner>(
-        self,
-        state: Arc<HookState>,
-        mut request: Request,
-        next: Next<S>,
-    ) -> Response {
+    async fn run<S: Inner>(self, mut request: Request, next: Next<S>) -> Response {
+        let Observe { state, route } = self;
         let started = Instant::now();
-        let target = match self.route {
+        let target = match route {
             Some(route) => Some(Target::Hook(route)),
             None => request.extensions_mut().remove::<Target>(),
         };
@@ -41,6 +39,7 @@ impl Step for Observe {
         match target {
             Some(Target::Hook(route)) => {
                 request.extensions_mut().insert(Call {
+                    state: state.clone(),
                     route,
                     started,
                     received: None,
@@ -49,11 +48,13 @@ impl Step for Observe {
                 });
             }
             // Admit answers 404, naming the path.
-            unknown => {
-                if let Some(unknown) = unknown {
-                    request.extensions_mut().insert(unknown);
-                }
+            Some(Target::Unknown { controller, hook }) => {
+                request.extensions_mut().insert(Unknown {
+                    state: state.clone(),
+                    path: format!("/{controller}/{hook}"),
+                });
             }
+            None => {}
         }
         let span = tracing::debug_span!(
             "hook",

@@ -16,7 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Inner, Next, Step, call_of, not_admitted, refused};
 use crate::server::error::CallError;
-use crate::server::{HookState, budget, millis};
+use crate::server::{budget, millis};
 
 /// What a call holds while it is answered: its in-flight slot and its body's share of
 /// the byte budget, shared by the call's work and its response.
@@ -34,23 +34,18 @@ pub struct Held {
 pub struct InFlight;
 
 impl Step for InFlight {
-    async fn run<S: Inner>(
-        self,
-        state: Arc<HookState>,
-        mut request: Request,
-        next: Next<S>,
-    ) -> Response {
+    async fn run<S: Inner>(self, mut request: Request, next: Next<S>) -> Response {
         let Some(call) = call_of(&mut request) else {
             return not_admitted();
         };
         let Some(body) = call.received.as_ref().map(|received| received.held.clone()) else {
             return not_admitted();
         };
-        let Ok(permit) = state.in_flight.clone().try_acquire_owned() else {
+        let Ok(permit) = call.state.in_flight.clone().try_acquire_owned() else {
             return refused(
                 CallError::Overloaded {
-                    limit: state.limits.max_in_flight,
-                    retry_after_seconds: state.limits.retry_after_seconds,
+                    limit: call.state.limits.max_in_flight,
+                    retry_after_seconds: call.state.limits.retry_after_seconds,
                 },
                 None,
             );
@@ -71,22 +66,18 @@ impl Step for InFlight {
 pub struct Deadline;
 
 impl Step for Deadline {
-    async fn run<S: Inner>(
-        self,
-        state: Arc<HookState>,
-        mut request: Request,
-        next: Next<S>,
-    ) -> Response {
+    async fn run<S: Inner>(self, mut request: Request, next: Next<S>) -> Response {
         let Some(call) = call_of(&mut request) else {
             return not_admitted();
         };
-        let due = call.started + state.limits.deadline;
+        let limit = call.state.limits.deadline;
+        let due = call.started + limit;
         call.deadline = Some(due);
         match tokio::time::timeout_at(due.into(), next.run(request)).await {
             Ok(response) => response,
             Err(_) => refused(
                 CallError::DeadlineExceeded {
-                    deadline_ms: millis(state.limits.deadline),
+                    deadline_ms: millis(limit),
                 },
                 None,
             ),
