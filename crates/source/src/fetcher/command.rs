@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::state::{Ended, JobId, Pool, RepoWanted, RoomId, RoomWanted, TurnWanted, Wanted};
+use super::state::{Ended, JobId, RepoWanted, RoomId, RoomWanted, Wanted};
 use crate::worker::Fetched;
 use crate::{RemoteKey, SourceKey};
 
@@ -30,10 +30,6 @@ pub(super) enum Command {
     },
     /// A job ended.
     Finished(Ended),
-    /// A job asks for a turn at a git worker or an HTTP fetch.
-    WantTurn(TurnWanted),
-    /// A job's turn is over (or no longer wanted).
-    TurnDone { pool: Pool, job: JobId },
     /// A job asks for room in the snapshot budget.
     Reserve(RoomWanted),
     /// The room is given back (or no longer wanted).

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::policy::Policy;
+use super::slots::FairSlots;
 use super::{
     FetchError, Interest, Refresh, Revision, SourceRequest, SourceState, SourceView, Sources, http,
 };
@@ -41,11 +42,18 @@ struct Inner {
     commands: tokio::sync::mpsc::UnboundedSender<Command>,
     runtime: tokio::runtime::Handle,
     settings: FetcherSettings,
+    git_slots: Arc<FairSlots>,
+    http_slots: Arc<FairSlots>,
     /// Keys the on-disk repositories by credential holder; kept in the cache directory
     /// so that a restarted server finds its repositories again.
     disk_key: [u8; 32],
     metrics: super::metrics::SourceMetrics,
 }
+
+/// HTTP fetches at once, and for one namespace: each holds a socket and at most one
+/// file's bytes, so they are bounded apart from the git workers.
+const HTTP_FETCHES: usize = 32;
+const HTTP_FETCHES_PER_NAMESPACE: usize = 8;
 
 /// Cheap to clone; all clones share one cache.
 #[derive(Clone)]
@@ -75,8 +83,6 @@ impl Fetcher {
             cache_max_bytes: settings.cache_max_bytes,
             download_bytes: policy.limits.download_bytes,
             push_resync_seconds: settings.push_resync_seconds,
-            workers: settings.workers,
-            workers_per_namespace: settings.workers_per_namespace,
         };
         let (writes, store) = store::split(State::new(limits, cached_bytes));
         let (commands, received) = tokio::sync::mpsc::unbounded_channel();
@@ -87,6 +93,8 @@ impl Fetcher {
             store,
             commands,
             runtime,
+            git_slots: FairSlots::new(settings.workers, settings.workers_per_namespace),
+            http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
             disk_key,
             metrics: super::metrics::SourceMetrics::new(settings.max_remote_series),
             settings,
@@ -141,7 +149,7 @@ impl Fetcher {
 impl Fetcher {
     /// Git jobs (running, waiting for a worker).
     pub fn git_load(&self) -> (usize, usize) {
-        self.inner.store.read().git_load()
+        self.inner.git_slots.load()
     }
 
     /// Bytes of the snapshots held in memory now.
@@ -231,7 +239,7 @@ impl Sources for Fetcher {
                 cache_bytes,
                 snapshot_bytes,
                 snapshot_room: (reserved, waiting),
-                git_jobs: inner.store.read().git_load(),
+                git_jobs: inner.git_slots.load(),
                 remote_series: inner.metrics.remote_series(),
             }
         })));

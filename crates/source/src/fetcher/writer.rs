@@ -114,8 +114,6 @@ fn apply(
             results,
         } => state.stored(&remote_key, job, commit_from, results, now, effects),
         Command::Finished(ended) => state.finished(ended),
-        Command::WantTurn(wanted) => state.want_turn(wanted),
-        Command::TurnDone { pool, job } => state.turn_done(pool, job),
         Command::Reserve(wanted) => state.reserve(wanted),
         Command::GiveBack(room) => state.give_back(room),
         Command::TakeRepo(wanted) => state.want_repo(wanted),
