@@ -32,18 +32,22 @@ pub struct Derived {
 }
 
 impl Derived {
-    /// The result under `key`, or `make`'s, kept with the weight `weigh` gives it. Two
-    /// calls at once may both make it; the first kept is the one every later call gets.
-    pub fn remember<T: Any + Send + Sync>(
+    /// The result kept under `key`, if any (of type `T`).
+    pub fn get<T: Any + Send + Sync>(&self, key: &DerivedKey) -> Option<Arc<T>> {
+        self.lock().get(key)?.clone().downcast().ok()
+    }
+
+    /// Keeps `made` under `key`, with the weight `weigh` gives it, and returns what is
+    /// kept there: two calls at once may both make a result; the first kept is the one
+    /// every later call gets. (A caller asks [`Derived::get`] first and makes the result
+    /// itself: no callback runs in here.)
+    pub fn keep<T: Any + Send + Sync>(
         &self,
         key: DerivedKey,
+        made: T,
         weigh: fn(&T) -> u64,
-        make: impl FnOnce() -> T,
     ) -> Arc<T> {
-        if let Some(kept) = self.get(&key) {
-            return kept;
-        }
-        let made = Arc::new(make());
+        let made = Arc::new(made);
         let mut values = self.lock();
         let kept = values.entry(key).or_insert_with(|| {
             // What an entry costs beyond its result: the key, the map's bookkeeping.
@@ -52,10 +56,6 @@ impl Derived {
             made.clone()
         });
         kept.clone().downcast().unwrap_or(made)
-    }
-
-    fn get<T: Any + Send + Sync>(&self, key: &DerivedKey) -> Option<Arc<T>> {
-        self.lock().get(key)?.clone().downcast().ok()
     }
 
     /// Bytes of the results held.
@@ -102,32 +102,18 @@ mod tests {
     }
 
     #[test]
-    fn a_result_is_made_once_per_key_and_weighs_on_the_snapshot() {
+    fn the_first_result_kept_stays_and_weighs_on_the_snapshot() {
         let derived = Derived::default();
-        let mut made = 0;
-        let first = derived.remember(
-            key("conversion", 1),
-            |s: &String| s.len() as u64,
-            || {
-                made += 1;
-                "x".repeat(1000)
-            },
-        );
-        let again = derived.remember(
-            key("conversion", 1),
-            |s: &String| s.len() as u64,
-            || {
-                made += 1;
-                String::new()
-            },
-        );
-        assert_eq!((made, first.len(), again.len()), (1, 1000, 1000));
+        let len = |s: &String| s.len() as u64;
+        assert!(derived.get::<String>(&key("conversion", 1)).is_none());
+        let first = derived.keep(key("conversion", 1), "x".repeat(1000), len);
+        // A second result made at the same time is not kept: the first is returned.
+        let raced = derived.keep(key("conversion", 1), String::new(), len);
+        assert_eq!((first.len(), raced.len()), (1000, 1000));
+        let again = derived.get::<String>(&key("conversion", 1));
+        assert!(again.is_some_and(|again| Arc::ptr_eq(&first, &again)));
         assert_eq!(derived.bytes(), 1000 + 128);
-        let other = derived.remember(
-            key("conversion", 2),
-            |s: &String| s.len() as u64,
-            || "y".repeat(10),
-        );
+        let other = derived.keep(key("conversion", 2), "y".repeat(10), len);
         assert_eq!(other.as_str(), "y".repeat(10));
         assert_eq!(derived.bytes(), 1000 + 128 + 10 + 128);
         assert_eq!(derived.clone().bytes(), 0, "a copy starts empty");

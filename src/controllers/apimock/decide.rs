@@ -211,13 +211,12 @@ fn analysis_of(candidate: &Candidate<'_>, ctx: &Context) -> Result<Arc<Analysis>
                 (Err(invalid), _) => Err(invalid.clone()),
                 (_, Err(invalid)) => Err(invalid),
             };
-            Ok(ctx
-                .steps
-                .remember(key, definition::analysis_weight, || Analysis {
-                    sha256: bundle.sha256(),
-                    format: root.format,
-                    outcome,
-                }))
+            let analysis = Analysis {
+                sha256: bundle.sha256(),
+                format: root.format,
+                outcome,
+            };
+            Ok(ctx.steps.keep(key, analysis, definition::analysis_weight))
         }
     }
 }

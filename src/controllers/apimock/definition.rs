@@ -312,7 +312,11 @@ pub fn remembered_analysis(
         step: Step::Analysis,
         input: crate::hash::digest(text.as_bytes()),
     };
-    steps.remember_heavy(key, text.len(), deadline, analysis_weight, || analyze(text))
+    if let Some(hit) = steps.get(&key) {
+        return Some(hit);
+    }
+    let _turn = steps.heavy_turn(text.len(), deadline)?;
+    Some(steps.keep(key, analyze(text), analysis_weight))
 }
 
 /// What an analysis holds: its summary's strings (a title can be most of a 1 MiB

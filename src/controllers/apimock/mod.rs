@@ -36,7 +36,7 @@ use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
-use crate::controllers::common::source_sync;
+use crate::controllers::common::source_sync::SourceCall;
 use crate::controllers::common::taken::{self, ChildName};
 use crate::controllers::{Answer, CompositeHooks, Context, ControllerSettings, Reply};
 use crate::error::HookError;
@@ -269,9 +269,9 @@ impl CompositeHooks for ApiMockHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<Answer<CompositeResponse>, HookError> {
-        source_sync::composite_sync(ctx, &request.parent, |reads, asked| {
-            self.answer(request, ctx, reads, asked)
-        })
+        let mut call = SourceCall::begin(ctx, &request.parent);
+        let reply = self.answer(request, ctx, &mut call.reads, &mut call.asked)?;
+        Ok(call.finish(reply))
     }
 
     fn finalize(

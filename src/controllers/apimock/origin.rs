@@ -244,18 +244,19 @@ pub(super) fn read<'r>(
 /// The snapshot's definition, remembered with the snapshot by root: a warm sync neither
 /// copies nor re-parses the files, and the copy counts in the snapshot budget.
 fn bundle_of(snapshot: &Snapshot, root: Option<&str>) -> Arc<Read> {
-    let read = || bundle_from(snapshot, root).map(Arc::new);
-    match crate::hash::digest_of(&root) {
-        Ok(inputs) => {
-            let key = DerivedKey {
-                step: "definition read",
-                inputs,
-            };
-            snapshot.derived.remember(key, read_weight, read)
-        }
-        // Strings always encode; were one not to, the read is only not remembered.
-        Err(_) => Arc::new(read()),
+    // Strings always encode; were one not to, the read is only not remembered.
+    let Ok(inputs) = crate::hash::digest_of(&root) else {
+        return Arc::new(bundle_from(snapshot, root).map(Arc::new));
+    };
+    let key = DerivedKey {
+        step: "definition read",
+        inputs,
+    };
+    if let Some(kept) = snapshot.derived.get(&key) {
+        return kept;
     }
+    let read = bundle_from(snapshot, root).map(Arc::new);
+    snapshot.derived.keep(key, read, read_weight)
 }
 
 /// A fetched file, or the root document of a fetched directory and what it reaches.

@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::reading::Reads;
-use crate::controllers::Reply;
 use crate::protocol::CompositeResponse;
 use crate::source::{REQUESTED_AT, Refresh, SourceRequest};
 
@@ -62,22 +61,6 @@ pub fn ask(
         },
         Refresh::Pending => carried(handled),
     }
-}
-
-/// Runs `answer` with what `parent` records as handled carried over, then records what
-/// the answer handled in its status: every answer keeps the value, whichever branch
-/// produced it.
-///
-/// # Errors
-/// Those of `answer`.
-pub fn recording<E>(
-    parent: &Value,
-    answer: impl FnOnce(&mut Outcome) -> Result<Reply<CompositeResponse>, E>,
-) -> Result<Reply<CompositeResponse>, E> {
-    let mut asked = carried(recorded(parent));
-    let mut reply = answer(&mut asked)?;
-    asked.record(&mut reply.response);
-    Ok(reply)
 }
 
 /// Nothing new handled: the earlier value stays.

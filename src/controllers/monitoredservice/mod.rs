@@ -34,7 +34,7 @@ use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
 use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
-use crate::controllers::common::source_sync;
+use crate::controllers::common::source_sync::SourceCall;
 use crate::controllers::common::taken::{self, ChildName};
 use crate::controllers::{Answer, CompositeHooks, Context, Reply};
 use crate::error::HookError;
@@ -84,9 +84,11 @@ fn convert(snapshot: &Snapshot, format: Option<ConfigFormat>) -> Result<Arc<Conv
         step: "conversion",
         inputs,
     };
-    Ok(snapshot.derived.remember(key, converted_weight, || {
-        Config::from_snapshot(snapshot, format)
-    }))
+    if let Some(kept) = snapshot.derived.get(&key) {
+        return Ok(kept);
+    }
+    let converted = Config::from_snapshot(snapshot, format);
+    Ok(snapshot.derived.keep(key, converted, converted_weight))
 }
 
 impl MonitoredServiceHooks {
@@ -251,9 +253,9 @@ impl CompositeHooks for MonitoredServiceHooks {
         request: &CompositeRequest,
         ctx: &Context,
     ) -> Result<Answer<CompositeResponse>, HookError> {
-        source_sync::composite_sync(ctx, &request.parent, |reads, asked| {
-            self.answer(request, ctx, reads, asked)
-        })
+        let mut call = SourceCall::begin(ctx, &request.parent);
+        let reply = self.answer(request, ctx, &mut call.reads, &mut call.asked)?;
+        Ok(call.finish(reply))
     }
 
     fn finalize(

@@ -545,7 +545,7 @@ mod tests {
             inputs: [0; 32],
         };
         let weigh = |s: &String| s.len() as u64;
-        let _ = a.derived.remember(key, weigh, || "c".repeat(100 * 1024));
+        let _ = a.derived.keep(key, "c".repeat(100 * 1024), weigh);
         drop(a);
         // Counted from a's next lookup on, once the writer has applied it.
         let _ = sources.lookup(&wanted[0], HOUR);
