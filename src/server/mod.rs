@@ -16,6 +16,7 @@ mod error;
 mod hooks;
 mod metrics;
 mod probes;
+mod route;
 mod serving;
 mod slots;
 mod tls;
@@ -164,7 +165,7 @@ pub struct HookState {
     connections: Slots,
     compute: compute::ComputePool,
     answers: answers::AnswerMemo,
-    routes: Vec<hooks::HookRoute>,
+    routes: Vec<route::HookRoute>,
 }
 
 impl HookState {
@@ -179,7 +180,7 @@ impl HookState {
         let metrics = Metrics::new(Some(registry.sources().as_ref()));
         HookState {
             compute,
-            routes: hooks::HookRoute::all(&registry),
+            routes: route::HookRoute::all(&registry),
             registry: Arc::new(registry),
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
             body_budget: budget::BodyBudget::new(
@@ -239,7 +240,7 @@ pub fn hook_router(state: Arc<HookState>) -> Router {
 /// `route` is the hook of a registered path (None: the path is resolved per call).
 fn admitted(
     state: &Arc<HookState>,
-    route: Option<hooks::HookRoute>,
+    route: Option<route::HookRoute>,
 ) -> MethodRouter<Arc<HookState>> {
     use admission::{Admit, Observe, StepLayer, body::ReadBody, slot::Deadline, slot::InFlight};
     let handler = tower::service_fn(|request| async move {

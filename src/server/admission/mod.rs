@@ -38,7 +38,7 @@ use tower::{Layer, Service, ServiceExt};
 pub use self::observe::Observe;
 use super::HookState;
 use super::error::CallError;
-use super::hooks::HookRoute;
+use super::route::HookRoute;
 use crate::controllers::{Changes, ParentRef};
 use crate::error::{Fault, HookError};
 
