@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use self::common::reading::SourceUse;
 pub use self::registry::{CallOutcome, Changes, Registry, parse_request};
-pub use self::requeue::{PENDING_RESYNC_SECONDS, Requeue};
+pub use self::requeue::Requeue;
 use crate::error::HookError;
 use crate::memo::steps::Steps;
 use crate::protocol::{

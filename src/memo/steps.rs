@@ -81,9 +81,11 @@ impl Steps {
     /// slot. None when no slot came free in time: nobody waits for the result any more.
     pub fn heavy_turn(&self, size: usize, deadline: Option<Instant>) -> Option<HeavyTurn> {
         if size <= HEAVY_BYTES {
-            return Some(HeavyTurn(None));
+            return Some(HeavyTurn { _slot: None });
         }
-        self.heavy.take(deadline).map(|slot| HeavyTurn(Some(slot)))
+        self.heavy
+            .take(deadline)
+            .map(|slot| HeavyTurn { _slot: Some(slot) })
     }
 
     /// Remembers `made` under `key`, with the weight `weigh` gives it, and returns it.
@@ -129,7 +131,9 @@ struct HeavySlot(crossbeam_channel::Sender<()>);
 
 /// A turn at heavy work: a heavy slot for a large input, none for a small one; given
 /// back when dropped.
-pub struct HeavyTurn(#[allow(dead_code)] Option<HeavySlot>);
+pub struct HeavyTurn {
+    _slot: Option<HeavySlot>,
+}
 
 impl HeavySlots {
     fn new(capacity: usize) -> HeavySlots {
