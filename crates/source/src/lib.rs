@@ -34,7 +34,6 @@ pub mod policy;
 pub mod proxy;
 pub mod repository;
 mod revision;
-mod slots;
 #[cfg(test)]
 mod test_pki;
 pub mod tls;

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use super::Inner;
 use super::command::{Command, Results};
-use super::leases::{Repo, Rooms};
-use super::state::{Ended, JobPlan};
+use super::leases::{Repo, Rooms, Turn};
+use super::state::{Ended, JobPlan, Pool};
 use crate::worker::{Fetched, GitJob, Read, WorkerLimits, failed_reads};
 use crate::{FetchError, Location, SourceRequest, git, http};
 
@@ -224,7 +224,7 @@ impl Job {
         );
         let settings = &inner.settings;
         // A turn at a worker first (fair between namespaces), then the repository.
-        let _slot = inner.git_slots.acquire(self.namespaces()).await;
+        let _turn = Turn::take(&inner, Pool::Git, self.plan.job, self.namespaces()).await;
         let room = self
             .rooms
             .reserve(&inner, reads.len().min(READS_PER_WORKER))
@@ -340,7 +340,7 @@ impl Job {
     /// reserved for it until stored.
     async fn run_http(&mut self, url: &str) -> Vec<Option<FetchError>> {
         let inner = self.inner.clone();
-        let _slot = inner.http_slots.acquire(self.namespaces()).await;
+        let _turn = Turn::take(&inner, Pool::Http, self.plan.job, self.namespaces()).await;
         let room = self.rooms.reserve(&inner, 1).await;
         self.went_to_network();
         let requests = &self.plan.requests;

@@ -1,6 +1,7 @@
 //! What a job holds while it runs, each asked of the writer and given back by message
-//! when dropped (a panicking job included): room in the snapshot budget, and a cache
-//! repository with, for a download, disk to download into.
+//! when dropped (a panicking job included): a turn at a git worker or an HTTP fetch,
+//! room in the snapshot budget, and a cache repository with, for a download, disk to
+//! download into.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +9,52 @@ use std::time::{Duration, Instant};
 
 use super::Inner;
 use super::command::Command;
-use super::state::{JobId, RepoWanted, RoomId, RoomWanted};
+use super::state::{JobId, Pool, RepoWanted, RoomId, RoomWanted, TurnWanted};
+
+/// A turn at a git worker or an HTTP fetch (fair between namespaces: see the state's
+/// `turns`); given back when dropped, granted or not.
+pub(super) struct Turn {
+    inner: Arc<Inner>,
+    pool: Pool,
+    job: JobId,
+}
+
+impl Turn {
+    /// Waits for a turn in `pool` under one of `namespaces`.
+    pub(super) async fn take(
+        inner: &Arc<Inner>,
+        pool: Pool,
+        job: JobId,
+        namespaces: Vec<String>,
+    ) -> Turn {
+        let turn = Turn {
+            inner: inner.clone(),
+            pool,
+            job,
+        };
+        let (granted, answer) = tokio::sync::oneshot::channel();
+        let asked = inner.commands.send(Command::WantTurn(TurnWanted {
+            job,
+            pool,
+            namespaces,
+            granted,
+        }));
+        if asked.is_ok() {
+            // A writer gone with its runtime answers nothing; the job goes on then.
+            let _ = answer.await;
+        }
+        turn
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let _ = self.inner.commands.send(Command::TurnDone {
+            pool: self.pool,
+            job: self.job,
+        });
+    }
+}
 
 /// Room reserved in the snapshot budget (or asked for); given back when dropped.
 pub(super) struct Room {

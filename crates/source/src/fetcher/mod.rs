@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::policy::Policy;
-use super::slots::FairSlots;
 use super::{
     FetchError, Interest, Refresh, Revision, SourceRequest, SourceState, SourceView, Sources, http,
 };
@@ -39,21 +38,14 @@ struct Inner {
     cache_dir: std::path::PathBuf,
     client: super::client::HttpClient,
     store: store::Store,
-    commands: tokio::sync::mpsc::UnboundedSender<Command>,
+    commands: command::Commands,
     runtime: tokio::runtime::Handle,
     settings: FetcherSettings,
-    git_slots: Arc<FairSlots>,
-    http_slots: Arc<FairSlots>,
     /// Keys the on-disk repositories by credential holder; kept in the cache directory
     /// so that a restarted server finds its repositories again.
     disk_key: [u8; 32],
     metrics: super::metrics::SourceMetrics,
 }
-
-/// HTTP fetches at once, and for one namespace: each holds a socket and at most one
-/// file's bytes, so they are bounded apart from the git workers.
-const HTTP_FETCHES: usize = 32;
-const HTTP_FETCHES_PER_NAMESPACE: usize = 8;
 
 /// Cheap to clone; all clones share one cache.
 #[derive(Clone)]
@@ -83,9 +75,11 @@ impl Fetcher {
             cache_max_bytes: settings.cache_max_bytes,
             download_bytes: policy.limits.download_bytes,
             push_resync_seconds: settings.push_resync_seconds,
+            workers: settings.workers,
+            workers_per_namespace: settings.workers_per_namespace,
         };
         let (writes, store) = store::split(State::new(limits, cached_bytes));
-        let (commands, received) = tokio::sync::mpsc::unbounded_channel();
+        let (commands, received) = command::channel();
         let inner = Arc::new(Inner {
             client: http::client(policy.clone(), None)?,
             policy,
@@ -93,8 +87,6 @@ impl Fetcher {
             store,
             commands,
             runtime,
-            git_slots: FairSlots::new(settings.workers, settings.workers_per_namespace),
-            http_slots: FairSlots::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
             disk_key,
             metrics: super::metrics::SourceMetrics::new(settings.max_remote_series),
             settings,
@@ -149,7 +141,7 @@ impl Fetcher {
 impl Fetcher {
     /// Git jobs (running, waiting for a worker).
     pub fn git_load(&self) -> (usize, usize) {
-        self.inner.git_slots.load()
+        self.inner.store.read().git_load()
     }
 
     /// Bytes of the snapshots held in memory now.
@@ -239,7 +231,7 @@ impl Sources for Fetcher {
                 cache_bytes,
                 snapshot_bytes,
                 snapshot_room: (reserved, waiting),
-                git_jobs: inner.git_slots.load(),
+                git_jobs: inner.store.read().git_load(),
                 remote_series: inner.metrics.remote_series(),
             }
         })));

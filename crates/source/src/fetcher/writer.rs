@@ -11,11 +11,11 @@
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::Inner;
-use super::command::Command;
+use super::command::{Command, Commands, Inbox};
 use super::job::Job;
 use super::state::{Effects, State};
 use super::store::StoreWriter;
@@ -26,16 +26,12 @@ const WAITING_TICK: Duration = Duration::from_millis(200);
 pub(super) struct Writer {
     inner: Weak<Inner>,
     store: StoreWriter,
-    commands: mpsc::UnboundedReceiver<Command>,
+    commands: Inbox,
     idle: Vec<oneshot::Sender<()>>,
 }
 
 impl Writer {
-    pub(super) fn new(
-        inner: Weak<Inner>,
-        store: StoreWriter,
-        commands: mpsc::UnboundedReceiver<Command>,
-    ) -> Writer {
+    pub(super) fn new(inner: Weak<Inner>, store: StoreWriter, commands: Inbox) -> Writer {
         Writer {
             inner,
             store,
@@ -114,6 +110,8 @@ fn apply(
             results,
         } => state.stored(&remote_key, job, commit_from, results, now, effects),
         Command::Finished(ended) => state.finished(ended),
+        Command::WantTurn(wanted) => state.want_turn(wanted),
+        Command::TurnDone { pool, job } => state.turn_done(pool, job),
         Command::Reserve(wanted) => state.reserve(wanted),
         Command::GiveBack(room) => state.give_back(room),
         Command::TakeRepo(wanted) => state.want_repo(wanted),
@@ -173,7 +171,7 @@ fn carry_out(inner: &std::sync::Arc<Inner>, effects: Effects) {
 
 /// Tells the writer an eviction ended, however it ends: while one runs no repository
 /// is handed out, so an eviction that never answered would stop every git job.
-struct EvictionReply(Option<mpsc::UnboundedSender<Command>>);
+struct EvictionReply(Option<Commands>);
 
 impl EvictionReply {
     fn send(mut self, removed: Vec<std::path::PathBuf>, left: Option<u64>) {

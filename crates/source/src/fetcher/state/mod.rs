@@ -13,6 +13,7 @@ mod rooms;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod turns;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ pub(super) use remote::PUSH_SPACING;
 use remote::{FORGET_AFTER_INTERVALS, Phase, RemoteEntry};
 pub(super) use rooms::{RoomId, RoomWanted};
 use snapshot::SnapshotEntry;
+pub(super) use turns::{Pool, TurnWanted};
 
 /// How often a lookup's ask sweeps for forgotten requests.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
@@ -42,7 +44,15 @@ pub(super) struct Limits {
     /// A download's most bytes (a reservation on disk is that and its index).
     pub(super) download_bytes: u64,
     pub(super) push_resync_seconds: Option<u64>,
+    /// Git jobs at once, and for any one namespace.
+    pub(super) workers: usize,
+    pub(super) workers_per_namespace: usize,
 }
+
+/// HTTP fetches at once, and for one namespace: each holds a socket and at most one
+/// file's bytes, so they are bounded apart from the git workers.
+const HTTP_FETCHES: usize = 32;
+const HTTP_FETCHES_PER_NAMESPACE: usize = 8;
 
 /// A job to start: fetch `remote_key` (over the network when `use_network`, else read
 /// the commit `resolved`) for `requests`.
@@ -101,6 +111,9 @@ pub(super) struct State {
     /// Bytes of every snapshot held.
     snapshot_bytes: u64,
     rooms: rooms::Rooms,
+    /// Turns at the git workers and the HTTP fetches, fair between namespaces.
+    git_turns: turns::Turns,
+    http_turns: turns::Turns,
     disk: disk::DiskCache,
     next_job: u64,
     /// Jobs that went to the network so far (git ref listings and HTTP GETs).
@@ -128,6 +141,8 @@ impl State {
             last_sweep: None,
             snapshot_bytes: 0,
             rooms: rooms::Rooms::default(),
+            git_turns: turns::Turns::new(settings.workers, settings.workers_per_namespace),
+            http_turns: turns::Turns::new(HTTP_FETCHES, HTTP_FETCHES_PER_NAMESPACE),
             disk: disk::DiskCache::measured(cache_bytes),
             next_job: 0,
             network_fetches: 0,

@@ -36,6 +36,8 @@ fn limits() -> Limits {
         cache_max_bytes: u64::MAX / 4,
         download_bytes: 1 << 20,
         push_resync_seconds: None,
+        workers: 2,
+        workers_per_namespace: 2,
     }
 }
 
