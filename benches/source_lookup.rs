@@ -131,7 +131,7 @@ fn bench(c: &mut Criterion) {
         metahooks::source::git::fetch(
             poll_cache.path(),
             &url,
-            Some("main"),
+            metahooks::source::git::Pick::Named("main"),
             None,
             None,
             &policy,

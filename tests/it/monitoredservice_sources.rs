@@ -521,7 +521,7 @@ async fn an_unchanged_repository_poll_lists_refs_and_downloads_no_pack() {
         metahooks::source::git::fetch(
             cache.path(),
             &url,
-            Some("main"),
+            metahooks::source::git::Pick::Named("main"),
             None,
             None,
             &policy,
@@ -619,5 +619,96 @@ async fn a_run_over_http_waits_for_sources_and_says_what_is_still_pending() {
     assert_eq!(
         condition(parent(&again.emulator, "web"), "Fetched").0,
         "True"
+    );
+}
+
+fn revision(emulator: &Emulator, name: &str) -> String {
+    parent(emulator, name)["status"]["revision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn greeting(emulator: &Emulator, name: &str) -> Value {
+    emulator
+        .get("v1", "ConfigMap", "team-a", &format!("{name}-config"))
+        .map_or(Value::Null, |c| c["data"]["GREETING"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semver_range_follows_the_highest_release_tag_in_it() {
+    let repo = Repo::new();
+    repo.commit(&[("settings.env", "GREETING=one\n")]);
+    repo.tag("v1.2.0");
+    repo.commit(&[("settings.env", "GREETING=two\n")]);
+    repo.tag_annotated("v1.4.0");
+    repo.commit(&[("settings.env", "GREETING=pre\n")]);
+    repo.tag("v1.5.0-rc.1");
+    repo.commit(&[("settings.env", "GREETING=three\n")]);
+    repo.tag("v2.0.0");
+    repo.commit(&[("settings.env", "GREETING=unreleased\n")]);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = harness(loopback_policy(&["git"])).await;
+    let git = |range: &str| {
+        json!({"image": "web:1", "port": 8080, "format": "env",
+               "source": {"git": {"url": daemon.url(), "semver": range, "path": "settings.env"}}})
+    };
+    h.emulator.apply(service("web", git(">=1.2.0 <2.0.0")));
+    h.emulator.apply(service("future", git(">=3")));
+    settle(&mut h, "the highest tag in each range", |e| {
+        hash(e, "web").is_some()
+            && parent(e, "future")["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Fetched"))
+    })
+    .await;
+    // The annotated v1.4.0 is peeled to its commit; the pre-release and v2 are outside.
+    assert!(
+        revision(&h.emulator, "web").starts_with("v1.4.0@sha1:"),
+        "{}",
+        revision(&h.emulator, "web")
+    );
+    assert_eq!(greeting(&h.emulator, "web"), "two");
+    let (status, reason, message) = condition(parent(&h.emulator, "future"), "Fetched");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "NoMatchingTag")
+    );
+    assert!(
+        message.contains("\">=3\""),
+        "the range is quoted: {message}"
+    );
+    assert!(hash(&h.emulator, "future").is_none(), "nothing to run yet");
+
+    // A new release in the range is followed at the next poll; one outside is not.
+    repo.commit(&[("settings.env", "GREETING=four\n")]);
+    repo.tag("v1.5.0");
+    repo.commit(&[("settings.env", "GREETING=five\n")]);
+    repo.tag("v3.0.0");
+    h.fetcher.expire().await;
+    settle(&mut h, "the new tags", |e| {
+        revision(e, "web").starts_with("v1.5.0@") && hash(e, "future").is_some()
+    })
+    .await;
+    assert_eq!(greeting(&h.emulator, "web"), "four");
+    assert_eq!(greeting(&h.emulator, "future"), "five");
+    assert!(revision(&h.emulator, "future").starts_with("v3.0.0@sha1:"));
+
+    // A ref and a range together are refused by name, before anything is fetched.
+    h.emulator.apply(service(
+        "both",
+        json!({"image": "web:1", "port": 8080, "format": "env",
+               "source": {"git": {"url": daemon.url(), "ref": "main", "semver": "^1",
+                                  "path": "settings.env"}}}),
+    ));
+    settle(&mut h, "the refusal", |e| {
+        parent(e, "both")["status"]["conditions"].is_array()
+    })
+    .await;
+    let refused = parent(&h.emulator, "both")["status"]["conditions"].to_string();
+    assert!(refused.contains("InvalidSpec"), "{refused}");
+    assert!(
+        refused.contains("spec.source.git.ref and spec.source.git.semver are both set"),
+        "{refused}"
     );
 }

@@ -204,6 +204,7 @@ async fn a_verified_push_rolls_a_ten_minute_service_at_its_next_sync() {
         location: metahooks::source::Location::Git {
             url: url.clone(),
             reference: Some("main".to_owned()),
+            semver: None,
             path: "app.env".to_owned(),
         },
         namespace: "team-a".to_owned(),

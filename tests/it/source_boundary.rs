@@ -322,6 +322,7 @@ fn git(url: String, namespace: &str, path: &str) -> SourceRequest {
         location: Location::Git {
             url,
             reference: None,
+            semver: None,
             path: path.to_owned(),
         },
         namespace: namespace.to_owned(),
@@ -558,6 +559,7 @@ async fn a_commit_one_token_may_read_is_never_served_to_another() {
         location: Location::Git {
             url: url.clone(),
             reference: Some(reference.to_owned()),
+            semver: None,
             path: "app.env".to_owned(),
         },
         namespace: user.to_owned(),

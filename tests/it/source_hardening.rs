@@ -32,6 +32,7 @@ fn git_request(url: &str, reference: Option<&str>, path: &str) -> SourceRequest 
         location: Location::Git {
             url: url.to_owned(),
             reference: reference.map(str::to_owned),
+            semver: None,
             path: path.to_owned(),
         },
         namespace: "team-a".to_owned(),
@@ -285,6 +286,7 @@ async fn git_credentials_never_follow_a_redirect_to_another_origin() {
         location: Location::Git {
             url: format!("http://127.0.0.1:{origin}/config.git"),
             reference: None,
+            semver: None,
             path: String::new(),
         },
         namespace: "team-a".to_owned(),

@@ -254,6 +254,7 @@ fn request(url: &str, reference: &str, tls: Option<TlsMaterial>) -> SourceReques
         location: Location::Git {
             url: url.to_owned(),
             reference: Some(reference.to_owned()),
+            semver: None,
             path: "app.env".to_owned(),
         },
         namespace: "team-a".to_owned(),

@@ -103,6 +103,7 @@ fn git(url: &str) -> Location {
     Location::Git {
         url: url.to_owned(),
         reference: Some("main".to_owned()),
+        semver: None,
         path: "app.env".to_owned(),
     }
 }

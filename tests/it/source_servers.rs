@@ -332,6 +332,7 @@ fn request(url: &str, reference: &str, path: &str, tls: Option<TlsMaterial>) -> 
         location: Location::Git {
             url: url.to_owned(),
             reference: Some(reference.to_owned()),
+            semver: None,
             path: path.to_owned(),
         },
         namespace: "team-a".to_owned(),
@@ -462,6 +463,7 @@ async fn git_daemon_and_sshd_serve_commits_tags_and_directories() {
             location: Location::Git {
                 url: daemon.url(),
                 reference: Some(reference.to_owned()),
+                semver: None,
                 path: path.to_owned(),
             },
             namespace: "team-a".to_owned(),
@@ -482,6 +484,7 @@ async fn git_daemon_and_sshd_serve_commits_tags_and_directories() {
         location: Location::Git {
             url: url.clone(),
             reference: Some(reference.to_owned()),
+            semver: None,
             path: path.to_owned(),
         },
         namespace: "team-a".to_owned(),

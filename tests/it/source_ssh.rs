@@ -40,6 +40,7 @@ fn request(url: &str, credentials: Credentials) -> SourceRequest {
         location: Location::Git {
             url: url.to_owned(),
             reference: Some("main".to_owned()),
+            semver: None,
             path: "app.env".to_owned(),
         },
         namespace: "team-a".to_owned(),

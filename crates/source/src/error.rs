@@ -32,6 +32,10 @@ pub enum FetchError {
     CertificateInvalid { url: String, detail: String },
     #[error("ref {reference:?} does not exist in {url}")]
     RefNotFound { url: String, reference: String },
+    #[error("no tag of {url} is a version in the range {range:?}")]
+    NoMatchingTag { url: String, range: String },
+    #[error("the semver range {range:?} does not parse: {problem}")]
+    RangeInvalid { range: String, problem: String },
     #[error("path {path:?} does not exist at {revision}")]
     PathNotFound { path: String, revision: String },
     #[error("path {path:?} is not allowed: {why}")]
@@ -100,6 +104,8 @@ impl FetchError {
             FetchError::IdentityInvalid { .. } => "IdentityInvalid",
             FetchError::CertificateInvalid { .. } => "CertificateInvalid",
             FetchError::RefNotFound { .. } => "RefNotFound",
+            FetchError::NoMatchingTag { .. } => "NoMatchingTag",
+            FetchError::RangeInvalid { .. } => "RangeInvalid",
             FetchError::PathNotFound { .. } => "PathNotFound",
             FetchError::PathRefused { .. } => "PathRefused",
             FetchError::SymlinkRefused { .. } => "SymlinkRefused",

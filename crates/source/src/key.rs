@@ -22,6 +22,8 @@ pub struct RemoteKey {
     pub url: String,
     /// The git ref asked for (None: the remote's default branch; always None for HTTP).
     pub reference: Option<String>,
+    /// The semver range whose highest tag is fetched (git; instead of `reference`).
+    pub semver: Option<String>,
     /// Whose credentials and client certificate: a keyed fingerprint of each (empty
     /// without), so different holders never share a fetch.
     pub holder: String,

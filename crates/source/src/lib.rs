@@ -34,6 +34,7 @@ pub mod policy;
 pub mod proxy;
 pub mod repository;
 mod revision;
+pub mod tag_range;
 #[cfg(test)]
 mod test_pki;
 pub mod tls;
@@ -57,6 +58,9 @@ pub enum Location {
         url: String,
         /// Branch, tag or commit (None: the remote's HEAD).
         reference: Option<String>,
+        /// A semver range: the highest tag in it, picked at each poll (instead of
+        /// `reference`; see [`tag_range`]).
+        semver: Option<String>,
         /// File or directory inside the repository ("" for the root).
         path: String,
     },
@@ -301,17 +305,24 @@ impl SourceRequest {
             holder.push_str(&tls.fingerprint());
         }
         match &self.location {
-            Location::Git { url, reference, .. } => RemoteKey {
+            Location::Git {
+                url,
+                reference,
+                semver,
+                ..
+            } => RemoteKey {
                 protocol: key::Protocol::Git,
                 url: url.clone(),
                 // An empty ref asks for the default branch, as none does.
                 reference: reference.clone().filter(|r| !r.is_empty()),
+                semver: semver.clone(),
                 holder,
             },
             Location::Http { url } => RemoteKey {
                 protocol: key::Protocol::Http,
                 url: url.clone(),
                 reference: None,
+                semver: None,
                 holder,
             },
         }

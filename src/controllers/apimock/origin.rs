@@ -175,11 +175,15 @@ pub fn describe(origin: &Origin<'_>) -> Option<String> {
             Location::Git {
                 url,
                 reference,
+                semver,
                 path,
             } => format!(
                 "git {} {}:/{}",
                 redact_url(url),
-                reference.as_deref().unwrap_or("HEAD"),
+                semver.as_deref().map_or_else(
+                    || reference.as_deref().unwrap_or("HEAD").to_owned(),
+                    |range| format!("semver {range:?}")
+                ),
                 path.trim_start_matches('/')
             ),
             Location::Http { url } => redact_url(url),

@@ -11,6 +11,7 @@ use super::reason::Reason;
 use super::secrets;
 use crate::protocol::ObjectMap;
 use crate::source::policy::check_repo_path;
+use crate::source::tag_range::{MAX_RANGE_BYTES as TAG_RANGE_BYTES, TagRange};
 use crate::source::{Credentials, Location, SourceRequest};
 
 /// A file or directory in a git repository: a MonitoredService's config or an APIMock's
@@ -27,6 +28,12 @@ pub struct GitSource {
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 255))]
     pub reference: Option<String>,
+    /// A semver range (`>=1.2.0 <2.0.0`, `^1.4`, `~2.1 || ^3`): the highest tag whose
+    /// version (a leading `v` allowed) is in it, picked again at each poll; pre-releases
+    /// only when the range names one. Instead of `ref`, never with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub semver: Option<String>,
     /// File or directory inside the repository (default: the root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
@@ -79,7 +86,10 @@ impl GitSource {
     pub fn location(&self, field: &str) -> Result<Location, Problem> {
         git_location(
             &self.url,
-            self.reference.as_deref(),
+            GitPick {
+                reference: self.reference.as_deref(),
+                semver: self.semver.as_deref(),
+            },
             self.path.as_deref(),
             &GitFields::under(field),
         )
@@ -92,6 +102,8 @@ pub struct GitFields {
     pub url: String,
     /// The ref's field.
     pub reference: String,
+    /// The semver range's field.
+    pub semver: String,
     /// The path's field.
     pub path: String,
 }
@@ -102,9 +114,20 @@ impl GitFields {
         GitFields {
             url: format!("{prefix}.url"),
             reference: format!("{prefix}.ref"),
+            semver: format!("{prefix}.semver"),
             path: format!("{prefix}.path"),
         }
     }
+}
+
+/// Which commit of a repository a spec asks for: a ref (none or empty: the remote's
+/// HEAD) or a semver range over its tags, never both.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GitPick<'a> {
+    /// `ref`.
+    pub reference: Option<&'a str>,
+    /// `semver`.
+    pub semver: Option<&'a str>,
 }
 
 /// A git location as specs write it: an empty `ref` means the remote's HEAD, no `path`
@@ -112,16 +135,37 @@ impl GitFields {
 /// path, so one read and one cache entry however a parent spells it).
 ///
 /// # Errors
-/// A value is over its length limit ([`bounds`]), or the path is absolute or climbs out
-/// of the repository; the message names the field (`fields`).
+/// A value is over its length limit ([`bounds`]), both a ref and a semver range are set,
+/// the range does not parse, or the path is absolute or climbs out of the repository;
+/// the message names the field (`fields`).
 pub fn git_location(
     url: &str,
-    reference: Option<&str>,
+    pick: GitPick<'_>,
     path: Option<&str>,
     fields: &GitFields,
 ) -> Result<Location, Problem> {
+    let reference = pick.reference;
     bounds::check(&fields.url, url, bounds::URL_BYTES)?;
     bounds::check_optional(&fields.reference, reference, bounds::REF_BYTES)?;
+    bounds::check_optional(&fields.semver, pick.semver, TAG_RANGE_BYTES)?;
+    let semver = match pick.semver {
+        None => None,
+        Some(range) => {
+            if reference.is_some_and(|r| !r.is_empty()) {
+                return Err(Problem::new(
+                    Reason::InvalidSpec,
+                    format!(
+                        "{} and {} are both set; a source follows a ref or the highest tag in a range, not both",
+                        fields.reference, fields.semver
+                    ),
+                ));
+            }
+            TagRange::parse(range).map_err(|problem| {
+                Problem::new(Reason::InvalidSpec, format!("{}: {problem}", fields.semver))
+            })?;
+            Some(range.trim().to_owned())
+        }
+    };
     bounds::check_optional(&fields.path, path, bounds::PATH_BYTES)?;
     let path = check_repo_path(path.unwrap_or_default()).map_err(|refused| {
         Problem::new(
@@ -132,6 +176,7 @@ pub fn git_location(
     Ok(Location::Git {
         url: url.to_owned(),
         reference: reference.filter(|r| !r.is_empty()).map(str::to_owned),
+        semver,
         path,
     })
 }
@@ -236,7 +281,12 @@ mod tests {
 
     fn path_of(path: &str) -> Result<String, Problem> {
         let fields = GitFields::under("spec");
-        match git_location("https://git.example/r.git", None, Some(path), &fields)? {
+        match git_location(
+            "https://git.example/r.git",
+            GitPick::default(),
+            Some(path),
+            &fields,
+        )? {
             Location::Git { path, .. } => Ok(path),
             Location::Http { .. } => Err(Problem::new(Reason::InvalidSpec, "not git")),
         }
@@ -272,15 +322,72 @@ mod tests {
     fn every_field_of_a_source_is_bounded_where_it_enters() {
         let fields = GitFields::under("spec.source.git");
         let long_url = format!("https://git.example/{}", "a".repeat(bounds::URL_BYTES));
-        let refused = git_location(&long_url, None, None, &fields).err();
+        let refused = git_location(&long_url, GitPick::default(), None, &fields).err();
         assert!(refused.is_some_and(|p| p.message.starts_with("spec.source.git.url is ")));
         let long_ref = "r".repeat(bounds::REF_BYTES + 1);
-        let refused = git_location("https://g/r", Some(&long_ref), None, &fields).err();
+        let refused = git_location("https://g/r", named(&long_ref), None, &fields).err();
         assert!(refused.is_some_and(|p| p.message.starts_with("spec.source.git.ref is ")));
         let long_path = "p/".repeat(bounds::PATH_BYTES);
-        let refused = git_location("https://g/r", None, Some(&long_path), &fields).err();
+        let refused =
+            git_location("https://g/r", GitPick::default(), Some(&long_path), &fields).err();
         assert!(refused.is_some_and(|p| p.message.starts_with("spec.source.git.path is ")));
         let refused = http_location(&long_url, "spec.config_repo").err();
         assert!(refused.is_some_and(|p| p.message.starts_with("spec.config_repo is ")));
+        let long_range = format!(">={}", "1".repeat(TAG_RANGE_BYTES));
+        let refused = git_location("https://g/r", range(&long_range), None, &fields).err();
+        assert!(refused.is_some_and(|p| p.message.starts_with("spec.source.git.semver is ")));
+    }
+
+    fn named(reference: &str) -> GitPick<'_> {
+        GitPick {
+            reference: Some(reference),
+            semver: None,
+        }
+    }
+
+    fn range(semver: &str) -> GitPick<'_> {
+        GitPick {
+            reference: None,
+            semver: Some(semver),
+        }
+    }
+
+    #[test]
+    fn a_semver_range_is_checked_where_it_enters_and_never_goes_with_a_ref() {
+        let fields = GitFields::under("spec.source.git");
+        let url = "https://git.example/r.git";
+        let both = GitPick {
+            reference: Some("main"),
+            semver: Some("^1"),
+        };
+        let refused = git_location(url, both, None, &fields).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(
+            refused
+                .message
+                .contains("spec.source.git.ref and spec.source.git.semver are both set"),
+            "{}",
+            refused.message
+        );
+        let refused = git_location(url, range("1.2 - 1.4"), None, &fields).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(
+            refused.message.starts_with("spec.source.git.semver: "),
+            "{}",
+            refused.message
+        );
+        let empty_ref = GitPick {
+            reference: Some(""),
+            semver: Some(" >=1.2.0 <2 "),
+        };
+        match git_location(url, empty_ref, None, &fields) {
+            Ok(Location::Git {
+                reference, semver, ..
+            }) => {
+                assert_eq!(reference, None);
+                assert_eq!(semver.as_deref(), Some(">=1.2.0 <2"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -23,7 +23,7 @@ use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::secrets;
-use crate::controllers::common::source_spec::{GitFields, git_location};
+use crate::controllers::common::source_spec::{GitFields, GitPick, git_location};
 use crate::controllers::{Answer, Context, DecoratorHooks, Reply};
 use crate::error::HookError;
 use crate::protocol::{
@@ -36,6 +36,8 @@ use crate::source::{FetchError, SourceRequest};
 pub const GIT_URL: &str = "configsync.metahooks.io/git-url";
 /// Target annotation: branch, tag or commit (default: the remote's HEAD).
 pub const REF: &str = "configsync.metahooks.io/ref";
+/// Target annotation: a semver range; the highest tag in it is synced (instead of `ref`).
+pub const SEMVER: &str = "configsync.metahooks.io/semver";
 /// Target annotation: the directory or file to sync (default: the root).
 pub const PATH: &str = "configsync.metahooks.io/path";
 /// Target annotation: poll period in seconds (default 60, minimum 10).
@@ -57,9 +59,10 @@ pub const ERROR: &str = "configsync.metahooks.io/error";
 pub const WARNING: &str = "configsync.metahooks.io/warning";
 /// Every annotation of configsync's prefix: the ones it reads and the ones it writes.
 /// Another one in the prefix is a typo (`…/pth`) and is refused rather than ignored.
-const KNOWN: [&str; 10] = [
+const KNOWN: [&str; 11] = [
     GIT_URL,
     REF,
+    SEMVER,
     PATH,
     INTERVAL,
     SECRET,
@@ -306,9 +309,14 @@ impl<'a> Annotations<'a> {
         let fields = GitFields {
             url: format!("annotation {GIT_URL}"),
             reference: format!("annotation {REF}"),
+            semver: format!("annotation {SEMVER}"),
             path: format!("annotation {PATH}"),
         };
-        let location = git_location(url, self.get(REF), self.get(PATH), &fields)
+        let pick = GitPick {
+            reference: self.get(REF),
+            semver: self.get(SEMVER),
+        };
+        let location = git_location(url, pick, self.get(PATH), &fields)
             .map_err(|problem| (coded(problem.reason, problem.message), interval))?;
         Ok((
             SourceRequest {

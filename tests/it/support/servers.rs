@@ -143,6 +143,18 @@ impl Repo {
         );
     }
 
+    /// Tags the last commit `name` with an annotated tag and pushes the tag.
+    pub fn tag_annotated(&self, name: &str) {
+        git(
+            &self.work,
+            &["tag", "-a", "-m", &format!("release {name}"), name],
+        );
+        git(
+            &self.work,
+            &["push", "-q", "origin", &format!("refs/tags/{name}")],
+        );
+    }
+
     pub fn commit_bytes(&self, path: &str, content: &[u8]) {
         std::fs::write(self.work.join(path), content).unwrap();
         self.push("bytes");

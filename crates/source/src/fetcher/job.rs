@@ -91,7 +91,12 @@ impl Job {
     pub(super) async fn run(mut self) {
         let started = Instant::now();
         let (outcomes, resolved) = match self.plan.requests.first().map(|r| r.location.clone()) {
-            Some(Location::Git { url, reference, .. }) => self.run_git(url, reference).await,
+            Some(Location::Git {
+                url,
+                reference,
+                semver,
+                ..
+            }) => self.run_git(url, reference, semver).await,
             Some(Location::Http { url }) => {
                 let results = self.run_http(&url).await;
                 (results, None)
@@ -206,6 +211,7 @@ impl Job {
         &mut self,
         url: String,
         reference: Option<String>,
+        semver: Option<String>,
     ) -> (Vec<Option<FetchError>>, Option<git::Resolved>) {
         let inner = self.inner.clone();
         let requests = &self.plan.requests;
@@ -245,6 +251,7 @@ impl Job {
             repo_dir: dir.clone(),
             url,
             reference,
+            semver,
             credentials,
             tls,
             policy: (*inner.policy).clone(),
@@ -381,13 +388,24 @@ impl Job {
 /// remote.
 pub(super) fn span(request: &SourceRequest) -> tracing::Span {
     let (url, reference) = match &request.location {
-        Location::Git { url, reference, .. } => (url.as_str(), reference.as_deref()),
+        Location::Git {
+            url,
+            reference,
+            semver,
+            ..
+        } => (
+            url.as_str(),
+            semver
+                .as_deref()
+                .map(|range| format!("semver {range}"))
+                .or_else(|| reference.clone()),
+        ),
         Location::Http { url } => (url.as_str(), None),
     };
     tracing::info_span!(
         "fetch",
         remote = %crate::log_text::Escaped(&crate::log_text::bounded(&crate::redact_url(url))),
-        r#ref = reference.unwrap_or(""),
+        r#ref = reference.as_deref().unwrap_or(""),
         credentials = request.credentials.is_some() || request.tls.is_some(),
     )
 }

@@ -346,6 +346,7 @@ mod tests {
             location: Location::Git {
                 url: url.to_owned(),
                 reference: None,
+                semver: None,
                 path: path.to_owned(),
             },
             namespace: "team-a".to_owned(),

@@ -12,6 +12,7 @@ use git2::{Oid, Repository};
 
 use super::connect_guard::Phase;
 use super::policy::Policy;
+use super::tag_range::TagRange;
 use super::tls::TlsMaterial;
 use super::{Credentials, FetchError};
 
@@ -25,6 +26,38 @@ use session::*;
 /// when a commit id was asked for that no ref advertises).
 const LOCAL_REF: &str = "refs/metahooks/one";
 const LOCAL_ALL: &str = "refs/metahooks/all";
+
+/// What a job fetches: the remote's HEAD, a named ref, or the highest tag in a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick<'a> {
+    /// The remote's HEAD.
+    Head,
+    /// A branch, tag, full ref name or commit id.
+    Named(&'a str),
+    /// The highest tag whose version is in this semver range.
+    Semver(&'a str),
+}
+
+impl<'a> Pick<'a> {
+    /// From a job's fields: a range wins (the controllers refuse both set); an empty
+    /// ref is the remote's HEAD.
+    pub fn from_job(reference: Option<&'a str>, semver: Option<&'a str>) -> Pick<'a> {
+        match (semver, reference.filter(|r| !r.is_empty())) {
+            (Some(range), _) => Pick::Semver(range),
+            (None, Some(reference)) => Pick::Named(reference),
+            (None, None) => Pick::Head,
+        }
+    }
+
+    /// As shown in messages.
+    fn shown(self) -> String {
+        match self {
+            Pick::Head => "HEAD".to_owned(),
+            Pick::Named(reference) => reference.to_owned(),
+            Pick::Semver(range) => format!("semver {range}"),
+        }
+    }
+}
 
 /// The commit a reference resolved to, in the local cache repository.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -100,7 +133,7 @@ pub fn deadline(policy: &Policy) -> Instant {
 pub fn fetch(
     dir: &Path,
     raw_url: &str,
-    reference: Option<&str>,
+    pick: Pick<'_>,
     credentials: Option<&Credentials>,
     tls: Option<&TlsMaterial>,
     policy: &Policy,
@@ -126,7 +159,7 @@ pub fn fetch(
     let (commit, display_ref, remote_ref) = {
         session.enter(Phase::Refs);
         let heads = session.list_heads(&repo)?;
-        resolve(&heads, reference, &session.shown)?
+        resolve(&heads, pick, &session.shown)?
     };
     let resolved = |commit: String, downloaded: bool, received_bytes: u64| Resolved {
         repo_dir: dir.clone(),
@@ -143,7 +176,7 @@ pub fn fetch(
     session.download(&repo, remote_ref.as_deref(), shallow)?;
     let not_found = || FetchError::RefNotFound {
         url: session.shown.clone(),
-        reference: reference.unwrap_or("HEAD").to_owned(),
+        reference: pick.shown(),
     };
     let commit_id = downloaded_commit(&repo, commit, not_found)?;
     Ok(resolved(commit_id, true, session.outcome.received.get()))
@@ -273,22 +306,46 @@ fn is_disk_full(detail: &str) -> bool {
 /// (peeled), a full ref name or a commit id. Returns (commit, display name, ref to fetch).
 fn resolve(
     heads: &[(String, Oid, Option<String>)],
-    reference: Option<&str>,
+    pick: Pick<'_>,
     url: &str,
 ) -> Result<(Oid, String, Option<String>), FetchError> {
     let find = |name: &str| heads.iter().find(|(n, ..)| n == name);
+    // An annotated tag points at a tag object; the peeled entry names the commit.
+    let peeled = |name: &str, oid: Oid| find(&format!("{name}^{{}}")).map_or(oid, |(_, p, _)| *p);
     let not_found = || FetchError::RefNotFound {
         url: url.to_owned(),
-        reference: reference.unwrap_or("HEAD").to_owned(),
+        reference: pick.shown(),
     };
-    let Some(reference) = reference.filter(|r| !r.is_empty()) else {
-        let (_, oid, target) = find("HEAD").ok_or_else(not_found)?;
-        let display = target
-            .as_deref()
-            .map(|t| t.trim_start_matches("refs/heads/").to_owned())
-            .unwrap_or_else(|| "HEAD".to_owned());
-        let fetch_ref = target.clone().unwrap_or_else(|| "HEAD".to_owned());
-        return Ok((*oid, display, Some(fetch_ref)));
+    let reference = match pick {
+        Pick::Head => {
+            let (_, oid, target) = find("HEAD").ok_or_else(not_found)?;
+            let display = target
+                .as_deref()
+                .map(|t| t.trim_start_matches("refs/heads/").to_owned())
+                .unwrap_or_else(|| "HEAD".to_owned());
+            let fetch_ref = target.clone().unwrap_or_else(|| "HEAD".to_owned());
+            return Ok((*oid, display, Some(fetch_ref)));
+        }
+        Pick::Semver(range) => {
+            let parsed = TagRange::parse(range).map_err(|e| FetchError::RangeInvalid {
+                range: range.to_owned(),
+                problem: e.to_string(),
+            })?;
+            let tags = heads
+                .iter()
+                .filter_map(|(name, ..)| name.strip_prefix("refs/tags/"))
+                .filter(|tag| !tag.ends_with("^{}"));
+            let tag = parsed
+                .highest(tags)
+                .ok_or_else(|| FetchError::NoMatchingTag {
+                    url: url.to_owned(),
+                    range: range.to_owned(),
+                })?;
+            let name = format!("refs/tags/{tag}");
+            let (_, oid, _) = find(&name).ok_or_else(not_found)?;
+            return Ok((peeled(&name, *oid), tag.to_owned(), Some(name)));
+        }
+        Pick::Named(reference) => reference,
     };
     if reference.len() == 40 && reference.chars().all(|c| c.is_ascii_hexdigit()) {
         let oid = Oid::from_str(reference).map_err(|_| not_found())?;
@@ -304,9 +361,11 @@ fn resolve(
         format!("refs/tags/{reference}"),
     ] {
         if let Some((name, oid, _)) = find(&candidate) {
-            // An annotated tag points at a tag object; the peeled entry names the commit.
-            let commit = find(&format!("{candidate}^{{}}")).map_or(*oid, |(_, peeled, _)| *peeled);
-            return Ok((commit, reference.to_owned(), Some(name.clone())));
+            return Ok((
+                peeled(&candidate, *oid),
+                reference.to_owned(),
+                Some(name.clone()),
+            ));
         }
     }
     Err(not_found())
@@ -341,27 +400,58 @@ mod tests {
             ("refs/tags/v1^{}".to_owned(), oid(4), None),
         ];
         assert_eq!(
-            resolve(&heads, None, "u").unwrap(),
+            resolve(&heads, Pick::Head, "u").unwrap(),
             (
                 oid(1),
                 "main".to_owned(),
                 Some("refs/heads/main".to_owned())
             )
         );
-        assert_eq!(resolve(&heads, Some("dev"), "u").unwrap().0, oid(2));
+        assert_eq!(resolve(&heads, Pick::Named("dev"), "u").unwrap().0, oid(2));
         assert_eq!(
-            resolve(&heads, Some("v1"), "u").unwrap().0,
+            resolve(&heads, Pick::Named("v1"), "u").unwrap().0,
             oid(4),
             "annotated tags are peeled"
         );
         let sha = oid(2).to_string();
         assert_eq!(
-            resolve(&heads, Some(&sha), "u").unwrap().2.as_deref(),
+            resolve(&heads, Pick::Named(&sha), "u")
+                .unwrap()
+                .2
+                .as_deref(),
             Some("refs/heads/dev")
         );
         assert_eq!(
-            resolve(&heads, Some("nope"), "u").unwrap_err().reason(),
+            resolve(&heads, Pick::Named("nope"), "u")
+                .unwrap_err()
+                .reason(),
             "RefNotFound"
         );
+    }
+
+    #[test]
+    fn a_range_picks_its_highest_tag_peeled_and_names_it() {
+        let heads = vec![
+            ("refs/heads/main".to_owned(), oid(1), None),
+            ("refs/tags/v1.2.0".to_owned(), oid(2), None),
+            ("refs/tags/v1.4.1".to_owned(), oid(3), None),
+            ("refs/tags/v1.4.1^{}".to_owned(), oid(4), None),
+            ("refs/tags/v2.0.0".to_owned(), oid(5), None),
+        ];
+        assert_eq!(
+            resolve(&heads, Pick::Semver(">=1.2.0 <2.0.0"), "u").unwrap(),
+            (
+                oid(4),
+                "v1.4.1".to_owned(),
+                Some("refs/tags/v1.4.1".to_owned())
+            )
+        );
+        let none = resolve(&heads, Pick::Semver(">=3"), "u").unwrap_err();
+        assert_eq!(none.reason(), "NoMatchingTag");
+        assert!(none.to_string().contains("\">=3\""), "{none}");
+        let bad = resolve(&heads, Pick::Semver("1.2 - 1.4"), "u").unwrap_err();
+        assert_eq!(bad.reason(), "RangeInvalid");
+        assert_eq!(Pick::from_job(Some(""), None), Pick::Head);
+        assert_eq!(Pick::from_job(Some("main"), Some("^1")), Pick::Semver("^1"));
     }
 }

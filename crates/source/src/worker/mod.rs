@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::git::Pick;
 use super::policy::Policy;
 use super::{Credentials, FetchError, Snapshot, git};
 
@@ -29,6 +30,9 @@ pub struct GitJob {
     pub url: String,
     /// Branch, tag or commit (None: the remote's HEAD).
     pub reference: Option<String>,
+    /// A semver range: its highest tag is fetched instead of `reference`.
+    #[serde(default)]
+    pub semver: Option<String>,
     /// Credentials, already checked against the URL by the fetcher.
     pub credentials: Option<Credentials>,
     /// CA and client certificate of the source, already checked against the URL.
@@ -119,7 +123,7 @@ pub fn run(job: &GitJob) -> GitOutcome {
         None => git::fetch(
             &job.repo_dir,
             &job.url,
-            job.reference.as_deref(),
+            Pick::from_job(job.reference.as_deref(), job.semver.as_deref()),
             job.credentials.as_ref(),
             job.tls.as_ref(),
             &job.policy,
