@@ -48,6 +48,8 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # sshd and ssh-keygen: git over ssh is tested against a real OpenSSH server on loopback.
 { [ -x /usr/sbin/sshd ] && command -v ssh-keygen; } >/dev/null 2>&1 || missing+=(openssh-server openssh-client)
+# GnuPG: signed commits and tags are made by git with real OpenPGP keys (source_signatures).
+{ command -v gpg && command -v gpgconf; } >/dev/null 2>&1 || missing+=(gnupg)
 # tinyproxy: sources are tested through a real egress proxy on loopback.
 command -v tinyproxy >/dev/null 2>&1 || [ -x /usr/bin/tinyproxy ] || missing+=(tinyproxy)
 # Apache httpd (the binary and modules only: apache2-bin starts no service) in front of

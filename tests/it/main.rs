@@ -44,6 +44,7 @@ mod source_interop;
 mod source_proxy;
 mod source_refresh;
 mod source_servers;
+mod source_signatures;
 mod source_ssh;
 mod source_tls;
 mod squatting;

@@ -205,6 +205,7 @@ async fn a_verified_push_rolls_a_ten_minute_service_at_its_next_sync() {
             url: url.clone(),
             reference: Some("main".to_owned()),
             semver: None,
+            verify: None,
             path: "app.env".to_owned(),
         },
         namespace: "team-a".to_owned(),

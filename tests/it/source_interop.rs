@@ -255,6 +255,7 @@ fn request(url: &str, reference: &str, tls: Option<TlsMaterial>) -> SourceReques
             url: url.to_owned(),
             reference: Some(reference.to_owned()),
             semver: None,
+            verify: None,
             path: "app.env".to_owned(),
         },
         namespace: "team-a".to_owned(),

@@ -104,6 +104,7 @@ fn git(url: &str) -> Location {
         url: url.to_owned(),
         reference: Some("main".to_owned()),
         semver: None,
+        verify: None,
         path: "app.env".to_owned(),
     }
 }

@@ -20,6 +20,7 @@ fn request(url: &str) -> SourceRequest {
             url: url.to_owned(),
             reference: Some("main".to_owned()),
             semver: None,
+            verify: None,
             path: "app.env".to_owned(),
         },
         namespace: "team-a".to_owned(),

@@ -41,6 +41,7 @@ fn request(url: &str, credentials: Credentials) -> SourceRequest {
             url: url.to_owned(),
             reference: Some("main".to_owned()),
             semver: None,
+            verify: None,
             path: "app.env".to_owned(),
         },
         namespace: "team-a".to_owned(),

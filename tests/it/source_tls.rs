@@ -77,6 +77,7 @@ fn git_at(url: &str) -> Location {
         url: url.to_owned(),
         reference: Some("main".to_owned()),
         semver: None,
+        verify: None,
         path: "app.env".to_owned(),
     }
 }

@@ -36,6 +36,16 @@ pub enum FetchError {
     NoMatchingTag { url: String, range: String },
     #[error("the semver range {range:?} does not parse: {problem}")]
     RangeInvalid { range: String, problem: String },
+    #[error("{object} is not signed as source.git.verify requires: {detail}")]
+    SignatureMissing { object: String, detail: String },
+    #[error("{object} is not signed by a trusted key: {detail}")]
+    SignatureUntrusted { object: String, detail: String },
+    #[error("the signature of {object} does not verify: {detail}")]
+    SignatureInvalid { object: String, detail: String },
+    #[error(
+        "{object} carries {kind} signature, which is not supported (OpenPGP and SSH signatures are)"
+    )]
+    UnsupportedSignature { object: String, kind: String },
     #[error("path {path:?} does not exist at {revision}")]
     PathNotFound { path: String, revision: String },
     #[error("path {path:?} is not allowed: {why}")]
@@ -91,6 +101,18 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// Whether the commit or tag was fetched but its signature is not accepted
+    /// (`source.git.verify`).
+    pub fn is_signature(&self) -> bool {
+        matches!(
+            self,
+            FetchError::SignatureMissing { .. }
+                | FetchError::SignatureUntrusted { .. }
+                | FetchError::SignatureInvalid { .. }
+                | FetchError::UnsupportedSignature { .. }
+        )
+    }
+
     /// The condition reason of this error (CamelCase).
     pub fn reason(&self) -> &'static str {
         match self {
@@ -106,6 +128,10 @@ impl FetchError {
             FetchError::RefNotFound { .. } => "RefNotFound",
             FetchError::NoMatchingTag { .. } => "NoMatchingTag",
             FetchError::RangeInvalid { .. } => "RangeInvalid",
+            FetchError::SignatureMissing { .. } => "SignatureMissing",
+            FetchError::SignatureUntrusted { .. } => "SignatureUntrusted",
+            FetchError::SignatureInvalid { .. } => "SignatureInvalid",
+            FetchError::UnsupportedSignature { .. } => "UnsupportedSignature",
             FetchError::PathNotFound { .. } => "PathNotFound",
             FetchError::PathRefused { .. } => "PathRefused",
             FetchError::SymlinkRefused { .. } => "SymlinkRefused",

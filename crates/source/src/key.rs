@@ -36,4 +36,6 @@ pub struct SourceKey {
     pub remote: RemoteKey,
     /// The file or directory read from the remote's commit.
     pub path: Option<String>,
+    /// A digest of the keys its signatures are checked against (None: not checked).
+    pub trust: Option<String>,
 }

@@ -34,6 +34,7 @@ pub mod policy;
 pub mod proxy;
 pub mod repository;
 mod revision;
+pub mod signature;
 pub mod tag_range;
 #[cfg(test)]
 mod test_pki;
@@ -61,6 +62,9 @@ pub enum Location {
         /// A semver range: the highest tag in it, picked at each poll (instead of
         /// `reference`; see [`tag_range`]).
         semver: Option<String>,
+        /// The keys whose signatures the commit (or tag) must carry to be read; see
+        /// [`signature`]. Part of the snapshot's key, not the remote's.
+        verify: Option<signature::TrustedKeys>,
         /// File or directory inside the repository ("" for the root).
         path: String,
     },
@@ -284,12 +288,17 @@ pub struct SourceRequest {
 impl SourceRequest {
     /// Key of the snapshot: the remote's key and, for git, the path.
     pub fn key(&self) -> SourceKey {
+        let (path, trust) = match &self.location {
+            Location::Git { path, verify, .. } => (
+                Some(path.clone()),
+                verify.as_ref().map(signature::TrustedKeys::digest),
+            ),
+            Location::Http { .. } => (None, None),
+        };
         SourceKey {
             remote: self.remote_key(),
-            path: match &self.location {
-                Location::Git { path, .. } => Some(path.clone()),
-                Location::Http { .. } => None,
-            },
+            path,
+            trust,
         }
     }
 
@@ -392,6 +401,9 @@ pub struct Snapshot {
     /// commit's committer time for git; none for HTTP. The same on every replica, so
     /// replicas can agree which of two revisions is the newer one.
     pub made_at: Option<i64>,
+    /// Who signed the commit and tag, when the request asked for verification.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signed_by: Vec<signature::Signer>,
     /// What pure steps made of these files, kept with them (and weighed with them).
     #[serde(skip)]
     pub derived: derived::Derived,
@@ -410,6 +422,7 @@ impl Snapshot {
             files,
             single_file,
             made_at,
+            signed_by: Vec::new(),
             derived: derived::Derived::default(),
         }
     }

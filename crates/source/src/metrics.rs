@@ -63,6 +63,7 @@ struct RemoteLabels {
 pub struct SourceMetrics {
     fetches: Family<FetchLabels, Counter>,
     refusals: Family<ReasonLabels, Counter>,
+    verification_failures: Family<ReasonLabels, Counter>,
     durations: Family<KindLabels, Histogram, fn() -> Histogram>,
     last_success: Family<RemoteLabels, Gauge<f64, AtomicU64>>,
     intervals: Family<RemoteLabels, Gauge>,
@@ -85,6 +86,7 @@ impl SourceMetrics {
         SourceMetrics {
             fetches: Family::default(),
             refusals: Family::default(),
+            verification_failures: Family::default(),
             durations: Family::new_with_constructor(fetch_histogram),
             last_success: Family::default(),
             intervals: Family::default(),
@@ -110,6 +112,14 @@ const REFUSAL_REASONS: [&str; 10] = [
     "UnsupportedEntry",
 ];
 
+/// The reasons of a signature not accepted (`FetchError::is_signature`).
+const VERIFICATION_REASONS: [&str; 4] = [
+    "SignatureMissing",
+    "SignatureUntrusted",
+    "SignatureInvalid",
+    "UnsupportedSignature",
+];
+
 fn is_refusal(error: &FetchError) -> bool {
     REFUSAL_REASONS.contains(&error.reason())
 }
@@ -132,6 +142,16 @@ impl SourceMetrics {
             "refusals",
             "Fetches refused by a safety rule",
             self.refusals.clone(),
+        );
+        for reason in VERIFICATION_REASONS {
+            let _ = self
+                .verification_failures
+                .get_or_create(&ReasonLabels { reason });
+        }
+        prefixed.register(
+            "verification_failures",
+            "Commits or tags not rolled because their signature is missing, untrusted, invalid or unsupported (source.git.verify)",
+            self.verification_failures.clone(),
         );
         prefixed.register_with_unit(
             "fetch_duration",
@@ -192,6 +212,13 @@ impl SourceMetrics {
                     ("success", "")
                 }
                 Some(error) => {
+                    if error.is_signature() {
+                        self.verification_failures
+                            .get_or_create(&ReasonLabels {
+                                reason: error.reason(),
+                            })
+                            .inc();
+                    }
                     if is_refusal(error) {
                         self.refusals
                             .get_or_create(&ReasonLabels {

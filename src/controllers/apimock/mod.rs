@@ -120,8 +120,9 @@ impl ApiMockHooks {
         );
         let decision = self.decide(&call, &reading, ctx)?;
         let poll_seconds = reading.poll_seconds;
+        let verified = reading.verified.clone();
         let fetched = refresh_if_behind(&origin, &decision, reading, reads);
-        let source = source_facts(&origin, fetched, decision.served.as_ref());
+        let source = source_facts(&origin, fetched, verified, decision.served.as_ref());
         let Some(served) = decision.served else {
             // Nothing valid to build from: whatever exists stays as it is.
             let response = call.keep_running(decision.validated, source, false)?;
@@ -324,6 +325,7 @@ impl CompositeHooks for ApiMockHooks {
 fn source_facts(
     origin: &origin::Origin<'_>,
     fetched: Option<Decided>,
+    verified: Option<Decided>,
     served: Option<&decide::ServedDefinition<'_>>,
 ) -> Option<SourceFacts> {
     origin::describe(origin)
@@ -331,6 +333,7 @@ fn source_facts(
         .map(|(description, fetched)| SourceFacts {
             awaiting: fetched.reason == Reason::FetchPending && served.is_none(),
             fetched,
+            verified,
             description,
             revision: served.and_then(|served| served.revision.clone()),
         })

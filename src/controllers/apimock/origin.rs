@@ -14,7 +14,6 @@ use crate::controllers::common::polling;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
-use crate::controllers::common::source_spec::GitSource;
 use crate::controllers::common::source_spec::{self, HttpSource};
 use crate::protocol::ObjectMap;
 use crate::source::derived::DerivedKey;
@@ -44,6 +43,8 @@ pub enum Candidate<'r> {
 pub struct Reading<'r> {
     /// The `Fetched` condition; none for a definition written in the spec.
     pub fetched: Option<Decided>,
+    /// The `Verified` condition of a git definition with `verify`.
+    pub verified: Option<Decided>,
     /// The definition to validate and serve, or why what was read cannot be one.
     pub candidate: Option<Result<Candidate<'r>, Invalid>>,
     pub revision: Option<Revision>,
@@ -61,6 +62,7 @@ impl Reading<'_> {
     fn fetched(fetched: Decided) -> Self {
         Reading {
             fetched: Some(fetched),
+            verified: None,
             candidate: None,
             revision: None,
             made_at: None,
@@ -110,7 +112,7 @@ pub fn origin<'s>(
             bounds::check_optional("spec.definitionFrom.git.root", root, bounds::PATH_BYTES)?;
             (
                 git.location("spec.definitionFrom.git")?,
-                git.secrets(),
+                git.secrets(VERIFY_FIELD),
                 root,
             )
         }
@@ -151,6 +153,9 @@ fn config_map_origin<'s>(key_ref: &'s ConfigMapKeyRef, name: &str) -> Result<Ori
     Ok(Origin::ConfigMap(key_ref))
 }
 
+/// Where an APIMock's git definition asks for signatures.
+const VERIFY_FIELD: &str = "spec.definitionFrom.git.verify";
+
 /// The Secrets named by `spec.definitionFrom`, for the customize hook.
 pub fn secret_names(spec: &ApiMockSpec) -> Vec<String> {
     let Some(from) = spec.definition_from.as_ref() else {
@@ -158,7 +163,7 @@ pub fn secret_names(spec: &ApiMockSpec) -> Vec<String> {
     };
     from.git
         .as_ref()
-        .map(GitSource::secrets)
+        .map(|git| git.secrets(VERIFY_FIELD))
         .or_else(|| from.http.as_ref().map(HttpSource::secrets))
         .map(|secrets| secrets.names())
         .unwrap_or_default()
@@ -177,6 +182,7 @@ pub fn describe(origin: &Origin<'_>) -> Option<String> {
                 reference,
                 semver,
                 path,
+                ..
             } => format!(
                 "git {} {}:/{}",
                 redact_url(url),
@@ -212,6 +218,7 @@ pub(super) fn read<'r>(
     match origin {
         Origin::Inline(text) => Reading {
             fetched: None,
+            verified: None,
             candidate: Some(Ok(Candidate::Text(text))),
             revision: None,
             made_at: None,
@@ -226,6 +233,7 @@ pub(super) fn read<'r>(
         } => {
             let state = reads.lookup(request, Duration::from_secs(*interval), running);
             let fetched = polling::fetched_condition(&state, "definition", running);
+            let verified = polling::verified_condition(request, &state, running);
             let candidate = state.snapshot.as_deref().map(|snapshot| {
                 let read = bundle_of(snapshot, *root);
                 match read.as_ref() {
@@ -235,6 +243,7 @@ pub(super) fn read<'r>(
             });
             Reading {
                 fetched: Some(fetched),
+                verified,
                 revision: state.snapshot.as_ref().map(|s| s.revision.clone()),
                 made_at: state.snapshot.as_ref().and_then(|s| s.made_at),
                 after_running: state.after_running,
@@ -348,6 +357,7 @@ fn read_config_map<'r>(
             Reason::Fetched,
             format!("read key {key:?} of ConfigMap {name:?}"),
         )),
+        verified: None,
         candidate: Some(Ok(Candidate::Text(text))),
         revision: None,
         made_at: None,

@@ -30,6 +30,8 @@ pub struct Facts<'a> {
 /// Where the definition came from and how reading it went.
 pub struct SourceFacts {
     pub fetched: Decided,
+    /// `Verified`, for a git definition with `verify` once something was checked.
+    pub verified: Option<Decided>,
     /// The origin as status names it.
     pub description: String,
     /// The revision of the served definition.
@@ -117,6 +119,9 @@ pub fn compute(facts: Facts<'_>, parent: &Value, now: &str) -> ApiMockStatus {
     decided.extend(facts.apply_limit);
     let (source, revision) = match facts.source {
         Some(source) => {
+            if let Some(verified) = source.verified {
+                decided.insert(0, verified);
+            }
             decided.insert(0, source.fetched);
             (Some(source.description), source.revision)
         }

@@ -42,6 +42,8 @@ pub enum ConditionType {
     Validated,
     /// The source was read (APIMock and MonitoredService from a source).
     Fetched,
+    /// What rolls is signed by a trusted key (a git source with `verify`).
+    Verified,
     /// The fetched config could be turned into a ConfigMap (MonitoredService).
     ConfigValid,
     /// The Deployment's own `Available` condition holds.
@@ -59,6 +61,7 @@ impl ConditionType {
             ConditionType::Ready => "Ready",
             ConditionType::Validated => "Validated",
             ConditionType::Fetched => "Fetched",
+            ConditionType::Verified => "Verified",
             ConditionType::ConfigValid => "ConfigValid",
             ConditionType::Available => "Available",
             ConditionType::FitsClientSideApply => "FitsClientSideApply",

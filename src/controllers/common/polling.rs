@@ -5,7 +5,7 @@ use super::conditions::{ConditionType, Decided};
 use super::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::source::Revision;
-use crate::source::{SourceRequest, SourceState};
+use crate::source::{Location, SourceRequest, SourceState};
 
 /// Poll period when none is given, in seconds.
 pub const DEFAULT_INTERVAL_SECONDS: u64 = 60;
@@ -57,6 +57,46 @@ pub fn fetched_condition(state: &SourceState, what: &str, running: Option<&Revis
             ),
         },
     }
+}
+
+/// The `Verified` condition of a source whose request asks for signatures (None when it
+/// does not, or before anything was verified): false with the signature's reason while
+/// the newest commit is refused (what runs keeps running), true naming who signed what
+/// is served.
+pub fn verified_condition(
+    request: &SourceRequest,
+    state: &SourceState,
+    running: Option<&Revision>,
+) -> Option<Decided> {
+    let Location::Git {
+        verify: Some(_), ..
+    } = &request.location
+    else {
+        return None;
+    };
+    if let Some(error) = state.error.as_ref().filter(|e| e.is_signature()) {
+        let message = match running {
+            Some(revision) => format!("{error}; still running {revision}"),
+            None => error.to_string(),
+        };
+        return Some(Decided::new(
+            ConditionType::Verified,
+            false,
+            Reason::Fetch(error.reason()),
+            message,
+        ));
+    }
+    let snapshot = state.snapshot.as_deref()?;
+    if snapshot.signed_by.is_empty() {
+        return None;
+    }
+    let signers: Vec<String> = snapshot.signed_by.iter().map(ToString::to_string).collect();
+    Some(Decided::new(
+        ConditionType::Verified,
+        true,
+        Reason::Verified,
+        signers.join("; "),
+    ))
 }
 
 /// When what runs may be a newer copy of the same ref than this server's (another

@@ -63,6 +63,8 @@ reasons! {
     // Fetched: reading the source.
     /// The source was read.
     Fetched,
+    /// The commit (and tag) rolled is signed by a key the verify Secret trusts.
+    Verified,
     /// The first fetch has not finished yet.
     FetchPending,
     /// A named ConfigMap does not exist.

@@ -9,6 +9,7 @@ use crate::protocol::ObjectMap;
 use crate::source::Credentials;
 use crate::source::binding::{ALLOWED_URLS, Binding};
 use crate::source::known_hosts::KnownHosts;
+use crate::source::signature::{TrustedKeys, VerifyMode};
 use crate::source::tls::TlsMaterial;
 
 use super::problem::Problem;
@@ -102,6 +103,49 @@ pub fn credentials(
         ));
     }
     Ok(credentials)
+}
+
+/// The keys a `verify` block trusts, from the related Secret `name` in `namespace`:
+/// armored OpenPGP public keys under any key name ending in `.asc`, SSH keys in git's
+/// `allowed_signers` format under `allowed_signers` (or a name ending in it).
+///
+/// # Errors
+/// The Secret is missing, holds no keys, or a key does not parse (named).
+pub fn trusted_keys(
+    related: &ObjectMap,
+    namespace: &str,
+    name: &str,
+    mode: VerifyMode,
+) -> Result<TrustedKeys, Problem> {
+    let object = find(related, namespace, name).map_err(|problem| Problem {
+        message: problem.message.replace("the Secret", "the verify Secret"),
+        ..problem
+    })?;
+    let mut keys = TrustedKeys {
+        secret: name.to_owned(),
+        mode,
+        openpgp: Vec::new(),
+        allowed_signers: Vec::new(),
+    };
+    let names = ["data", "stringData"]
+        .iter()
+        .filter_map(|part| object.get(part).and_then(Value::as_object))
+        .flat_map(|map| map.keys().cloned())
+        .collect::<std::collections::BTreeSet<String>>();
+    for key in names {
+        let Some(text) = field(object, &key) else {
+            continue;
+        };
+        if key.ends_with(".asc") {
+            keys.openpgp.push((key, text));
+        } else if key.ends_with("allowed_signers") {
+            keys.allowed_signers.push((key, text));
+        }
+    }
+    keys.check().map_err(|problem| {
+        Problem::new(Reason::SecretInvalid, format!("Secret {name:?}: {problem}"))
+    })?;
+    Ok(keys)
 }
 
 /// A Secret value; `stringData` only appears in objects that never reached the API

@@ -11,6 +11,7 @@ use super::reason::Reason;
 use super::secrets;
 use crate::protocol::ObjectMap;
 use crate::source::policy::check_repo_path;
+use crate::source::signature::VerifyMode;
 use crate::source::tag_range::{MAX_RANGE_BYTES as TAG_RANGE_BYTES, TagRange};
 use crate::source::{Credentials, Location, SourceRequest};
 
@@ -52,6 +53,47 @@ pub struct GitSource {
     /// `--source-ca-file`) and/or `tls.crt` + `tls.key` (a client certificate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_secret_ref: Option<SecretRef>,
+    /// Roll only what is signed by a trusted key: the commit (`HEAD`), the annotated tag
+    /// the ref names (`Tag`), or both (`TagAndHEAD`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<GitVerify>,
+}
+
+/// Signature verification of a git source (Flux's `spec.verify`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitVerify {
+    /// What must be signed: `HEAD` (the commit), `Tag` (the annotated tag the ref
+    /// names), `TagAndHEAD` (both).
+    #[serde(default = "GitVerify::default_mode")]
+    #[schemars(extend("enum" = ["HEAD", "Tag", "TagAndHEAD"]))]
+    pub mode: String,
+    /// Secret in the parent's namespace with the trusted keys: armored OpenPGP public
+    /// keys under names ending in `.asc`, SSH keys in git's `allowed_signers` format
+    /// under `allowed_signers`.
+    pub secret_ref: SecretRef,
+}
+
+impl GitVerify {
+    fn default_mode() -> String {
+        "HEAD".to_owned()
+    }
+
+    /// The mode, or the problem naming `field`.
+    ///
+    /// # Errors
+    /// The mode is not one of the three.
+    pub fn mode(&self, field: &str) -> Result<VerifyMode, Problem> {
+        VerifyMode::parse(&self.mode).ok_or_else(|| {
+            Problem::new(
+                Reason::InvalidSpec,
+                format!(
+                    "{field}.mode is {:?}; it is one of HEAD, Tag, TagAndHEAD",
+                    self.mode
+                ),
+            )
+        })
+    }
 }
 
 /// One file over HTTP(S).
@@ -177,6 +219,7 @@ pub fn git_location(
         url: url.to_owned(),
         reference: reference.filter(|r| !r.is_empty()).map(str::to_owned),
         semver,
+        verify: None,
         path,
     })
 }
@@ -209,6 +252,8 @@ pub struct SourceSecrets<'a> {
     pub credentials: Option<&'a SecretRef>,
     /// `certSecretRef`.
     pub certificates: Option<&'a SecretRef>,
+    /// `verify`, and the field it is at (for messages).
+    pub verify: Option<(&'a GitVerify, &'static str)>,
 }
 
 impl SourceSecrets<'_> {
@@ -217,17 +262,20 @@ impl SourceSecrets<'_> {
         [self.credentials, self.certificates]
             .into_iter()
             .flatten()
+            .chain(self.verify.as_ref().map(|(verify, _)| &verify.secret_ref))
             .map(|secret| secret.name.clone())
             .collect()
     }
 }
 
 impl GitSource {
-    /// The Secrets this source names.
-    pub fn secrets(&self) -> SourceSecrets<'_> {
+    /// The Secrets this source names; `field` is its `verify` field
+    /// (`spec.source.git.verify`), for messages.
+    pub fn secrets(&self, field: &'static str) -> SourceSecrets<'_> {
         SourceSecrets {
             credentials: self.secret_ref.as_ref(),
             certificates: self.cert_secret_ref.as_ref(),
+            verify: self.verify.as_ref().map(|verify| (verify, field)),
         }
     }
 }
@@ -238,6 +286,7 @@ impl HttpSource {
         SourceSecrets {
             credentials: self.secret_ref.as_ref(),
             certificates: self.cert_secret_ref.as_ref(),
+            verify: None,
         }
     }
 }
@@ -248,7 +297,7 @@ impl HttpSource {
 /// # Errors
 /// A Secret is missing or holds nothing usable.
 pub fn request(
-    location: Location,
+    mut location: Location,
     secrets: SourceSecrets<'_>,
     related: &ObjectMap,
     namespace: &str,
@@ -267,6 +316,20 @@ pub fn request(
         Some(secret) => Some(secrets::tls_material(related, namespace, &secret.name)?),
         None => None,
     };
+    if let (Some((asked, field)), Location::Git { verify, .. }) = (secrets.verify, &mut location) {
+        bounds::check(
+            "a Secret's name",
+            &asked.secret_ref.name,
+            bounds::NAME_BYTES,
+        )?;
+        let mode = asked.mode(field)?;
+        *verify = Some(secrets::trusted_keys(
+            related,
+            namespace,
+            &asked.secret_ref.name,
+            mode,
+        )?);
+    }
     Ok(SourceRequest {
         tls,
         location,

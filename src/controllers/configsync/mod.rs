@@ -30,6 +30,7 @@ use crate::protocol::{
     CustomizeRequest, CustomizeResponse, DecoratorRequest, DecoratorResponse, ObjectMap,
     RelatedResourceRule, object_name, object_namespace,
 };
+use crate::source::signature::VerifyMode;
 use crate::source::{FetchError, SourceRequest};
 
 /// Target annotation: the repository URL (required).
@@ -38,6 +39,12 @@ pub const GIT_URL: &str = "configsync.metahooks.io/git-url";
 pub const REF: &str = "configsync.metahooks.io/ref";
 /// Target annotation: a semver range; the highest tag in it is synced (instead of `ref`).
 pub const SEMVER: &str = "configsync.metahooks.io/semver";
+/// Target annotation: a Secret with the keys trusted to sign what is synced (OpenPGP
+/// keys under names ending in `.asc`, SSH keys under `allowed_signers`); it must carry
+/// the credentials label too. Nothing unsigned is synced once it is set.
+pub const VERIFY_SECRET: &str = "configsync.metahooks.io/verify-secret";
+/// Target annotation: what must be signed, `HEAD` (default), `Tag` or `TagAndHEAD`.
+pub const VERIFY_MODE: &str = "configsync.metahooks.io/verify-mode";
 /// Target annotation: the directory or file to sync (default: the root).
 pub const PATH: &str = "configsync.metahooks.io/path";
 /// Target annotation: poll period in seconds (default 60, minimum 10).
@@ -59,10 +66,12 @@ pub const ERROR: &str = "configsync.metahooks.io/error";
 pub const WARNING: &str = "configsync.metahooks.io/warning";
 /// Every annotation of configsync's prefix: the ones it reads and the ones it writes.
 /// Another one in the prefix is a typo (`…/pth`) and is refused rather than ignored.
-const KNOWN: [&str; 11] = [
+const KNOWN: [&str; 13] = [
     GIT_URL,
     REF,
     SEMVER,
+    VERIFY_SECRET,
+    VERIFY_MODE,
     PATH,
     INTERVAL,
     SECRET,
@@ -316,8 +325,29 @@ impl<'a> Annotations<'a> {
             reference: self.get(REF),
             semver: self.get(SEMVER),
         };
-        let location = git_location(url, pick, self.get(PATH), &fields)
+        let mut location = git_location(url, pick, self.get(PATH), &fields)
             .map_err(|problem| (coded(problem.reason, problem.message), interval))?;
+        if let Some(mode) = self.get(VERIFY_MODE)
+            && self.get(VERIFY_SECRET).is_none()
+        {
+            let problem = format!(
+                "annotation {VERIFY_MODE} is {mode:?} but {VERIFY_SECRET} is missing: name the Secret with the trusted keys"
+            );
+            return Err((coded(Reason::InvalidSpec, problem), interval));
+        }
+        if let Some(secret) = self.get(VERIFY_SECRET) {
+            let asked = self.get(VERIFY_MODE).unwrap_or("HEAD");
+            let Some(mode) = VerifyMode::parse(asked) else {
+                let problem = format!(
+                    "annotation {VERIFY_MODE} is {asked:?}; it is one of HEAD, Tag, TagAndHEAD"
+                );
+                return Err((coded(Reason::InvalidSpec, problem), interval));
+            };
+            let keys = secrets::trusted_keys(related, namespace, secret, mode).map_err(labelled)?;
+            if let crate::source::Location::Git { verify, .. } = &mut location {
+                *verify = Some(keys);
+            }
+        }
         Ok((
             SourceRequest {
                 tls,

@@ -33,7 +33,7 @@ use crate::controllers::common::reading::Reads;
 use crate::controllers::common::reason::Reason;
 use crate::controllers::common::refresh;
 use crate::controllers::common::rollout::Rollout;
-use crate::controllers::common::source_spec::{self, GitSource, HttpSource};
+use crate::controllers::common::source_spec::{self, HttpSource};
 use crate::controllers::common::source_sync::SourceCall;
 use crate::controllers::common::taken::{self, ChildName};
 use crate::controllers::{Answer, CompositeHooks, Context, Reply};
@@ -222,9 +222,15 @@ fn answer_from_source(
         }
         _ => fetched,
     };
+    let verified = polling::verified_condition(
+        wanted,
+        &state,
+        call.running().and_then(|c| c.revision.as_ref()),
+    );
     let served = decision.served;
     let facts = Facts {
         fetched,
+        verified,
         config_valid: decision.config_valid,
         config: served.as_ref(),
         pods: call.pods(),
@@ -373,6 +379,9 @@ impl<'r> Call<'r> {
     }
 }
 
+/// Where a MonitoredService's git source asks for signatures.
+const VERIFY_FIELD: &str = "spec.source.git.verify";
+
 fn secret_names(spec: &MonitoredServiceSpec) -> Vec<String> {
     let Some(source) = spec.source.as_ref() else {
         return Vec::new();
@@ -380,7 +389,7 @@ fn secret_names(spec: &MonitoredServiceSpec) -> Vec<String> {
     source
         .git
         .as_ref()
-        .map(GitSource::secrets)
+        .map(|git| git.secrets(VERIFY_FIELD))
         .or_else(|| source.http.as_ref().map(HttpSource::secrets))
         .map(|secrets| secrets.names())
         .unwrap_or_default()
@@ -405,7 +414,7 @@ fn source_request(
         ));
     }
     let secrets = git
-        .map(GitSource::secrets)
+        .map(|git| git.secrets(VERIFY_FIELD))
         .or_else(|| http.map(HttpSource::secrets))
         .unwrap_or_default();
     let location = if let Some(git) = git {

@@ -12,6 +12,8 @@ use crate::protocol::CompositeResponse;
 
 pub struct Facts<'a> {
     pub fetched: Decided,
+    /// `Verified`, for a git source with `verify` once something was checked.
+    pub verified: Option<Decided>,
     pub config_valid: Decided,
     /// The config the children carry (None: no children with config).
     pub config: Option<&'a Config>,
@@ -26,6 +28,7 @@ impl<'a> Facts<'a> {
         pods: Vec<String>,
     ) -> Facts<'a> {
         Facts {
+            verified: None,
             fetched: Decided::new(
                 ConditionType::Fetched,
                 false,
@@ -65,6 +68,7 @@ impl<'a> Facts<'a> {
             ),
         };
         Facts {
+            verified: None,
             fetched: Decided::new(ConditionType::Fetched, false, reason, message),
             config_valid,
             config: running,
@@ -74,6 +78,7 @@ impl<'a> Facts<'a> {
 
     pub fn no_source(pods: Vec<String>) -> Facts<'a> {
         Facts {
+            verified: None,
             fetched: Decided::new(
                 ConditionType::Fetched,
                 true,
@@ -111,12 +116,13 @@ pub fn answer(
     let generation = parent
         .pointer("/metadata/generation")
         .and_then(Value::as_i64);
-    let decided = vec![
-        facts.fetched,
+    let mut decided = vec![facts.fetched];
+    decided.extend(facts.verified);
+    decided.extend([
         facts.config_valid,
         rollout.available_condition("the Deployment"),
         ready,
-    ];
+    ]);
     let status = MonitoredServiceStatus {
         revision: facts
             .config

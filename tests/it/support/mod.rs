@@ -6,6 +6,7 @@
 pub mod emulator;
 pub mod oracles;
 pub mod servers;
+pub mod signing;
 
 use std::path::PathBuf;
 

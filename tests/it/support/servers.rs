@@ -178,16 +178,64 @@ impl Repo {
         self.push_at(message, 0);
     }
 
+    /// Commits like [`Repo::commit`], signed by `signer` (git's own `commit -S`).
+    pub fn commit_signed(&self, files: &[(&str, &str)], signer: &super::signing::Signer) {
+        for (path, content) in files {
+            let target = self.work.join(path);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(target, content).unwrap();
+        }
+        self.push_with("signed change", 0, Some(signer));
+    }
+
+    /// Tags the last commit `name` with an annotated tag signed by `signer` (`tag -s`).
+    pub fn tag_signed(&self, name: &str, signer: &super::signing::Signer) {
+        let output = signer
+            .git(&self.work)
+            .args(["tag", "-s", "-m", &format!("release {name}"), name])
+            .output()
+            .expect("git runs");
+        assert!(
+            output.status.success(),
+            "git tag -s: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        git(
+            &self.work,
+            &["push", "-q", "origin", &format!("refs/tags/{name}")],
+        );
+    }
+
     fn push_at(&self, message: &str, ahead_seconds: u64) {
+        self.push_with(message, ahead_seconds, None);
+    }
+
+    fn push_with(
+        &self,
+        message: &str,
+        ahead_seconds: u64,
+        signer: Option<&super::signing::Signer>,
+    ) {
         // Commits a test makes in one second still get strictly increasing committer
         // times, as commits made by people do.
         static CLOCK: std::sync::atomic::AtomicU64 =
             std::sync::atomic::AtomicU64::new(1_750_000_000);
         let at = CLOCK.fetch_add(10, std::sync::atomic::Ordering::SeqCst) + ahead_seconds;
         git(&self.work, &["add", "-A"]);
-        let output = Command::new("git")
-            .args(["commit", "-q", "-m", message])
-            .current_dir(&self.work)
+        let mut command = match signer {
+            Some(signer) => {
+                let mut command = signer.git(&self.work);
+                command.arg("commit").arg("-S");
+                command
+            }
+            None => {
+                let mut command = Command::new("git");
+                command.arg("commit").current_dir(&self.work);
+                command
+            }
+        };
+        let output = command
+            .args(["-q", "-m", message])
             .env("GIT_AUTHOR_NAME", "test")
             .env("GIT_AUTHOR_EMAIL", "test@example.com")
             .env("GIT_COMMITTER_NAME", "test")

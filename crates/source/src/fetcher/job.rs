@@ -326,6 +326,10 @@ impl Job {
                     Location::Http { .. } => String::new(),
                 },
                 current: self.plan.current.get(&request.key()).cloned(),
+                verify: match &request.location {
+                    Location::Git { verify, .. } => verify.clone(),
+                    Location::Http { .. } => None,
+                },
             })
             .collect()
     }

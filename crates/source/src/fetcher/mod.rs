@@ -347,6 +347,7 @@ mod tests {
                 url: url.to_owned(),
                 reference: None,
                 semver: None,
+                verify: None,
                 path: path.to_owned(),
             },
             namespace: "team-a".to_owned(),

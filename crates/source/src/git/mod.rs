@@ -19,7 +19,7 @@ use super::{Credentials, FetchError};
 mod read;
 mod session;
 mod smart_http;
-pub use read::extract;
+pub use read::{extract, verify};
 use session::*;
 
 /// Where fetched refs land in the cache repository (one wanted ref, or all branches
@@ -68,6 +68,10 @@ pub struct Resolved {
     pub commit: String,
     /// The reference as shown in revisions: branch or tag name, or what the user wrote.
     pub display_ref: String,
+    /// The annotated tag object the ref names, when it names one (signed tags are
+    /// checked on it).
+    #[serde(default)]
+    pub tag: Option<String>,
     /// Whether a pack was downloaded (false when the commit was already here).
     pub downloaded: bool,
     /// Bytes downloaded for it (0 when nothing was).
@@ -156,7 +160,12 @@ pub fn fetch(
         deadline,
     )?;
     session.teach_libssh2(&dir);
-    let (commit, display_ref, remote_ref) = {
+    let Picked {
+        commit,
+        display: display_ref,
+        fetch_ref: remote_ref,
+        tag,
+    } = {
         session.enter(Phase::Refs);
         let heads = session.list_heads(&repo)?;
         resolve(&heads, pick, &session.shown)?
@@ -165,10 +174,15 @@ pub fn fetch(
         repo_dir: dir.clone(),
         commit,
         display_ref: display_ref.clone(),
+        tag: tag.map(|t| t.to_string()),
         downloaded,
         received_bytes,
     };
-    if let Some(have) = commit_in(&repo, commit)? {
+    // A tag object is fetched with its ref; a commit reached before by a branch may lack it.
+    let tag_here = tag.is_none_or(|t| repo.find_object(t, None).is_ok());
+    if let Some(have) = commit_in(&repo, commit)?
+        && tag_here
+    {
         return Ok(resolved(have, false, 0));
     }
     let shallow = !matches!(parsed.scheme(), "file");
@@ -302,13 +316,48 @@ fn is_disk_full(detail: &str) -> bool {
     detail.contains("No space left on device") || detail.contains("os error 28")
 }
 
+/// What a listing resolved the pick to.
+#[derive(Debug, PartialEq, Eq)]
+struct Picked {
+    /// The commit.
+    commit: Oid,
+    /// The name shown in revisions.
+    display: String,
+    /// The ref to download (None: a commit id no ref advertises).
+    fetch_ref: Option<String>,
+    /// The annotated tag object the ref names, if it names one.
+    tag: Option<Oid>,
+}
+
+impl Picked {
+    fn plain(commit: Oid, display: String, fetch_ref: Option<String>) -> Picked {
+        Picked {
+            commit,
+            display,
+            fetch_ref,
+            tag: None,
+        }
+    }
+
+    /// A ref whose advertised object is `object`; an annotated tag when that is not the
+    /// commit it peels to.
+    fn tagged(object: Oid, commit: Oid, display: String, fetch_ref: String) -> Picked {
+        Picked {
+            commit,
+            display,
+            fetch_ref: Some(fetch_ref),
+            tag: (object != commit).then_some(object),
+        }
+    }
+}
+
 /// Picks the advertised ref for what the user asked: remote HEAD, a branch, a tag
 /// (peeled), a full ref name or a commit id. Returns (commit, display name, ref to fetch).
 fn resolve(
     heads: &[(String, Oid, Option<String>)],
     pick: Pick<'_>,
     url: &str,
-) -> Result<(Oid, String, Option<String>), FetchError> {
+) -> Result<Picked, FetchError> {
     let find = |name: &str| heads.iter().find(|(n, ..)| n == name);
     // An annotated tag points at a tag object; the peeled entry names the commit.
     let peeled = |name: &str, oid: Oid| find(&format!("{name}^{{}}")).map_or(oid, |(_, p, _)| *p);
@@ -324,7 +373,7 @@ fn resolve(
                 .map(|t| t.trim_start_matches("refs/heads/").to_owned())
                 .unwrap_or_else(|| "HEAD".to_owned());
             let fetch_ref = target.clone().unwrap_or_else(|| "HEAD".to_owned());
-            return Ok((*oid, display, Some(fetch_ref)));
+            return Ok(Picked::plain(*oid, display, Some(fetch_ref)));
         }
         Pick::Semver(range) => {
             let parsed = TagRange::parse(range).map_err(|e| FetchError::RangeInvalid {
@@ -343,7 +392,12 @@ fn resolve(
                 })?;
             let name = format!("refs/tags/{tag}");
             let (_, oid, _) = find(&name).ok_or_else(not_found)?;
-            return Ok((peeled(&name, *oid), tag.to_owned(), Some(name)));
+            return Ok(Picked::tagged(
+                *oid,
+                peeled(&name, *oid),
+                tag.to_owned(),
+                name,
+            ));
         }
         Pick::Named(reference) => reference,
     };
@@ -353,7 +407,7 @@ fn resolve(
             .iter()
             .find(|(_, o, _)| *o == oid)
             .map(|(n, ..)| n.clone());
-        return Ok((oid, reference.to_owned(), advertised));
+        return Ok(Picked::plain(oid, reference.to_owned(), advertised));
     }
     for candidate in [
         reference.to_owned(),
@@ -361,10 +415,12 @@ fn resolve(
         format!("refs/tags/{reference}"),
     ] {
         if let Some((name, oid, _)) = find(&candidate) {
-            return Ok((
-                peeled(&candidate, *oid),
+            let commit = peeled(&candidate, *oid);
+            return Ok(Picked::tagged(
+                *oid,
+                commit,
                 reference.to_owned(),
-                Some(name.clone()),
+                name.clone(),
             ));
         }
     }
@@ -401,15 +457,18 @@ mod tests {
         ];
         assert_eq!(
             resolve(&heads, Pick::Head, "u").unwrap(),
-            (
+            Picked::plain(
                 oid(1),
                 "main".to_owned(),
                 Some("refs/heads/main".to_owned())
             )
         );
-        assert_eq!(resolve(&heads, Pick::Named("dev"), "u").unwrap().0, oid(2));
         assert_eq!(
-            resolve(&heads, Pick::Named("v1"), "u").unwrap().0,
+            resolve(&heads, Pick::Named("dev"), "u").unwrap().commit,
+            oid(2)
+        );
+        assert_eq!(
+            resolve(&heads, Pick::Named("v1"), "u").unwrap().commit,
             oid(4),
             "annotated tags are peeled"
         );
@@ -417,7 +476,7 @@ mod tests {
         assert_eq!(
             resolve(&heads, Pick::Named(&sha), "u")
                 .unwrap()
-                .2
+                .fetch_ref
                 .as_deref(),
             Some("refs/heads/dev")
         );
@@ -440,11 +499,12 @@ mod tests {
         ];
         assert_eq!(
             resolve(&heads, Pick::Semver(">=1.2.0 <2.0.0"), "u").unwrap(),
-            (
-                oid(4),
-                "v1.4.1".to_owned(),
-                Some("refs/tags/v1.4.1".to_owned())
-            )
+            Picked {
+                commit: oid(4),
+                display: "v1.4.1".to_owned(),
+                fetch_ref: Some("refs/tags/v1.4.1".to_owned()),
+                tag: Some(oid(3)),
+            }
         );
         let none = resolve(&heads, Pick::Semver(">=3"), "u").unwrap_err();
         assert_eq!(none.reason(), "NoMatchingTag");

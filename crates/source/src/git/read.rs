@@ -206,6 +206,29 @@ fn cache_unreadable(detail: String) -> FetchError {
     FetchError::CacheUnreadable { detail }
 }
 
+/// Checks the signatures `keys` asks for on the resolved commit (and its tag).
+///
+/// # Errors
+/// As [`crate::signature::verify`], or the cache cannot be read.
+pub fn verify(
+    resolved: &Resolved,
+    keys: &crate::signature::TrustedKeys,
+) -> Result<Vec<crate::signature::Signer>, FetchError> {
+    let repo = Repository::open_bare(&resolved.repo_dir)
+        .map_err(|e| cache_unreadable(format!("cannot open the repository: {e}")))?;
+    let commit = Oid::from_str(&resolved.commit).map_err(|e| cache_unreadable(e.to_string()))?;
+    let tag = match &resolved.tag {
+        Some(id) => Some(Oid::from_str(id).map_err(|e| cache_unreadable(e.to_string()))?),
+        None => None,
+    };
+    crate::signature::verify(
+        &repo,
+        commit,
+        tag.map(|t| (t, resolved.display_ref.as_str())),
+        keys,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

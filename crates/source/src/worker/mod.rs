@@ -57,6 +57,9 @@ pub struct Read {
     pub path: String,
     /// The revision the request already has (nothing is read again for it).
     pub current: Option<crate::Revision>,
+    /// The keys the commit's (or tag's) signature must verify with, if any.
+    #[serde(default)]
+    pub verify: Option<crate::signature::TrustedKeys>,
 }
 
 /// What one worker may use.
@@ -139,7 +142,7 @@ pub fn run(job: &GitJob) -> GitOutcome {
                 Ok(r) if read.current.as_deref() == Some(r.revision().as_str()) => {
                     Fetched::Unchanged
                 }
-                Ok(r) => match git::extract(r, &read.path, &job.policy, deadline) {
+                Ok(r) => match read_checked(r, read, &job.policy, deadline) {
                     Ok(snapshot) => Fetched::Fresh(snapshot),
                     Err(error) => Fetched::Failed(error),
                 },
@@ -148,4 +151,21 @@ pub fn run(job: &GitJob) -> GitOutcome {
         })
         .collect();
     GitOutcome { resolved, results }
+}
+
+/// Reads one path of the resolved commit, after checking its signatures when the read
+/// asks for it: nothing of a commit that fails is read.
+fn read_checked(
+    resolved: &git::Resolved,
+    read: &Read,
+    policy: &Policy,
+    deadline: std::time::Instant,
+) -> Result<Snapshot, FetchError> {
+    let signed_by = match &read.verify {
+        Some(keys) => git::verify(resolved, keys)?,
+        None => Vec::new(),
+    };
+    let mut snapshot = git::extract(resolved, &read.path, policy, deadline)?;
+    snapshot.signed_by = signed_by;
+    Ok(snapshot)
 }

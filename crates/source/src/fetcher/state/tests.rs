@@ -454,6 +454,7 @@ fn snapshot(n: u64) -> Snapshot {
         files: BTreeMap::new(),
         single_file: true,
         made_at: None,
+        signed_by: Vec::new(),
         derived: Default::default(),
     }
 }
@@ -463,6 +464,7 @@ fn resolved(n: u64) -> git::Resolved {
         repo_dir: PathBuf::from("/cache/git/example"),
         commit: format!("{n:040x}"),
         display_ref: "main".to_owned(),
+        tag: None,
         downloaded: false,
         received_bytes: 0,
     }
