@@ -712,3 +712,118 @@ async fn a_semver_range_follows_the_highest_release_tag_in_it() {
         "{refused}"
     );
 }
+
+fn condition_of(emulator: &Emulator, name: &str, type_: &str) -> Option<(String, String, String)> {
+    let found = parent(emulator, name)["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?
+        .clone();
+    let text = |key: &str| found[key].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_that_breaks_its_schema_does_not_roll() {
+    let repo = Repo::new();
+    repo.commit(&[
+        ("app.env", "GREETING=hello\nPORT=8080\n"),
+        ("conf/app.yaml", "replicas: 2\nmode: fast\n"),
+        (
+            "schemas/app.json",
+            r#"{"type": "object", "required": ["replicas"],
+                "properties": {"replicas": {"type": "integer", "minimum": 1},
+                               "mode": {"enum": ["fast", "safe"]}}}"#,
+        ),
+    ]);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = harness(loopback_policy(&["git"])).await;
+    let env_schema = json!({"type": "object", "required": ["PORT"],
+        "properties": {"PORT": {"type": "string", "pattern": "^[0-9]+$"}}});
+    h.emulator.apply(service(
+        "env",
+        json!({"image": "web:1", "format": "env", "configSchema": {"inline": env_schema},
+               "source": {"git": {"url": daemon.url(), "ref": "main", "path": "app.env"}}}),
+    ));
+    h.emulator.apply(service(
+        "files",
+        json!({"image": "web:1", "format": "files", "configSchema": {"path": "schemas/app.json"},
+               "source": {"git": {"url": daemon.url(), "ref": "main", "path": "conf"}}}),
+    ));
+    h.emulator.apply(service(
+        "catastrophic",
+        json!({"image": "web:1", "format": "env",
+               "configSchema": {"inline": {"properties": {"PORT": {"pattern": "^(\\d+)\\1$"}}}},
+               "source": {"git": {"url": daemon.url(), "ref": "main", "path": "app.env"}}}),
+    ));
+    settle(&mut h, "both configs valid", |e| {
+        hash(e, "env").is_some()
+            && hash(e, "files").is_some()
+            && condition_of(e, "catastrophic", "ConfigValid").is_some_and(|c| c.0 == "False")
+    })
+    .await;
+    let (_, reason, message) = condition_of(&h.emulator, "catastrophic", "ConfigValid").unwrap();
+    assert_eq!(reason, "SchemaInvalid", "{message}");
+    assert!(
+        hash(&h.emulator, "catastrophic").is_none(),
+        "refused, not evaluated"
+    );
+    let (env_hash, files_hash) = (
+        hash(&h.emulator, "env").unwrap(),
+        hash(&h.emulator, "files").unwrap(),
+    );
+
+    // Both configs break their schemas in one commit: neither rolls, and status says
+    // where (file, JSON pointer, rule).
+    repo.commit(&[
+        ("app.env", "GREETING=hello\nPORT=eighty\n"),
+        ("conf/app.yaml", "replicas: 0\nmode: reckless\n"),
+    ]);
+    h.fetcher.expire().await;
+    settle(&mut h, "the violations", |e| {
+        ["env", "files"].iter().all(|name| {
+            condition_of(e, name, "ConfigValid").is_some_and(|c| c.1 == "SchemaViolation")
+        })
+    })
+    .await;
+    let (status, _, message) = condition_of(&h.emulator, "env", "ConfigValid").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("the env file at /PORT"), "{message}");
+    assert!(message.contains("pattern"), "the rule: {message}");
+    assert!(message.contains("still running main@sha1:"), "{message}");
+    let (_, _, message) = condition_of(&h.emulator, "files", "ConfigValid").unwrap();
+    assert!(
+        message.contains("app.yaml at /replicas") && message.contains("minimum"),
+        "{message}"
+    );
+    assert!(
+        message.contains("app.yaml at /mode") && message.contains("enum"),
+        "{message}"
+    );
+    assert_eq!(
+        hash(&h.emulator, "env").unwrap(),
+        env_hash,
+        "nothing rolled"
+    );
+    assert_eq!(
+        hash(&h.emulator, "files").unwrap(),
+        files_hash,
+        "nothing rolled"
+    );
+
+    // The schema changes in the same commit as the config it allows: it rolls.
+    repo.commit(&[(
+        "schemas/app.json",
+        r#"{"type": "object", "properties": {"replicas": {"type": "integer", "minimum": 0},
+                                            "mode": {"enum": ["fast", "safe", "reckless"]}}}"#,
+    )]);
+    h.fetcher.expire().await;
+    settle(&mut h, "the new schema", |e| {
+        hash(e, "files").is_some_and(|h| h != files_hash)
+    })
+    .await;
+    assert_eq!(
+        condition_of(&h.emulator, "files", "ConfigValid").unwrap().0,
+        "True"
+    );
+}

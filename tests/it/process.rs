@@ -835,3 +835,46 @@ fn render_passes_related_objects_through_the_customize_rules() {
         .unwrap_or_default();
     assert!(error.starts_with("SecretNotFound: "), "{answer}");
 }
+
+/// `render` runs the same sync as the server: a config that breaks its schema shows the
+/// same verdict, so a team can check a change in CI before merging it.
+#[test]
+fn render_shows_a_schema_violation_as_the_server_would() {
+    let repo = support::servers::Repo::new();
+    repo.commit(&[("app.env", "PORT=eighty\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let parent = dir.path().join("web.yaml");
+    let cr = serde_json::json!({
+        "apiVersion": "metahooks.io/v1alpha1", "kind": "MonitoredService",
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {"image": "web:1", "format": "env",
+                 "configSchema": {"inline": {"properties": {"PORT": {"pattern": "^[0-9]+$"}}}},
+                 "source": {"git": {"url": format!("file://{}", repo.bare().display()),
+                                    "ref": "main", "path": "app.env"}}}});
+    std::fs::write(&parent, cr.to_string()).unwrap();
+    let output = Command::new(binary())
+        .args(["render", "monitoredservice", "-f"])
+        .arg(&parent)
+        .args(["--allow-scheme", "file", "--cache-dir"])
+        .arg(dir.path().join("cache"))
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rendered: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let valid = rendered["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "ConfigValid"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{rendered}"));
+    assert_eq!(valid["status"], "False", "{valid}");
+    assert_eq!(valid["reason"], "SchemaViolation", "{valid}");
+    assert!(
+        valid["message"].as_str().unwrap().contains("/PORT"),
+        "{valid}"
+    );
+}

@@ -3,6 +3,7 @@
 pub mod bounds;
 pub mod conditions;
 pub mod config;
+pub mod config_schema;
 pub mod envfile;
 pub mod file_keys;
 pub mod held_files;

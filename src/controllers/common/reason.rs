@@ -86,6 +86,10 @@ reasons! {
     EnvNeedsOneFile,
     /// No config has been fetched yet.
     NoConfig,
+    /// The config breaks its schema (`spec.configSchema`).
+    SchemaViolation,
+    /// The schema cannot be used (too large, not a schema, a pattern or `$ref` refused).
+    SchemaInvalid,
     // Ready and Available.
     /// The mock runs the served definition on every pod.
     MockReady,

@@ -25,6 +25,7 @@ use self::status::Facts;
 use crate::controllers::common::bounds;
 use crate::controllers::common::conditions::format_time;
 use crate::controllers::common::config::Config;
+use crate::controllers::common::config_schema::{self, ConfigSchemaSpec};
 use crate::controllers::common::keep::{observed_children, observed_status};
 use crate::controllers::common::names::{check_dns1035_label, check_dns1123_subdomain};
 use crate::controllers::common::polling;
@@ -43,7 +44,7 @@ use crate::protocol::{
     RelatedResourceRule, object_name, object_namespace,
 };
 use crate::source::derived::DerivedKey;
-use crate::source::{Snapshot, SourceRequest};
+use crate::source::{Location, Snapshot, SourceRequest};
 
 /// The MonitoredService controller.
 pub struct MonitoredServiceHooks {
@@ -177,6 +178,134 @@ impl MonitoredServiceHooks {
     }
 }
 
+/// The schema a config must pass, as the spec gives it: inline, or a file read from the
+/// same remote (and so, once both are read, the same commit). None while that file's
+/// first read runs.
+fn schema_of(
+    schema: &ConfigSchemaSpec,
+    wanted: &SourceRequest,
+    reads: &mut Reads<'_>,
+    interval: u64,
+    running: Option<&crate::source::Revision>,
+) -> Option<(Result<Value, Problem>, Option<crate::source::Revision>)> {
+    match (&schema.inline, &schema.path, &wanted.location) {
+        (Some(inline), None, _) => Some((Ok(inline.clone()), None)),
+        (None, Some(path), Location::Git { .. }) => {
+            let mut request = wanted.clone();
+            let normalised = match crate::source::policy::check_repo_path(path) {
+                Ok(normalised) => normalised,
+                Err(refused) => {
+                    let problem = Problem::new(
+                        Reason::SchemaInvalid,
+                        format!("spec.configSchema.path: {refused}"),
+                    );
+                    return Some((Err(problem), None));
+                }
+            };
+            if let Location::Git { path, .. } = &mut request.location {
+                *path = normalised.clone();
+            }
+            let state = reads.lookup(&request, Duration::from_secs(interval), running);
+            if let Some(error) = &state.error {
+                let problem = Problem::new(
+                    Reason::SchemaInvalid,
+                    format!(
+                        "the schema spec.configSchema.path {normalised:?} cannot be read: {error}"
+                    ),
+                );
+                return Some((Err(problem), None));
+            }
+            let snapshot = state.snapshot?;
+            let text = snapshot
+                .files
+                .values()
+                .next()
+                .and_then(|content| match content {
+                    crate::source::Content::Text(text) => Some(text.clone()),
+                    crate::source::Content::Binary(_) => None,
+                });
+            let origin = format!("{normalised} at {}", snapshot.revision);
+            let parsed = match (snapshot.single_file, text) {
+                (true, Some(text)) => config_schema::parse_file(&text, &origin),
+                _ => Err(Problem::new(
+                    Reason::SchemaInvalid,
+                    format!("spec.configSchema.path {normalised:?} is not one text file"),
+                )),
+            };
+            Some((parsed, Some(snapshot.revision.clone())))
+        }
+        (None, Some(_), _) => Some((
+            Err(Problem::new(
+                Reason::InvalidSpec,
+                "spec.configSchema.path names a file in the config's git repository; an HTTP source has none (use spec.configSchema.inline)",
+            )),
+            None,
+        )),
+        (Some(_), Some(_), _) => Some((
+            Err(Problem::new(
+                Reason::InvalidSpec,
+                "set one of spec.configSchema.inline and spec.configSchema.path",
+            )),
+            None,
+        )),
+        (None, None, _) => Some((
+            Err(Problem::new(
+                Reason::InvalidSpec,
+                "spec.configSchema names no schema: set inline or path",
+            )),
+            None,
+        )),
+    }
+}
+
+/// The converted config as the schema lets it roll: unchanged when it passes, an error
+/// (the running config stays) when it or the schema fails, None (nothing new yet) while
+/// the schema file is not read or is of another commit than the config. The verdict is
+/// kept with the config's snapshot, so a warm sync neither compiles nor evaluates.
+fn gated(
+    converted: Arc<Converted>,
+    schema: Option<(Result<Value, Problem>, Option<crate::source::Revision>)>,
+    snapshot: &Snapshot,
+    format: Option<ConfigFormat>,
+) -> Result<Option<Arc<Converted>>, HookError> {
+    let Some((schema, schema_revision)) = schema else {
+        return Ok(None);
+    };
+    if schema_revision
+        .as_ref()
+        .is_some_and(|revision| *revision != snapshot.revision)
+    {
+        return Ok(None);
+    }
+    let schema = match schema {
+        Ok(schema) => schema,
+        Err(problem) => return Ok(Some(Arc::new(Err(problem)))),
+    };
+    let inputs = crate::hash::digest_of(&(&schema, format, &schema_revision))
+        .map_err(crate::error::Fault::serialise("the key of a schema check"))?;
+    let key = DerivedKey {
+        step: "schema check",
+        inputs,
+    };
+    if let Some(kept) = snapshot.derived.get(&key) {
+        return Ok(Some(kept));
+    }
+    let Ok(config) = converted.as_ref() else {
+        return Ok(Some(converted));
+    };
+    let origin = schema_revision.map_or_else(
+        || "spec.configSchema.inline".to_owned(),
+        |revision| format!("spec.configSchema.path at {revision}"),
+    );
+    let verdict = config_schema::compile(&schema, &origin)
+        .and_then(|checker| config_schema::check(&checker, config));
+    let gated = match verdict {
+        Ok(()) => Converted::clone(&converted),
+        Err(problem) => Err(problem),
+    };
+    Ok(Some(snapshot.derived.keep(key, gated, converted_weight)))
+}
+
 /// The answer for a spec that names a source: look it up (fetching now when the parent
 /// asks), decide what to serve, build and report.
 fn answer_from_source(
@@ -205,6 +334,17 @@ fn answer_from_source(
         .as_deref()
         .map(|snapshot| convert(snapshot, spec.format))
         .transpose()?;
+    let fresh = match (fresh, &spec.config_schema) {
+        (Some(converted), Some(schema)) if converted.is_ok() => {
+            let running = call.running().and_then(|c| c.revision.as_ref());
+            let schema = schema_of(schema, wanted, reads, interval, running);
+            match state.snapshot.as_deref() {
+                Some(snapshot) => gated(converted, schema, snapshot, spec.format)?,
+                None => Some(converted),
+            }
+        }
+        (fresh, _) => fresh,
+    };
     let decision = decide(
         fresh.as_deref(),
         call.running(),

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::controllers::common::conditions::Condition;
 pub use crate::controllers::common::config::ConfigFormat;
+use crate::controllers::common::config_schema::ConfigSchemaSpec;
 use crate::controllers::common::envfile;
 use crate::controllers::common::problem::Problem;
 use crate::controllers::common::reason::Reason;
@@ -65,6 +66,11 @@ pub struct MonitoredServiceSpec {
     /// `env` (KEY=VALUE → container env) or `files` (mounted at `mountPath`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<ConfigFormat>,
+    /// A JSON Schema (2020-12) the config must pass before it rolls: each JSON and YAML
+    /// file, or the env file as an object of strings. `inline`, or `path` to a file in
+    /// the same commit (git sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_schema: Option<ConfigSchemaSpec>,
     /// Where `files` are mounted (default /etc/config).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount_path: Option<String>,
