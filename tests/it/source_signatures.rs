@@ -319,3 +319,45 @@ async fn an_apimock_serves_only_a_signed_definition() {
 async fn settle_mock(h: &mut Harness, what: &str, done: impl Fn(&Emulator) -> bool) {
     support::emulator::settle(&mut h.emulator, &h.fetcher, "APIMock", what, done).await;
 }
+
+/// A range with `verify: {mode: Tag}`: the highest release tag is picked, and it rolls
+/// only when it is signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semver_range_with_tag_mode_rolls_only_a_signed_release() {
+    let alice = Signer::ssh("alice@example.com");
+    let repo = Repo::new();
+    repo.commit(&[("app.env", "GREETING=one\n")]);
+    repo.tag_signed("v1.0.0", &alice);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = support::source_harness(support::loopback_policy(&["git"])).await;
+    h.emulator.apply(keys_secret(&[&alice]));
+    h.emulator.apply(service(
+        "web",
+        json!({"url": daemon.url(), "semver": "^1", "path": "app.env",
+               "verify": {"mode": "Tag", "secretRef": {"name": "signers"}}}),
+    ));
+    settle(&mut h, "the signed release", |e| {
+        greeting(e, "web") == "one"
+    })
+    .await;
+
+    // A newer release tag that is annotated but unsigned: picked, refused, not rolled.
+    repo.commit(&[("app.env", "GREETING=two\n")]);
+    repo.tag_annotated("v1.1.0");
+    h.fetcher.expire().await;
+    settle(&mut h, "the unsigned release", |e| {
+        condition(e, "web", "Verified").is_some_and(|c| c.1 == "SignatureMissing")
+    })
+    .await;
+    let (_, _, message) = condition(&h.emulator, "web", "Verified").unwrap();
+    assert!(message.contains("tag v1.1.0"), "{message}");
+    assert_eq!(greeting(&h.emulator, "web"), "one");
+
+    // Signed as v1.2.0: it rolls.
+    repo.tag_signed("v1.2.0", &alice);
+    h.fetcher.expire().await;
+    settle(&mut h, "the next signed release", |e| {
+        greeting(e, "web") == "two"
+    })
+    .await;
+}
