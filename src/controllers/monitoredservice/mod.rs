@@ -216,21 +216,21 @@ fn schema_of(
                 return Some((Err(problem), None));
             }
             let snapshot = state.snapshot?;
-            let text = snapshot
-                .files
-                .values()
-                .next()
-                .and_then(|content| match content {
-                    crate::source::Content::Text(text) => Some(text.clone()),
-                    crate::source::Content::Binary(_) => None,
-                });
-            let origin = format!("{normalised} at {}", snapshot.revision);
-            let parsed = match (snapshot.single_file, text) {
-                (true, Some(text)) => config_schema::parse_file(&text, &origin),
-                _ => Err(Problem::new(
-                    Reason::SchemaInvalid,
-                    format!("spec.configSchema.path {normalised:?} is not one text file"),
-                )),
+            // Parsed once per revision of the schema file, kept with its snapshot.
+            let key = DerivedKey {
+                step: "schema file",
+                inputs: [0; 32],
+            };
+            let parsed = match snapshot.derived.get::<Result<Value, Problem>>(&key) {
+                Some(kept) => Result::clone(&kept),
+                None => {
+                    let parsed = parse_schema_file(&snapshot, &normalised);
+                    Result::clone(
+                        &snapshot
+                            .derived
+                            .keep(key, parsed, |_| config_schema::MAX_SCHEMA_BYTES as u64),
+                    )
+                }
             };
             Some((parsed, Some(snapshot.revision.clone())))
         }
@@ -254,6 +254,27 @@ fn schema_of(
                 "spec.configSchema names no schema: set inline or path",
             )),
             None,
+        )),
+    }
+}
+
+/// A schema file's snapshot as a schema: one text file, JSON or YAML.
+fn parse_schema_file(snapshot: &Snapshot, path: &str) -> Result<Value, Problem> {
+    let text = snapshot
+        .files
+        .values()
+        .next()
+        .and_then(|content| match content {
+            crate::source::Content::Text(text) => Some(text.as_str()),
+            crate::source::Content::Binary(_) => None,
+        });
+    match (snapshot.single_file, text) {
+        (true, Some(text)) => {
+            config_schema::parse_file(text, &format!("{path} at {}", snapshot.revision))
+        }
+        _ => Err(Problem::new(
+            Reason::SchemaInvalid,
+            format!("spec.configSchema.path {path:?} is not one text file"),
         )),
     }
 }
