@@ -756,14 +756,41 @@ async fn a_config_that_breaks_its_schema_does_not_roll() {
                "configSchema": {"inline": {"properties": {"PORT": {"pattern": "^(\\d+)\\1$"}}}},
                "source": {"git": {"url": daemon.url(), "ref": "main", "path": "app.env"}}}),
     ));
+    // A few lines whose evaluation would take 2^60 steps: each level names the next twice.
+    let mut defs = serde_json::Map::new();
+    for i in 0..60 {
+        let next = json!({"$ref": format!("#/$defs/l{}", i + 1)});
+        defs.insert(format!("l{i}"), json!({"allOf": [next.clone(), next]}));
+    }
+    defs.insert("l60".to_owned(), json!({"type": "object"}));
+    h.emulator.apply(service(
+        "doubling",
+        json!({"image": "web:1", "format": "env",
+               "configSchema": {"inline": {"$defs": defs, "$ref": "#/$defs/l0"}},
+               "source": {"git": {"url": daemon.url(), "ref": "main", "path": "app.env"}}}),
+    ));
+    let refused = |e: &Emulator, name: &str| {
+        condition_of(e, name, "ConfigValid").is_some_and(|c| c.0 == "False")
+    };
     settle(&mut h, "both configs valid", |e| {
         hash(e, "env").is_some()
             && hash(e, "files").is_some()
-            && condition_of(e, "catastrophic", "ConfigValid").is_some_and(|c| c.0 == "False")
+            && refused(e, "catastrophic")
+            && refused(e, "doubling")
     })
     .await;
     let (_, reason, message) = condition_of(&h.emulator, "catastrophic", "ConfigValid").unwrap();
     assert_eq!(reason, "SchemaInvalid", "{message}");
+    let (_, reason, message) = condition_of(&h.emulator, "doubling", "ConfigValid").unwrap();
+    assert_eq!(reason, "SchemaInvalid", "{message}");
+    assert!(
+        message.contains("the env file") && message.contains("more than 1000000 steps"),
+        "{message}"
+    );
+    assert!(
+        hash(&h.emulator, "doubling").is_none(),
+        "refused, not evaluated"
+    );
     assert!(
         hash(&h.emulator, "catastrophic").is_none(),
         "refused, not evaluated"

@@ -319,7 +319,7 @@ fn gated(
         |revision| format!("spec.configSchema.path at {revision}"),
     );
     let verdict = config_schema::compile(&schema, &origin)
-        .and_then(|checker| config_schema::check(&checker, config));
+        .and_then(|checker| config_schema::check(&checker, config, &origin));
     let gated = match verdict {
         Ok(()) => Converted::clone(&converted),
         Err(problem) => Err(problem),

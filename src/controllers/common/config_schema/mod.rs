@@ -7,8 +7,11 @@
 //! (linear time; a pattern that needs backtracking, such as a back-reference or
 //! look-around, does not compile and the schema is refused), a cap on each compiled
 //! pattern's size, and no remote `$ref` (nothing is fetched while a schema compiles).
-//! Evaluation is then bounded by the schema's and the config's sizes (a config is at
-//! most a ConfigMap), and at most a few errors are kept.
+//! Evaluation is bounded before it starts: [`cost`] refuses a schema that would apply
+//! itself to one value forever, and counts the steps a config would take, refusing past
+//! [`MAX_STEPS`] without evaluating; at most a few errors are kept.
+
+mod cost;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,6 +29,9 @@ pub const MAX_REPORTED: usize = 5;
 const MAX_COUNTED: usize = 1000;
 /// The most a compiled pattern may take (bytes, approximate), and its lazy DFA's cache.
 const PATTERN_BYTES: usize = 256 * 1024;
+/// The most steps (a subschema applied to a value) one config's check may take, over
+/// all its files. Measured with `cargo bench --bench config_schema`.
+pub const MAX_STEPS: u64 = 1_000_000;
 
 /// Where a config's schema is (`spec.configSchema`): exactly one of the two.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
@@ -54,6 +60,7 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// A compiled schema.
 pub struct Checker {
     validator: jsonschema::Validator,
+    plan: cost::Plan,
 }
 
 impl std::fmt::Debug for Checker {
@@ -66,7 +73,8 @@ impl std::fmt::Debug for Checker {
 ///
 /// # Errors
 /// `SchemaInvalid`: the schema is too large, is not a schema, has a pattern the linear
-/// engine cannot run or that is too large, or a `$ref` outside itself.
+/// engine cannot run or that is too large, a `$ref` outside itself, a subschema that
+/// applies itself to the same value forever, or another draft than 2020-12.
 pub fn compile(schema: &Value, origin: &str) -> Result<Checker, Problem> {
     let size = serde_json::to_vec(schema).map_or(usize::MAX, |bytes| bytes.len());
     if size > MAX_SCHEMA_BYTES {
@@ -84,13 +92,16 @@ pub fn compile(schema: &Value, origin: &str) -> Result<Checker, Problem> {
         .with_draft(jsonschema::Draft::Draft202012)
         .with_pattern_options(patterns)
         .build(schema)
-        .map_err(|e| {
-            Problem::new(
-                Reason::SchemaInvalid,
-                format!("the schema ({origin}) is refused: {e}"),
-            )
-        })?;
-    Ok(Checker { validator })
+        .map_err(|e| refused(origin, e))?;
+    let plan = cost::Plan::of(schema).map_err(|e| refused(origin, e))?;
+    Ok(Checker { validator, plan })
+}
+
+fn refused(origin: &str, why: impl std::fmt::Display) -> Problem {
+    Problem::new(
+        Reason::SchemaInvalid,
+        format!("the schema ({origin}) is refused: {why}"),
+    )
 }
 
 /// Reads a schema file's text (JSON or YAML).
@@ -119,11 +130,21 @@ pub fn parse_file(text: &str, origin: &str) -> Result<Value, Problem> {
 ///
 /// # Errors
 /// `SchemaViolation`: where the first violations are (file, JSON pointer, rule), and how
-/// many more there are; or a JSON/YAML file that does not parse.
-pub fn check(checker: &Checker, config: &Config) -> Result<(), Problem> {
+/// many more there are; or a JSON/YAML file that does not parse. `SchemaInvalid`:
+/// checking this config would take more than [`MAX_STEPS`] (nothing is evaluated).
+pub fn check(checker: &Checker, config: &Config, origin: &str) -> Result<(), Problem> {
+    let instances = instances(config)?;
+    let mut left = MAX_STEPS;
+    for (file, instance) in &instances {
+        let steps = checker
+            .plan
+            .steps(instance, file, left)
+            .map_err(|e| refused(origin, e))?;
+        left -= steps;
+    }
     let mut shown = Vec::new();
     let mut total = 0usize;
-    for (file, instance) in instances(config)? {
+    for (file, instance) in instances {
         for error in checker.validator.iter_errors(&instance) {
             if total == MAX_COUNTED {
                 break;
