@@ -159,6 +159,37 @@ async fn only_commits_signed_by_a_trusted_key_roll() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_by_gnupg_trusts_nothing() {
+    let mut carol = Signer::openpgp("Carol <carol@example.com>");
+    let repo = Repo::new();
+    repo.commit_signed(&[("app.env", "GREETING=carol\n")], &carol);
+    let daemon = GitDaemon::start(&repo);
+    let mut h = support::source_harness(support::loopback_policy(&["git"])).await;
+    h.emulator.apply(keys_secret(&[&carol]));
+    h.emulator.apply(service(
+        "web",
+        json!({"url": daemon.url(), "ref": "main", "path": "app.env",
+               "verify": {"mode": "HEAD", "secretRef": {"name": "signers"}}}),
+    ));
+    settle(&mut h, "the signed commit", |e| {
+        greeting(e, "web") == "carol"
+    })
+    .await;
+
+    // The owner revokes the key and the Secret gets the key as published after that.
+    carol.revoke();
+    h.emulator.apply(keys_secret(&[&carol]));
+    settle(&mut h, "the revocation", |e| {
+        condition(e, "web", "Verified").is_some_and(|c| c.1 == "SignatureUntrusted")
+    })
+    .await;
+    let (status, _, message) = condition(&h.emulator, "web", "Verified").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("revoked"), "{message}");
+    assert_eq!(greeting(&h.emulator, "web"), "carol", "what runs stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tampered_signature_is_invalid() {
     let alice = Signer::ssh("alice@example.com");
     let repo = Repo::new();

@@ -71,6 +71,42 @@ impl Signer {
         }
     }
 
+    /// Revokes this OpenPGP key the way its owner would: GnuPG's own revocation
+    /// certificate (made with the key) is imported, and the trusted text becomes the
+    /// key as exported after that, revocation included.
+    pub fn revoke(&mut self) {
+        let home = self.gnupg_home.clone().expect("an OpenPGP signer");
+        let certificates: Vec<PathBuf> = std::fs::read_dir(home.join("openpgp-revocs.d"))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        assert_eq!(certificates.len(), 1, "{certificates:?}");
+        // GnuPG guards the certificate against an accidental import with a leading ':'.
+        let text = std::fs::read_to_string(&certificates[0]).unwrap();
+        let armored = text.replace(
+            ":-----BEGIN PGP PUBLIC KEY BLOCK-----",
+            "-----BEGIN PGP PUBLIC KEY BLOCK-----",
+        );
+        let certificate = home.join("revocation.asc");
+        std::fs::write(&certificate, armored).unwrap();
+        run(Command::new("gpg")
+            .env("GNUPGHOME", &home)
+            .args(["--batch", "--quiet", "--import"])
+            .arg(&certificate));
+        let exported = Command::new("gpg")
+            .env("GNUPGHOME", &home)
+            .args(["--batch", "--armor", "--export", &self.identity])
+            .output()
+            .unwrap();
+        assert!(exported.status.success());
+        let armored = String::from_utf8(exported.stdout).unwrap();
+        assert_ne!(
+            armored, self.trusted.1,
+            "the export now carries the revocation"
+        );
+        self.trusted.1 = armored;
+    }
+
     /// `git` in `dir` with this key's settings (and author/committer names).
     pub fn git(&self, dir: &Path) -> Command {
         let mut command = Command::new("git");
