@@ -161,12 +161,13 @@ impl<S> Inner for S where
 pub struct Next<S>(S);
 
 impl<S: Inner> Next<S> {
-    /// Runs the rest of the stack on `request`.
-    pub async fn run(self, request: Request) -> Response {
-        match self.0.oneshot(request).await {
+    /// Runs the rest of the stack on `request`. A plain future, not an `async fn`: one
+    /// around it would hold the inner future twice and copy it on the first poll.
+    pub fn run(self, request: Request) -> impl Future<Output = Response> + Send {
+        futures_util::FutureExt::map(self.0.oneshot(request), |answered| match answered {
             Ok(response) => response,
             Err(never) => match never {},
-        }
+        })
     }
 }
 
@@ -192,10 +193,23 @@ pub struct Stepping<T, S> {
     inner: S,
 }
 
+/// A step's answer, boxed once. Named rather than an `async` block around the step's
+/// future: awaiting a captured future moves it, so the block would hold it twice and
+/// copy it (a few KiB for the outer layers) on every call.
+pub struct Stepped(Pin<Box<dyn Future<Output = Response> + Send>>);
+
+impl Future for Stepped {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx).map(Ok)
+    }
+}
+
 impl<T: Step, S: Inner> Service<Request> for Stepping<T, S> {
     type Response = Response;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+    type Future = Stepped;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // Every layer and the handler are always ready; `oneshot` waits on the rest.
@@ -203,8 +217,9 @@ impl<T: Step, S: Inner> Service<Request> for Stepping<T, S> {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let answer = self.step.clone().run(request, Next(self.inner.clone()));
-        Box::pin(async move { Ok(answer.await) })
+        Stepped(Box::pin(
+            self.step.clone().run(request, Next(self.inner.clone())),
+        ))
     }
 }
 
