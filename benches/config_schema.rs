@@ -61,7 +61,7 @@ fn schema_check(c: &mut Criterion) {
         b.iter(|| check(&compile(&refused, "bench").unwrap(), &small, "bench").unwrap_err());
     });
 
-    // ~1 MB: 10,000 entries of an ordinary schema.
+    // ~1 MB: 10,000 entries of an ordinary schema (140,000 steps).
     let entries: Vec<Value> = (0..10_000)
         .map(|i| {
             json!({"name": format!("route-{i}"), "port": 8000 + i % 1000,

@@ -14,7 +14,8 @@
 //!
 //! The count is an upper bound: both branches of `if` count, every `patternProperties`
 //! entry counts as if it matched, and a subschema that reads the whole value (`pattern`,
-//! `format`, `enum`, `const`, `uniqueItems`) counts once more per 256 bytes or elements.
+//! `format`, `enum`, `const`, `uniqueItems`) counts once more per 256 bytes or elements,
+//! and a subschema that looks inside a value counts one step per field or element.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -432,6 +433,17 @@ impl Count<'_> {
         if inside.is_empty() {
             return Ok(());
         }
+        // Each subschema that looks inside goes over every field or element once, even
+        // where none of its keywords applies: counted, so that neither the check nor
+        // this count can take longer than the budget.
+        let passes: u64 = inside
+            .iter()
+            .map(|(_, paths)| *paths)
+            .fold(0, u64::saturating_add);
+        self.steps = self
+            .steps
+            .saturating_add(passes.saturating_mul(length as u64));
+        self.charge(&[], 0)?;
         match value {
             Value::Object(fields) => {
                 for (name, field) in fields {
@@ -559,10 +571,11 @@ mod tests {
         }))
         .unwrap();
         let config = json!({"a": "x", "b": 1, "c": 2, "d": 3});
-        // root; a; b and its not; c and d each meet additionalProperties.
+        // root and its pass over 4 fields; a; b and its not; c and d each meet
+        // additionalProperties.
         assert_eq!(
             plan.steps(&config, "c.json", u64::MAX).unwrap(),
-            1 + 1 + 2 + 2
+            1 + 4 + 1 + 2 + 2
         );
     }
 
@@ -601,8 +614,9 @@ mod tests {
         let plan = Plan::of(&schema).unwrap();
         let steps = plan.steps(&tree, "tree.json", u64::MAX).unwrap();
         // 100 objects meet the root schema, 100 `value`s their subschema, and 99 `left`s
-        // the `{"$ref": "#"}` that leads to the root.
-        assert_eq!(steps, 100 + 100 + 99);
+        // the `{"$ref": "#"}` that leads to the root; the root goes over each object's
+        // fields (two, the innermost's one).
+        assert_eq!(steps, 100 + 100 + 99 + (99 * 2 + 1));
     }
 
     #[test]
@@ -638,6 +652,22 @@ mod tests {
     }
 
     #[test]
+    fn many_subschemas_looking_into_a_wide_object_are_counted_even_where_none_applies() {
+        // 2^12 paths to a subschema with one property, over an object of 1000 other
+        // fields: no field meets a subschema, yet each path goes over every field.
+        let mut schema = doubling_chain(12);
+        schema["$defs"]["a12"] = json!({"properties": {"only": {"type": "string"}}});
+        let plan = Plan::of(&schema).unwrap();
+        let wide: serde_json::Map<String, Value> =
+            (0..1000).map(|i| (format!("f{i}"), json!(i))).collect();
+        let refused = plan.steps(&Value::Object(wide), "wide.json", 1_000_000);
+        assert!(
+            matches!(refused, Err(Refusal::TooCostly { .. })),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
     fn a_long_string_costs_more_where_a_keyword_reads_all_of_it() {
         let plan = Plan::of(&json!({"pattern": "^a+$"})).unwrap();
         let long = json!("a".repeat(BYTES_PER_STEP * 10));
@@ -654,10 +684,8 @@ mod tests {
             "$defs": {"bundled": {"$id": "defs.json", "$defs": {"port": {"type": "integer"}}}},
         });
         let plan = Plan::of(&schema).unwrap();
-        assert_eq!(
-            plan.steps(&json!({"port": 80}), "c.json", u64::MAX)
-                .unwrap(),
-            3
-        );
+        // root, its pass over one field, `port` and the target of its `$ref`.
+        let steps = plan.steps(&json!({"port": 80}), "c.json", u64::MAX);
+        assert_eq!(steps.unwrap(), 4);
     }
 }
