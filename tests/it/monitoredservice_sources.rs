@@ -714,13 +714,7 @@ async fn a_semver_range_follows_the_highest_release_tag_in_it() {
 }
 
 fn condition_of(emulator: &Emulator, name: &str, type_: &str) -> Option<(String, String, String)> {
-    let found = parent(emulator, name)["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?
-        .clone();
-    let text = |key: &str| found[key].as_str().unwrap_or_default().to_owned();
-    Some((text("status"), text("reason"), text("message")))
+    support::condition(parent(emulator, name), type_)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

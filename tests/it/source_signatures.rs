@@ -40,13 +40,7 @@ fn parent<'a>(emulator: &'a Emulator, name: &str) -> &'a Value {
 
 /// (status, reason, message) of a condition, if the parent has it.
 fn condition(emulator: &Emulator, name: &str, type_: &str) -> Option<(String, String, String)> {
-    let found = parent(emulator, name)["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?
-        .clone();
-    let text = |key: &str| found[key].as_str().unwrap_or_default().to_owned();
-    Some((text("status"), text("reason"), text("message")))
+    support::condition(parent(emulator, name), type_)
 }
 
 fn greeting(emulator: &Emulator, name: &str) -> Value {

@@ -70,6 +70,16 @@ pub fn apimock_sync(registry: &Registry, request: &serde_json::Value) -> serde_j
     serde_json::from_slice(&answer).expect("the answer is JSON")
 }
 
+/// (status, reason, message) of `parent`'s condition of `type_`, if it has one.
+pub fn condition(parent: &serde_json::Value, type_: &str) -> Option<(String, String, String)> {
+    let found = parent["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?;
+    let text = |key: &str| found[key].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
 pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));

@@ -353,6 +353,14 @@ fn display(pointer: &str) -> String {
     }
 }
 
+/// How many times subschemas apply to one value.
+fn visits_of(applied: &[(usize, u64)]) -> u64 {
+    applied
+        .iter()
+        .map(|(_, paths)| *paths)
+        .fold(0, u64::saturating_add)
+}
+
 /// The count over one config.
 struct Count<'p> {
     plan: &'p Plan,
@@ -422,7 +430,7 @@ impl Count<'_> {
         if self.path.len() >= MAX_DEPTH {
             // Not counted, so not evaluated either: deeper than any parser here lets through.
             self.steps = u64::MAX;
-            return self.charge(&[], 0);
+            return self.within_budget(visits_of(applied));
         }
         let plan = self.plan;
         let inside: Vec<(&Node, u64)> = applied
@@ -436,14 +444,14 @@ impl Count<'_> {
         // Each subschema that looks inside goes over every field or element once, even
         // where none of its keywords applies: counted, so that neither the check nor
         // this count can take longer than the budget.
-        let passes: u64 = inside
+        let passes = inside
             .iter()
             .map(|(_, paths)| *paths)
             .fold(0, u64::saturating_add);
         self.steps = self
             .steps
             .saturating_add(passes.saturating_mul(length as u64));
-        self.charge(&[], 0)?;
+        self.within_budget(visits_of(applied))?;
         match value {
             Value::Object(fields) => {
                 for (name, field) in fields {
@@ -521,24 +529,29 @@ impl Count<'_> {
             visits = visits.saturating_add(paths);
             self.steps = self.steps.saturating_add(paths.saturating_mul(per_visit));
         }
-        if self.steps > self.budget {
-            return Err(Refusal::TooCostly {
-                file: self.file.to_owned(),
-                budget: self.budget,
-                pointer: display(
-                    &self
-                        .path
-                        .iter()
-                        .fold(String::new(), |mut pointer, segment| {
-                            pointer.push('/');
-                            pointer.push_str(segment);
-                            pointer
-                        }),
-                ),
-                visits,
-            });
+        self.within_budget(visits)
+    }
+
+    /// Refuses once the steps counted so far pass the budget; `visits` (the subschemas
+    /// applied to the value the count is at) goes into the message.
+    fn within_budget(&self, visits: u64) -> Result<(), Refusal> {
+        if self.steps <= self.budget {
+            return Ok(());
         }
-        Ok(())
+        let pointer = self
+            .path
+            .iter()
+            .fold(String::new(), |mut pointer, segment| {
+                pointer.push('/');
+                pointer.push_str(segment);
+                pointer
+            });
+        Err(Refusal::TooCostly {
+            file: self.file.to_owned(),
+            budget: self.budget,
+            pointer: display(&pointer),
+            visits,
+        })
     }
 }
 

@@ -78,12 +78,7 @@ impl std::fmt::Debug for Checker {
 pub fn compile(schema: &Value, origin: &str) -> Result<Checker, Problem> {
     let size = serde_json::to_vec(schema).map_or(usize::MAX, |bytes| bytes.len());
     if size > MAX_SCHEMA_BYTES {
-        return Err(Problem::new(
-            Reason::SchemaInvalid,
-            format!(
-                "the schema ({origin}) is {size} bytes; at most {MAX_SCHEMA_BYTES} are accepted"
-            ),
-        ));
+        return Err(too_large(origin, size));
     }
     let patterns = jsonschema::PatternOptions::regex()
         .size_limit(PATTERN_BYTES)
@@ -95,6 +90,13 @@ pub fn compile(schema: &Value, origin: &str) -> Result<Checker, Problem> {
         .map_err(|e| refused(origin, e))?;
     let plan = cost::Plan::of(schema).map_err(|e| refused(origin, e))?;
     Ok(Checker { validator, plan })
+}
+
+fn too_large(origin: &str, size: usize) -> Problem {
+    Problem::new(
+        Reason::SchemaInvalid,
+        format!("the schema ({origin}) is {size} bytes; at most {MAX_SCHEMA_BYTES} are accepted"),
+    )
 }
 
 fn refused(origin: &str, why: impl std::fmt::Display) -> Problem {
@@ -110,13 +112,7 @@ fn refused(origin: &str, why: impl std::fmt::Display) -> Problem {
 /// `SchemaInvalid`: the file is too large or not JSON/YAML.
 pub fn parse_file(text: &str, origin: &str) -> Result<Value, Problem> {
     if text.len() > MAX_SCHEMA_BYTES {
-        return Err(Problem::new(
-            Reason::SchemaInvalid,
-            format!(
-                "the schema ({origin}) is {} bytes; at most {MAX_SCHEMA_BYTES} are accepted",
-                text.len()
-            ),
-        ));
+        return Err(too_large(origin, text.len()));
     }
     crate::yaml::value_bounded(text, crate::yaml::Expansion::for_input(text.len())).map_err(|e| {
         Problem::new(
