@@ -13,12 +13,11 @@
 //!
 //! The hop still costs: `scripts/switches.sh 12 edited` (a later, noisier host than the
 //! figures above) counts about 4.5 context switches per call here against 1.07 for the
-//! same work done inline on an async worker. Running
-//! the work as a task of its own under `tokio::task::block_in_place`, which hands the
-//! worker's scheduler to another thread for the call, did not win it back: 3.8–4.4
-//! switches per call and 380–470 migrations per 1,000 calls against 16–63 here. Done
-//! inline without a hand-off, a computation would hold a worker and the deadline's
-//! timer with it.
+//! same work done inline on an async worker. Running the work as a task of its own under
+//! `tokio::task::block_in_place`, which hands the worker's scheduler to another thread
+//! for the call, did not win it back: 3.8–4.4 switches and 380–470 migrations per 1,000
+//! calls against 16–63 here. Done inline without a hand-off, a computation would hold a
+//! worker, and the deadline's timer with it.
 //!
 //! The queue is bounded by the in-flight slots (a job is only queued while its caller
 //! holds one), and a job whose caller has given up is skipped by the caller's closure.
