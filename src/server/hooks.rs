@@ -3,52 +3,61 @@
 //! for the call's bytes, or compute one on a compute thread, remember it and send it,
 //! with its ETag.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 
 use super::HookState;
 use super::admission::slot::Slot;
-use super::admission::{Call, Record, refused};
+use super::admission::{Call, Record, Rest, refuse};
 use super::answers::{CallKey, Remembered};
 use super::error::CallError;
 use super::route::HookRoute;
 use crate::controllers::CallOutcome;
 use crate::error::{Fault, HookError};
 
-/// A call the admission layers let in: the remembered answer for its bytes, or one
-/// computed now, remembered and sent.
-pub async fn answer(request: Request) -> Response {
-    let (mut parts, _) = request.into_parts();
-    let admitted = parts.extensions.remove::<Call>().and_then(|call| {
-        let Call {
-            state,
-            route,
-            received,
-            slot,
-            deadline,
-            ..
-        } = call;
-        Some((state, route, received?, slot?, deadline?))
-    });
-    let Some((state, route, received, slot, deadline)) = admitted else {
-        return refused(HookError::Internal(Fault::NotAdmitted).into(), None);
-    };
-    let headers = &parts.headers;
-    if let Some(remembered) = remembered(&state, &received.key) {
-        let record = Record {
-            parent: remembered.parent.clone(),
-            changes: None,
-        };
-        return recorded(send(&remembered, headers), record);
+/// The handler, as the innermost part of the admission stack.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer;
+
+impl Rest for Answer {
+    fn run(self, call: &mut Call) -> impl Future<Output = Response> + Send + '_ {
+        answer(call)
     }
-    let outcome = match compute(&state, route, received.body.joined(), slot, deadline).await {
+}
+
+/// A call the admission layers let in: the remembered answer for its bytes, or one
+/// computed now, remembered and sent. What the call was about is left in the call's
+/// record, for the observer.
+pub async fn answer(call: &mut Call) -> Response {
+    let route = call.route();
+    let Call {
+        request,
+        state,
+        received,
+        slot,
+        deadline,
+        record,
+        refusal,
+        ..
+    } = call;
+    let (Some(route), Some(received), Some(slot), Some(deadline)) =
+        (route, received.take(), slot.take(), *deadline)
+    else {
+        return refuse(refusal, HookError::Internal(Fault::NotAdmitted).into());
+    };
+    let headers = request.headers();
+    if let Some(remembered) = remembered(state, &received.key) {
+        record.parent = remembered.parent.clone();
+        return send(&remembered, headers);
+    }
+    let outcome = match compute(state, route, received.body.joined(), slot, deadline).await {
         Ok(outcome) => outcome,
-        Err(error) => return refused(error, None),
+        Err(error) => return refuse(refusal, error),
     };
     let CallOutcome {
         parent,
@@ -59,23 +68,15 @@ pub async fn answer(request: Request) -> Response {
     let bytes = match result {
         Ok(bytes) => bytes,
         Err(error) => {
-            let record = Record {
-                parent,
-                changes: None,
-            };
-            return refused(error.into(), Some(record));
+            record.parent = parent;
+            return refuse(refusal, error.into());
         }
     };
     state.registry.want(&sources);
     let answer = Arc::new(Remembered::new(parent.clone(), Bytes::from(bytes), sources));
     let response = send(&answer, headers);
     state.answers.insert(received.key, answer);
-    recorded(response, Record { parent, changes })
-}
-
-/// `response`, with what the observer logs of the call.
-fn recorded(mut response: Response, record: Record) -> Response {
-    response.extensions_mut().insert(record);
+    *record = Record { parent, changes };
     response
 }
 

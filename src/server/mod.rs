@@ -243,20 +243,17 @@ fn admitted(
     route: Option<route::HookRoute>,
 ) -> MethodRouter<Arc<HookState>> {
     use admission::{Admit, Observe, StepLayer, body::ReadBody, slot::Deadline, slot::InFlight};
-    let handler = tower::service_fn(|request| async move {
-        Ok::<_, std::convert::Infallible>(hooks::answer(request).await)
-    });
     let observe = Observe {
         state: state.clone(),
         route,
     };
     let stack = tower::ServiceBuilder::new()
-        .layer(StepLayer(observe))
+        .layer(observe)
         .layer(StepLayer(Admit))
         .layer(StepLayer(ReadBody))
         .layer(StepLayer(InFlight))
         .layer(StepLayer(Deadline))
-        .service(handler);
+        .service(hooks::Answer);
     axum::routing::post_service(stack)
 }
 

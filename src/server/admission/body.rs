@@ -8,37 +8,30 @@
 //! than waited for, so a stalled sender never delays anyone else.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::{Call, Inner, Next, Step, not_admitted, refused};
+use super::{Call, Rest, Step};
 use crate::error::{BadRequest, HookError};
 use crate::server::answers::{CallHasher, CallKey};
 use crate::server::budget::{self, OverBudget};
 use crate::server::error::CallError;
 use crate::server::{HookState, millis};
 
-/// A body read whole: its pieces, the call's key (route and body hashed) and what it
-/// holds of the budget (for the in-flight layer and the handler).
-#[derive(Clone)]
+/// A body read whole: its pieces and the call's key (route and body hashed).
 pub struct Received {
     /// The body as it arrived.
     pub body: Pieces,
     /// The call's key in the answer memo.
     pub key: CallKey,
-    /// The body's bytes in the budget, held until every holder lets go.
-    pub held: Arc<budget::Held>,
 }
 
 /// A request body as it arrived, in the pieces it was read in. A remembered answer only
 /// needs its hash, so the pieces are joined only when the body is to be parsed (at 2 MiB,
 /// a copy that costs more than the hash).
-#[derive(Clone)]
 pub struct Pieces(Vec<Bytes>);
 
 impl Pieces {
@@ -55,35 +48,35 @@ impl Pieces {
     }
 }
 
-/// Reads the call's body whole, then hands it inward (`Call::received`).
+/// Reads the call's body whole, then hands it inward (`Call::received`, and what it
+/// holds of the budget in `Call::bytes`).
 #[derive(Debug, Clone, Copy)]
 pub struct ReadBody;
 
 impl Step for ReadBody {
-    async fn run<S: Inner>(self, request: Request, next: Next<S>) -> Response {
-        // Calls that come in without a socket (tests through `oneshot`) share one client.
-        let client = request
-            .extensions()
-            .get::<ConnectInfo<std::net::SocketAddr>>()
-            .map_or(IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
-        let (mut parts, body) = request.into_parts();
-        let Some(call) = parts.extensions.get::<Call>() else {
-            return not_admitted();
+    async fn run<N: Rest>(self, call: &mut Call, next: N) -> Response {
+        let Some(route) = call.route() else {
+            return call.not_admitted();
         };
-        let mut hasher = CallHasher::new(&call.route.key);
-        let read = read_within(&call.state, &parts.headers, (client, body), &mut hasher).await;
+        let body = std::mem::take(call.request.body_mut());
+        let mut hasher = CallHasher::new(&route.key);
+        let read = read_within(
+            &call.state,
+            call.request.headers(),
+            (call.client, body),
+            &mut hasher,
+        )
+        .await;
         let (body, held) = match read {
             Ok(read) => read,
-            Err(error) => return refused(error, None),
+            Err(error) => return call.refuse(error),
         };
-        if let Some(call) = parts.extensions.get_mut::<Call>() {
-            call.received = Some(Received {
-                body,
-                key: hasher.finish(),
-                held: Arc::new(held),
-            });
-        }
-        next.run(Request::from_parts(parts, Body::empty())).await
+        call.received = Some(Received {
+            body,
+            key: hasher.finish(),
+        });
+        call.bytes = Some(held);
+        next.run(call).await
     }
 }
 

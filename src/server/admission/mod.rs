@@ -8,32 +8,36 @@
 //!    with `Retry-After`), held with the body's bytes until the answer has been sent;
 //! 5. [`slot::Deadline`]: 503 when no answer is ready by the call's deadline.
 //!
-//! So the handler (`hooks::answer`) reads: hash, memo, compute, answer. What the layers
-//! learn travels inward in one request extension ([`Call`]); what the handler tells the
-//! observer, in the response's ([`Record`], [`Refusal`]).
+//! So the handler (`hooks::answer`) reads: hash, memo, compute, answer.
 //!
-//! Each layer is a [`Step`]: an async function of the request and the rest of the stack.
-//! The stack is generic over what it wraps, so a call costs one boxed future per layer
-//! and no more (axum's `from_fn` boxes the rest of the stack, and its future, once more
-//! per layer, which measured 25% more instructions per remembered answer). tower's own
-//! concurrency and timeout layers are not used for the slot: their permit is let go when
-//! the response future ends, before the body is sent, and a call answered 503 at its
-//! deadline must keep counting until its work ends (see `slot`).
+//! The observer is the tower `Service` axum routes to, and it owns the call. Behind it,
+//! each layer is a [`Step`] (an async function of the [`Call`] and the rest of the
+//! stack) and what the layers build is a [`Rest`], not a `Service`: the call travels
+//! inward by reference, not in the request's extensions, and what the handler and the
+//! layers tell the observer (the [`Record`], a [`Refusal`]) is left in it. So the whole
+//! stack is one future, boxed once by the observer, whose layers hold a reference each.
+//! A `Service` per layer needs a future boxed per layer (stable Rust cannot name one
+//! unboxed) and an extension a boxed value per insert; handing the call inward by value
+//! copies it at every layer (`scripts/instructions.sh`, per remembered 12 KiB answer:
+//! 73.6k instructions with a service per layer, 72.9k with one future and the call by
+//! value, 69.5k by reference).
+//!
+//! tower's own concurrency and timeout layers are not used for the slot: their permit is
+//! let go when the response future ends, before the body is sent, and a call answered
+//! 503 at its deadline must keep counting until its work ends (see `slot`).
 
 pub mod body;
 mod observe;
 pub mod slot;
 
-use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse, Response};
-use tower::{Layer, Service, ServiceExt};
+use tower::Layer;
 
 pub use self::observe::Observe;
 use super::HookState;
@@ -56,37 +60,67 @@ pub enum Target {
     },
 }
 
-/// What the layers learned of a call, handed inward in the request's extensions: set by
-/// [`Observe`], filled in by the layers after it, taken by the handler.
-#[derive(Clone)]
+/// A call on its way in: the request, and what the layers learned of it (made by
+/// [`Observe`], filled in by the layers after it, taken apart by the handler).
 pub struct Call {
-    /// Everything the endpoint shares; the layers after the observer borrow it here.
+    /// The request; its body is taken by [`body::ReadBody`].
+    pub request: Request,
+    /// Everything the endpoint shares.
     pub state: Arc<HookState>,
-    /// The hook called.
-    pub route: HookRoute,
+    /// What the path names.
+    pub target: Target,
+    /// Who is calling (the peer address): the body budget is shared per client.
+    pub client: IpAddr,
     /// When the call came in: its deadline is counted from here.
     pub started: Instant,
     /// The body, read whole ([`body::ReadBody`]).
     pub received: Option<body::Received>,
-    /// The in-flight slot ([`slot::InFlight`]).
+    /// The body's bytes in the budget ([`body::ReadBody`]), until the slot holds them.
+    pub bytes: Option<crate::server::budget::Held>,
+    /// The in-flight slot ([`slot::InFlight`]), which holds the body's bytes too.
     pub slot: Option<slot::Slot>,
     /// When the answer is due ([`slot::Deadline`]): work that would only start after
     /// it is not started.
     pub deadline: Option<Instant>,
+    /// What the call was about and what its answer changes (the handler's), for the
+    /// observer.
+    pub record: Record,
+    /// Why the call was refused, for the observer.
+    pub refusal: Option<Refusal>,
 }
 
-/// A call on a path no hook of ours has, for [`Admit`] to answer 404 (after
-/// authentication).
-#[derive(Clone)]
-pub struct Unknown {
-    /// Everything the endpoint shares.
-    pub state: Arc<HookState>,
-    /// The path, as the 404 names it.
-    pub path: String,
+impl Call {
+    /// The hook called, once [`Admit`] has let the call in.
+    pub fn route(&self) -> Option<HookRoute> {
+        match self.target {
+            Target::Hook(route) => Some(route),
+            Target::Unknown { .. } => None,
+        }
+    }
+
+    /// The response refusing the call for `error`, which the observer logs.
+    pub fn refuse(&mut self, error: CallError) -> Response {
+        refuse(&mut self.refusal, error)
+    }
+
+    /// The refusal for a call that reached a layer without what the layers before it
+    /// hand inward (a stack built in another order).
+    fn not_admitted(&mut self) -> Response {
+        self.refuse(HookError::Internal(Fault::NotAdmitted).into())
+    }
 }
 
-/// What a call was about and what its answer changes, for the observer (a response
-/// extension; absent when the call was refused before the handler).
+/// The response for `error`, with why it was refused left in `refusal` for the observer.
+pub fn refuse(refusal: &mut Option<Refusal>, error: CallError) -> Response {
+    *refusal = Some(Refusal {
+        reason: error.reason(),
+        message: error.to_string(),
+    });
+    error.into_response()
+}
+
+/// What a call was about and what its answer changes, for the observer (the default
+/// until the handler knows).
 #[derive(Debug, Clone, Default)]
 pub struct Record {
     /// The parent the call named.
@@ -95,7 +129,7 @@ pub struct Record {
     pub changes: Option<Changes>,
 }
 
-/// Why a call was refused, for the observer (a response extension).
+/// Why a call was refused, for the observer.
 #[derive(Debug, Clone)]
 pub struct Refusal {
     /// The reason, as in the body.
@@ -104,122 +138,45 @@ pub struct Refusal {
     pub message: String,
 }
 
-/// The response for `error`, carrying what the observer logs of it.
-pub fn refused(error: CallError, record: Option<Record>) -> Response {
-    let refusal = Refusal {
-        reason: error.reason(),
-        message: error.to_string(),
-    };
-    let mut response = error.into_response();
-    response.extensions_mut().insert(refusal);
-    if let Some(record) = record {
-        response.extensions_mut().insert(record);
-    }
-    response
-}
-
-/// The refusal for a request that reached a layer without what the layers before it
-/// hand inward (a stack built in another order).
-fn not_admitted() -> Response {
-    refused(HookError::Internal(Fault::NotAdmitted).into(), None)
-}
-
-/// The call's [`Call`], as the layers before this one left it.
-fn call_of(request: &mut Request) -> Option<&mut Call> {
-    request.extensions_mut().get_mut::<Call>()
-}
-
-/// One admission layer: what it does with a request before (and after) the rest of the
-/// stack, `next`. The endpoint's state is borrowed from the request's [`Call`], so that
-/// no layer but the observer holds a clone of it: a call clones it three times (the
-/// route's copy of the stack, the observer's step, the `Call`), not once per layer and
-/// service below (21 before; each clone is a write to a cache line every core reads).
+/// One admission layer: what it does with a call before (and after) the rest of the
+/// stack, `next`.
 pub trait Step: Clone + Send + Sync + 'static {
-    /// Answers `request`, passing it on to `next` when it is let through.
-    fn run<S: Inner>(
-        self,
-        request: Request,
-        next: Next<S>,
-    ) -> impl Future<Output = Response> + Send + 'static;
+    /// Answers `call`, passing it on to `next` when it is let through.
+    fn run<N: Rest>(self, call: &mut Call, next: N) -> impl Future<Output = Response> + Send + '_;
 }
 
-/// What a layer wraps: the rest of the stack.
-pub trait Inner:
-    Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static
-{
+/// What a layer wraps: the layers after it and the handler.
+pub trait Rest: Clone + Send + Sync + 'static {
+    /// Answers `call`.
+    fn run(self, call: &mut Call) -> impl Future<Output = Response> + Send + '_;
 }
 
-impl<S> Inner for S where
-    S: Service<Request, Response = Response, Error = Infallible, Future: Send>
-        + Clone
-        + Send
-        + 'static
-{
-}
-
-/// The rest of the stack, for one call.
-pub struct Next<S>(S);
-
-impl<S: Inner> Next<S> {
-    /// Runs the rest of the stack on `request`. A plain future, not an `async fn`: one
-    /// around it would hold the inner future twice and copy it on the first poll.
-    pub fn run(self, request: Request) -> impl Future<Output = Response> + Send {
-        futures_util::FutureExt::map(self.0.oneshot(request), |answered| match answered {
-            Ok(response) => response,
-            Err(never) => match never {},
-        })
-    }
-}
-
-/// A [`Step`] as a tower layer.
-#[derive(Clone)]
+/// A [`Step`] as a tower layer: in front of the rest of the stack, it is the rest of
+/// the stack for the layer before it.
+#[derive(Debug, Clone, Copy)]
 pub struct StepLayer<T>(pub T);
 
-impl<T: Clone, S> Layer<S> for StepLayer<T> {
-    type Service = Stepping<T, S>;
+impl<T: Clone, N> Layer<N> for StepLayer<T> {
+    type Service = Then<T, N>;
 
-    fn layer(&self, inner: S) -> Stepping<T, S> {
-        Stepping {
+    fn layer(&self, next: N) -> Then<T, N> {
+        Then {
             step: self.0.clone(),
-            inner,
+            next,
         }
     }
 }
 
-/// A [`Step`] in front of `inner`.
-#[derive(Clone)]
-pub struct Stepping<T, S> {
+/// A [`Step`] in front of `next`.
+#[derive(Debug, Clone)]
+pub struct Then<T, N> {
     step: T,
-    inner: S,
+    next: N,
 }
 
-/// A step's answer, boxed once. Named rather than an `async` block around the step's
-/// future: awaiting a captured future moves it, so the block would hold it twice and
-/// copy it (a few KiB for the outer layers) on every call.
-pub struct Stepped(Pin<Box<dyn Future<Output = Response> + Send>>);
-
-impl Future for Stepped {
-    type Output = Result<Response, Infallible>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.0.as_mut().poll(cx).map(Ok)
-    }
-}
-
-impl<T: Step, S: Inner> Service<Request> for Stepping<T, S> {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Stepped;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Every layer and the handler are always ready; `oneshot` waits on the rest.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        Stepped(Box::pin(
-            self.step.clone().run(request, Next(self.inner.clone())),
-        ))
+impl<T: Step, N: Rest> Rest for Then<T, N> {
+    fn run(self, call: &mut Call) -> impl Future<Output = Response> + Send + '_ {
+        self.step.run(call, self.next)
     }
 }
 
@@ -229,22 +186,18 @@ impl<T: Step, S: Inner> Service<Request> for Stepping<T, S> {
 pub struct Admit;
 
 impl Step for Admit {
-    async fn run<S: Inner>(self, request: Request, next: Next<S>) -> Response {
-        let extensions = request.extensions();
-        let (state, unknown) = match (extensions.get::<Call>(), extensions.get::<Unknown>()) {
-            (Some(call), _) => (&call.state, None),
-            (None, Some(unknown)) => (&unknown.state, Some(&unknown.path)),
-            (None, None) => return not_admitted(),
-        };
-        if let Some(auth) = &state.auth
-            && !auth.allows(request.headers())
+    async fn run<N: Rest>(self, call: &mut Call, next: N) -> Response {
+        if let Some(auth) = &call.state.auth
+            && !auth.allows(call.request.headers())
         {
-            return refused(CallError::Unauthorized, None);
+            return call.refuse(CallError::Unauthorized);
         }
-        if let Some(path) = unknown {
-            return refused(state.registry.not_found(path.clone()).into(), None);
+        if let Target::Unknown { controller, hook } = &call.target {
+            let path = format!("/{controller}/{hook}");
+            let error = call.state.registry.not_found(path);
+            return call.refuse(error.into());
         }
-        next.run(request).await
+        next.run(call).await
     }
 }
 

@@ -1,15 +1,22 @@
 //! The outermost layer: each call's span, metrics and log line, whether a layer refused
 //! it or the handler answered.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::response::Response;
+use tower::{Layer, Service};
 use tracing::Instrument;
 
-use super::{Call, Inner, Next, Record, Refusal, Step, Target, Unknown};
+use super::{Call, Record, Refusal, Rest, Target, refuse};
 use crate::controllers::{Changes, ParentRef};
+use crate::error::{Fault, HookError};
 use crate::protocol::Hook;
 use crate::server::HookState;
 
@@ -25,8 +32,57 @@ pub struct Observe {
     pub route: Option<super::HookRoute>,
 }
 
-impl Step for Observe {
-    async fn run<S: Inner>(self, mut request: Request, next: Next<S>) -> Response {
+impl<N> Layer<N> for Observe {
+    type Service = Observing<N>;
+
+    fn layer(&self, rest: N) -> Observing<N> {
+        Observing {
+            observe: self.clone(),
+            rest,
+        }
+    }
+}
+
+/// The admission stack as the tower service axum routes to: [`Observe`] in front of
+/// the rest.
+#[derive(Clone)]
+pub struct Observing<N> {
+    observe: Observe,
+    rest: N,
+}
+
+impl<N: Rest> Service<Request> for Observing<N> {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Observed;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The layers and the handler are always ready: each call runs them on its own.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Observed {
+        Observed(Box::pin(
+            self.observe.clone().run(request, self.rest.clone()),
+        ))
+    }
+}
+
+/// A call through the whole stack, boxed once. Named rather than an `async` block
+/// around the observer's future: awaiting a captured future moves it, so the block would
+/// hold it twice and copy it on every call.
+pub struct Observed(Pin<Box<dyn Future<Output = Response> + Send>>);
+
+impl Future for Observed {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx).map(Ok)
+    }
+}
+
+impl Observe {
+    async fn run<N: Rest>(self, mut request: Request, rest: N) -> Response {
         let Observe { state, route } = self;
         let started = Instant::now();
         let target = match route {
@@ -36,26 +92,6 @@ impl Step for Observe {
         let (controller, hook) = target
             .as_ref()
             .map_or(("unknown", "unknown"), |target| labels(&state, target));
-        match target {
-            Some(Target::Hook(route)) => {
-                request.extensions_mut().insert(Call {
-                    state: state.clone(),
-                    route,
-                    started,
-                    received: None,
-                    slot: None,
-                    deadline: None,
-                });
-            }
-            // Admit answers 404, naming the path.
-            Some(Target::Unknown { controller, hook }) => {
-                request.extensions_mut().insert(Unknown {
-                    state: state.clone(),
-                    path: format!("/{controller}/{hook}"),
-                });
-            }
-            None => {}
-        }
         let span = tracing::debug_span!(
             "hook",
             controller,
@@ -63,12 +99,37 @@ impl Step for Observe {
             parent.namespace = tracing::field::Empty,
             parent.name = tracing::field::Empty,
         );
-        let mut response = next.run(request).instrument(span.clone()).await;
-        let record = response
-            .extensions_mut()
-            .remove::<Record>()
-            .unwrap_or_default();
-        let refusal = response.extensions_mut().remove::<Refusal>();
+        let (response, record, refusal) = match target {
+            Some(target) => {
+                // Calls that come in without a socket (tests through `oneshot`) share one
+                // client.
+                let client = request
+                    .extensions()
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map_or(IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
+                let mut call = Call {
+                    request,
+                    state: state.clone(),
+                    target,
+                    client,
+                    started,
+                    received: None,
+                    bytes: None,
+                    slot: None,
+                    deadline: None,
+                    record: Record::default(),
+                    refusal: None,
+                };
+                let response = rest.run(&mut call).instrument(span.clone()).await;
+                (response, call.record, call.refusal)
+            }
+            None => {
+                let mut refusal = None;
+                let error = HookError::Internal(Fault::NotAdmitted).into();
+                let response = refuse(&mut refusal, error);
+                (response, Record::default(), refusal)
+            }
+        };
         span.record("parent.namespace", &*record.parent.namespace);
         span.record("parent.name", &*record.parent.name);
         let code = response.status().as_u16();

@@ -10,11 +10,10 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::response::Response;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Inner, Next, Step, call_of, not_admitted, refused};
+use super::{Call, Rest, Step};
 use crate::server::error::CallError;
 use crate::server::{budget, millis};
 
@@ -25,7 +24,7 @@ pub type Slot = Arc<Held>;
 /// Permits that are let go together when the last holder drops them.
 pub struct Held {
     _call: OwnedSemaphorePermit,
-    _body: Arc<budget::Held>,
+    _body: budget::Held,
 }
 
 /// Takes an in-flight slot for a call whose body is in (429 with `Retry-After` when none
@@ -34,28 +33,23 @@ pub struct Held {
 pub struct InFlight;
 
 impl Step for InFlight {
-    async fn run<S: Inner>(self, mut request: Request, next: Next<S>) -> Response {
-        let Some(call) = call_of(&mut request) else {
-            return not_admitted();
-        };
-        let Some(body) = call.received.as_ref().map(|received| received.held.clone()) else {
-            return not_admitted();
+    async fn run<N: Rest>(self, call: &mut Call, next: N) -> Response {
+        let Some(body) = call.bytes.take() else {
+            return call.not_admitted();
         };
         let Ok(permit) = call.state.in_flight.clone().try_acquire_owned() else {
-            return refused(
-                CallError::Overloaded {
-                    limit: call.state.limits.max_in_flight,
-                    retry_after_seconds: call.state.limits.retry_after_seconds,
-                },
-                None,
-            );
+            let error = CallError::Overloaded {
+                limit: call.state.limits.max_in_flight,
+                retry_after_seconds: call.state.limits.retry_after_seconds,
+            };
+            return call.refuse(error);
         };
         let slot: Slot = Arc::new(Held {
             _call: permit,
             _body: body,
         });
         call.slot = Some(slot.clone());
-        let response = next.run(request).await;
+        let response = next.run(call).await;
         held_until_sent(response, slot)
     }
 }
@@ -66,21 +60,15 @@ impl Step for InFlight {
 pub struct Deadline;
 
 impl Step for Deadline {
-    async fn run<S: Inner>(self, mut request: Request, next: Next<S>) -> Response {
-        let Some(call) = call_of(&mut request) else {
-            return not_admitted();
-        };
+    async fn run<N: Rest>(self, call: &mut Call, next: N) -> Response {
         let limit = call.state.limits.deadline;
         let due = call.started + limit;
         call.deadline = Some(due);
-        match tokio::time::timeout_at(due.into(), next.run(request)).await {
+        match tokio::time::timeout_at(due.into(), next.run(call)).await {
             Ok(response) => response,
-            Err(_) => refused(
-                CallError::DeadlineExceeded {
-                    deadline_ms: millis(limit),
-                },
-                None,
-            ),
+            Err(_) => call.refuse(CallError::DeadlineExceeded {
+                deadline_ms: millis(limit),
+            }),
         }
     }
 }
@@ -114,7 +102,7 @@ mod tests {
             bytes.take(&mut body, 40).unwrap();
             Arc::new(Held {
                 _call: slots.clone().try_acquire_owned().unwrap(),
-                _body: Arc::new(body),
+                _body: body,
             })
         };
         let response = held_until_sent(Response::new(Body::from("answer")), held(&slots));
