@@ -3,9 +3,13 @@
 //! open cannot turn everyone else's calls into 429s.
 //!
 //! tower-http's body limit bounds one body; nothing in tower counts bytes across calls,
-//! and a semaphore (tokio's) does the total. The share is a count per client beside it.
+//! and a semaphore (tokio's) does the total. The share is a count per client beside it,
+//! looked up twice per call and hashed with foldhash: SipHash cost 549 instructions per
+//! 12 KiB call there, and the call 550 more in all (callgrind, 71.7k against 71.2k). The
+//! table holds only clients with a body being read or answered, so it stays small
+//! whatever addresses callers come from.
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
@@ -25,8 +29,11 @@ pub struct BodyBudget {
     total: Arc<Semaphore>,
     total_bytes: usize,
     per_client: usize,
-    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    clients: Arc<Mutex<Clients>>,
 }
+
+/// Bytes held per client, for clients that hold any.
+type Clients = foldhash::HashMap<IpAddr, usize>;
 
 impl BodyBudget {
     /// `total_bytes` for every body at once, `per_client` of them for any one client.
@@ -98,7 +105,7 @@ impl BodyBudget {
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Clients> {
         self.clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -110,7 +117,7 @@ pub struct Held {
     permit: Option<OwnedSemaphorePermit>,
     client: IpAddr,
     bytes: usize,
-    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    clients: Arc<Mutex<Clients>>,
 }
 
 impl Drop for Held {
@@ -122,10 +129,10 @@ impl Drop for Held {
             .clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(held) = clients.get_mut(&self.client) {
-            *held = held.saturating_sub(self.bytes);
-            if *held == 0 {
-                clients.remove(&self.client);
+        if let Entry::Occupied(mut held) = clients.entry(self.client) {
+            *held.get_mut() = held.get().saturating_sub(self.bytes);
+            if *held.get() == 0 {
+                held.remove();
             }
         }
         drop(self.permit.take());
