@@ -99,7 +99,9 @@ impl Observe {
             parent.namespace = tracing::field::Empty,
             parent.name = tracing::field::Empty,
         );
-        let (response, record, refusal) = match target {
+        // The call takes the observer's handle on the endpoint's state and gives it back
+        // for the metrics: one clone of it per call (in `Observing::call`), not two.
+        let (response, record, refusal, state) = match target {
             Some(target) => {
                 // Calls that come in without a socket (tests through `oneshot`) share one
                 // client.
@@ -109,7 +111,7 @@ impl Observe {
                     .map_or(IpAddr::from([0, 0, 0, 0]), |peer| peer.0.ip());
                 let mut call = Call {
                     request,
-                    state: state.clone(),
+                    state,
                     target,
                     client,
                     started,
@@ -121,13 +123,13 @@ impl Observe {
                     refusal: None,
                 };
                 let response = rest.run(&mut call).instrument(span.clone()).await;
-                (response, call.record, call.refusal)
+                (response, call.record, call.refusal, call.state)
             }
             None => {
                 let mut refusal = None;
                 let error = HookError::Internal(Fault::NotAdmitted).into();
                 let response = refuse(&mut refusal, error);
-                (response, Record::default(), refusal)
+                (response, Record::default(), refusal, state)
             }
         };
         span.record("parent.namespace", &*record.parent.namespace);
