@@ -48,7 +48,22 @@ impl Remembered {
 
 /// The memo, bounded by the bytes it holds.
 pub struct AnswerMemo {
-    answers: Memo<CallKey, Arc<Remembered>>,
+    answers: Memo<CallKey, Answers>,
+}
+
+/// The answers remembered for one call's bytes: the latest, and the one before it.
+///
+/// A background poll turns every source it fetches pending (its parents are asked back
+/// soon) and then, when it found nothing new, back to what it was. With one answer per
+/// call, each poll made every parent's answer afresh twice, once each way. With two, the
+/// answer from before the poll holds again when it ends, and from the second poll on the
+/// pending answer is remembered too. Which of the two is sent is decided by what the
+/// engine holds, never by age, so an answer is sent only while its sources are held as
+/// they were when it was made.
+#[derive(Clone)]
+struct Answers {
+    latest: Arc<Remembered>,
+    before: Option<Arc<Remembered>>,
 }
 
 impl AnswerMemo {
@@ -63,9 +78,45 @@ impl AnswerMemo {
     pub fn bytes(&self) -> u64 {
         self.answers.weight()
     }
+
+    /// The answer remembered for this call whose sources `hold` says are still held as
+    /// they were read, if any.
+    pub fn holding(
+        &self,
+        key: &CallKey,
+        hold: impl Fn(&[SourceUse]) -> bool,
+    ) -> Option<Arc<Remembered>> {
+        let answers = self.answers.get(key)?;
+        [Some(answers.latest), answers.before]
+            .into_iter()
+            .flatten()
+            .find(|answer| hold(&answer.sources))
+    }
+
+    /// Remembers an answer for this call, keeping the latest one before it.
+    pub fn insert(&self, key: CallKey, answer: Arc<Remembered>) {
+        // Two calls with the same bytes computed at once: the second insert keeps the
+        // first's answer as the one before, which is harmless (it still has to hold).
+        let before = self.answers.get(&key).map(|answers| answers.latest);
+        self.answers.insert(
+            key,
+            Answers {
+                latest: answer,
+                before,
+            },
+        );
+    }
 }
 
-fn weight(_key: &CallKey, answer: &Arc<Remembered>) -> u64 {
+fn weight(_key: &CallKey, answers: &Answers) -> u64 {
+    [Some(&answers.latest), answers.before.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|answer| answer_weight(answer))
+        .sum()
+}
+
+fn answer_weight(answer: &Remembered) -> u64 {
     let sources: usize = answer
         .sources
         .iter()
@@ -73,18 +124,6 @@ fn weight(_key: &CallKey, answer: &Arc<Remembered>) -> u64 {
         .sum();
     (answer.body.len() + answer.parent.name.len() + answer.parent.namespace.len() + sources + 64)
         as u64
-}
-
-impl AnswerMemo {
-    /// The answer remembered for this call, if any.
-    pub fn get(&self, key: &CallKey) -> Option<Arc<Remembered>> {
-        self.answers.get(key)
-    }
-
-    /// Remembers an answer for this call.
-    pub fn insert(&self, key: CallKey, answer: Arc<Remembered>) {
-        self.answers.insert(key, answer);
-    }
 }
 
 /// The key a hook's calls are hashed under: a hash of the controller's and the hook's

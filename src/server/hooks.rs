@@ -83,10 +83,9 @@ pub async fn answer(call: &mut Call) -> Response {
 /// The answer remembered for the call `key`, if it still holds: the engine holds what it
 /// read of its sources. Its parent still wants them kept fresh, which the engine is told.
 fn remembered(state: &HookState, key: &CallKey) -> Option<Arc<Remembered>> {
-    let remembered = state.answers.get(key)?;
-    if !state.registry.still_holds(&remembered.sources) {
-        return None;
-    }
+    let remembered = state
+        .answers
+        .holding(key, |sources| state.registry.still_holds(sources))?;
     state.registry.want(&remembered.sources);
     Some(remembered)
 }

@@ -814,6 +814,80 @@ async fn a_repeated_request_is_answered_from_memory_while_what_it_read_is_unchan
     );
 }
 
+/// A background poll turns a source pending (its parents are asked back soon) and, when
+/// it finds nothing new, back as it was. The answer from before the poll holds again
+/// when it ends, and the next poll's pending answer is the first poll's: a poll that
+/// finds nothing new costs at most one computed answer per parent, once.
+#[tokio::test]
+async fn a_poll_that_finds_nothing_new_brings_back_the_answers_remembered() {
+    const URL: &str = "https://example.com/config.env";
+    let sources = Arc::new(FakeSources::default());
+    sources.serve(URL, "r1", &[("config.env", "A=1\n")], true, None);
+    let syncs = Arc::new(AtomicUsize::new(0));
+    let registry = Registry::new().with_sources(sources.clone()).composite(
+        "reader",
+        Counted {
+            reads: Some(URL),
+            syncs: syncs.clone(),
+            threads: Arc::default(),
+        },
+    );
+    let server = Server::start(support::local_settings(), registry, Clock::System)
+        .await
+        .expect("server starts");
+    let client = reqwest::Client::new();
+    let sync = || async {
+        let response = client
+            .post(format!("http://{}/reader/sync", server.hook_addr))
+            .json(&hook_request("a"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        (body, syncs.load(Ordering::SeqCst))
+    };
+    let (settled, computed) = sync().await;
+    assert_eq!(computed, 1);
+    assert!(settled.get("resyncAfterSeconds").is_none(), "{settled}");
+
+    sources.polling(URL, true);
+    let (pending, computed) = sync().await;
+    assert_eq!(computed, 2, "the poll changes what the answer asks for");
+    assert!(
+        pending["resyncAfterSeconds"].as_u64().is_some(),
+        "{pending}"
+    );
+    assert_eq!(pending["status"], settled["status"]);
+
+    for round in 0..2 {
+        sources.polling(URL, false);
+        assert_eq!(
+            sync().await,
+            (settled.clone(), 2),
+            "round {round}: after the poll"
+        );
+        sources.polling(URL, true);
+        assert_eq!(
+            sync().await,
+            (pending.clone(), 2),
+            "round {round}: during the next poll"
+        );
+    }
+
+    // A poll that finds something new: neither remembered answer holds.
+    sources.serve(URL, "r2", &[("config.env", "A=2\n")], true, None);
+    let (fresh, computed) = sync().await;
+    assert_eq!(computed, 3);
+    assert_eq!(fresh["status"]["revision"], "r2", "{fresh}");
+    sources.polling(URL, true);
+    let (pending_fresh, computed) = sync().await;
+    assert_eq!(computed, 4, "r1's pending answer does not hold for r2");
+    assert_eq!(pending_fresh["status"]["revision"], "r2", "{pending_fresh}");
+    sources.polling(URL, false);
+    assert_eq!(sync().await, (fresh, 4));
+}
+
 #[tokio::test]
 async fn bearer_and_basic_auth() {
     let mut settings = support::local_settings();

@@ -61,6 +61,15 @@ impl FakeSources {
         state.pending = false;
     }
 
+    /// A fetch of `url` starts (`true`) or ends having found nothing new (`false`), as
+    /// a background poll does; what was fetched before stays.
+    pub fn polling(&self, url: &str, running: bool) {
+        lock(&self.states)
+            .entry(url.to_owned())
+            .or_default()
+            .pending = running;
+    }
+
     /// Every source asked for so far: the URL and the interval (zero for a fetch now
     /// because what runs is newer).
     pub fn lookups(&self) -> Vec<(String, Duration)> {
