@@ -19,9 +19,10 @@
 # moves a little with when the real-clock source polls land).
 # Warm answer times depend on whether a poll lands among the warm rounds: while its
 # fetches run, the fetch workers (and here the git daemon's upload-packs) share the cores
-# with the server, and each parent's answer is made afresh twice (its resync moves to 2 s
-# while the fetch runs, and back). Compare runs with the same count of upload-pack
-# requests.
+# with the server, and the answer of each parent called meanwhile is made afresh once
+# (its resync moves to 2 s while the fetch runs; the answer from before comes back from
+# memory when it ends, and a later poll's pending answer does too). Compare runs with the
+# same count of upload-pack requests.
 # Needs git, python3, curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
