@@ -38,6 +38,12 @@ enum Fault {
     /// A token generated on every call until the child exists, then read back from it
     /// (a password Secret written once).
     GeneratedOnce,
+    /// Another answer on the third call only, the first asked after a delay: state
+    /// outside the request that moves and comes back (a source poll that turns pending
+    /// and, finding nothing new, back).
+    MovesAndBack,
+    /// From the third call on, one answer on odd calls and another on even ones.
+    Flips,
 }
 
 struct Hook {
@@ -128,7 +134,12 @@ async fn sync(
                 .map(str::to_owned);
             child["data"]["token"] = json!(kept.unwrap_or_else(|| format!("generated-{call}")));
         }
-        Fault::ShuffledChildren
+        // In the status: a child that does not exist yet is compared by its key alone.
+        Fault::MovesAndBack if call == 2 => response["status"]["phase"] = json!("pending"),
+        Fault::Flips if call >= 2 && call % 2 == 0 => response["status"]["phase"] = json!("other"),
+        Fault::MovesAndBack
+        | Fault::Flips
+        | Fault::ShuffledChildren
         | Fault::ShuffledKeys
         | Fault::FinalizeListsAChild
         | Fault::None => {}
@@ -400,6 +411,32 @@ async fn the_delayed_call_gives_the_same_verdict_on_every_run() {
     for verdict in futures_util::future::join_all(runs).await {
         verdict.unwrap();
     }
+}
+
+/// The first call after a delay differs and the one after it is back to the answer
+/// before: outside state that moved and came back, no finding. An answer that keeps
+/// flipping between two values is still one, caught by the third call after a delay.
+#[tokio::test]
+async fn an_answer_that_moves_and_comes_back_is_asked_once_more() {
+    let mut emulator = emulator_with(Fault::MovesAndBack, "v2").await;
+    emulator.recheck_after = std::time::Duration::from_millis(5);
+    emulator.converge(8).await.unwrap();
+    let parent = emulator
+        .get("example.com/v1", "Thing", "ns", "one")
+        .unwrap();
+    assert!(parent["status"].get("phase").is_none(), "{parent}");
+
+    let mut emulator = emulator_with(Fault::Flips, "v2").await;
+    emulator.recheck_after = std::time::Duration::from_millis(5);
+    let message = emulator
+        .converge(8)
+        .await
+        .expect_err("an answer that flips is unstable");
+    assert!(
+        message.starts_with("[UnstableAnswer]")
+            && message.contains("differently (after a delay) at /status/phase: "),
+        "{message}"
+    );
 }
 
 #[tokio::test]

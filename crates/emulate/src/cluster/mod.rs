@@ -352,8 +352,9 @@ impl Emulator {
     }
 
     /// The new answers of a round asked for again after `recheck_after` (one wait for
-    /// the whole round, the calls made by the workers), and those that moved once more
-    /// after another wait. A parent already found unstable is not asked again.
+    /// the whole round, the calls made by the workers), those that moved once more
+    /// after another wait, and those that moved back once more after a third. A parent
+    /// already found unstable is not asked again.
     async fn ask_later(
         &self,
         registration: &Registration,
@@ -364,7 +365,8 @@ impl Emulator {
         if self.recheck_after.is_zero() {
             return;
         }
-        for confirming in [false, true] {
+        // A new answer; one that moved (confirmed); one that moved and came back.
+        for confirming in [false, true, true] {
             let due: Vec<usize> = answers
                 .iter()
                 .enumerate()
@@ -372,7 +374,11 @@ impl Emulator {
                     answered.as_ref().is_some_and(|a| {
                         a.outcome.is_ok()
                             && a.unstable.is_none()
-                            && if confirming { a.moved } else { a.fresh }
+                            && if confirming {
+                                a.recheck.is_due()
+                            } else {
+                                a.fresh
+                            }
                             && !self
                                 .unsteady
                                 .contains(&(registration.name.clone(), steps[*index].0.clone()))

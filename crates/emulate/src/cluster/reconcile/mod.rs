@@ -12,7 +12,7 @@ use crate::registration::{ControllerType, Credentials, Hook, HookName, Registrat
 
 mod webhook;
 use webhook::*;
-pub(super) use webhook::{Tagged, ask_later, stable_answer};
+pub(super) use webhook::{Recheck, Tagged, ask_later, stable_answer};
 
 /// A parent's sync or finalize call, ready to send: what Metacontroller read from the
 /// cluster before calling, and the request serialised from it.
@@ -53,8 +53,8 @@ pub(super) struct Answered {
     /// The answer is new (not the one an earlier round got to this request), so it is
     /// asked for again after a delay.
     pub(super) fresh: bool,
-    /// The answer asked for after a delay differed, and is to be confirmed.
-    pub(super) moved: bool,
+    /// Where the answer's delayed re-asks stand.
+    pub(super) recheck: Recheck,
     /// Each older revision's fields and its answer (rolling updates).
     pub(super) older: Vec<(Value, Value)>,
 }

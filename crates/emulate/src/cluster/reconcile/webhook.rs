@@ -84,8 +84,33 @@ pub(in crate::cluster) async fn stable_answer(
         tagged: asker.tagged,
         unstable,
         fresh,
-        moved: false,
+        recheck: Recheck::Settled,
         older,
+    }
+}
+
+/// Where the re-asks of a new answer after a delay stand.
+#[derive(Debug, Default)]
+pub(in crate::cluster) enum Recheck {
+    /// Nothing more to ask.
+    #[default]
+    Settled,
+    /// The answer asked for after a delay differed from the one taken: asked once more
+    /// after another delay to confirm. The answer before the move is kept.
+    Moved {
+        before: (std::sync::Arc<str>, Value),
+    },
+    /// Moved, then back to the answer from before the move: state outside the request
+    /// that moved and came back, as a source poll turns pending and, finding nothing
+    /// new, back. Asked once more, which tells that round trip (the answer stays) from
+    /// an answer that flips between two values (it moves again).
+    CameBack,
+}
+
+impl Recheck {
+    /// Whether another delayed ask is due.
+    pub(in crate::cluster) fn is_due(&self) -> bool {
+        !matches!(self, Recheck::Settled)
     }
 }
 
@@ -93,7 +118,9 @@ pub(in crate::cluster) async fn stable_answer(
 /// answer that stamps the time in seconds, or otherwise drifts, is caught on every run,
 /// not only when two back-to-back calls straddle a tick. A first difference may be state
 /// outside the request moving once (a fetch landing), so it is taken and asked for again
-/// after another delay (`confirming`); a second difference is a finding.
+/// after another delay (`confirming`); a second difference is a finding, unless it
+/// returns to the answer from before the first (see [`Recheck::CameBack`]), which is
+/// asked for once more.
 pub(in crate::cluster) async fn ask_later(
     transport: &Transport,
     prepared: &Prepared,
@@ -101,6 +128,7 @@ pub(in crate::cluster) async fn ask_later(
     answered: &mut Answered,
     confirming: bool,
 ) {
+    let due = std::mem::take(&mut answered.recheck);
     let Ok(taken) = &answered.outcome else {
         return;
     };
@@ -110,7 +138,6 @@ pub(in crate::cluster) async fn ask_later(
     if asker.tagged.is_some() {
         answered.tagged = asker.tagged;
     }
-    answered.moved = false;
     let later = match later {
         Ok(later) => later,
         Err(problem) => {
@@ -121,20 +148,32 @@ pub(in crate::cluster) async fn ask_later(
         }
     };
     let asked = prepared.asked();
-    let text = answered.text.as_deref().unwrap_or_default();
-    if same_answer(asked, (text, taken), (&later.0, &later.1)) {
+    let text = answered.text.clone().unwrap_or_default();
+    if same_answer(asked, (&text, taken), (&later.0, &later.1)) {
         return;
     }
-    if confirming && answered.unstable.is_none() {
-        answered.unstable = Some(unstable_problem(
-            prepared.hook_name,
-            asked,
-            taken,
-            &later.1,
-            Some("after a delay"),
-        ));
-    }
-    answered.moved = !confirming;
+    answered.recheck = match due {
+        _ if !confirming => Recheck::Moved {
+            before: (text, taken.clone()),
+        },
+        Recheck::Moved { before }
+            if same_answer(asked, (&before.0, &before.1), (&later.0, &later.1)) =>
+        {
+            Recheck::CameBack
+        }
+        _ => {
+            if answered.unstable.is_none() {
+                answered.unstable = Some(unstable_problem(
+                    prepared.hook_name,
+                    asked,
+                    taken,
+                    &later.1,
+                    Some("after a delay"),
+                ));
+            }
+            Recheck::Settled
+        }
+    };
     if let Err(problem) = refuse_duplicate_keys(&prepared.hook, &later.0) {
         answered.outcome = Err(problem);
         answered.text = None;
