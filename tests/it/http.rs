@@ -689,6 +689,17 @@ struct Counted {
     threads: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
+impl Counted {
+    /// Counts into `syncs`, reading the source at `reads` when given.
+    fn reading(reads: Option<&'static str>, syncs: &Arc<AtomicUsize>) -> Counted {
+        Counted {
+            reads,
+            syncs: syncs.clone(),
+            threads: Arc::default(),
+        }
+    }
+}
+
 fn source_at(url: &str) -> metahooks::source::SourceRequest {
     metahooks::source::SourceRequest {
         location: metahooks::source::Location::Http {
@@ -741,14 +752,7 @@ async fn a_repeated_request_is_answered_from_memory_while_what_it_read_is_unchan
     let mut registry = Registry::new().with_sources(sources.clone());
     for (reads, syncs) in &counters {
         let name = if reads.is_some() { "reader" } else { "pure" };
-        registry = registry.composite(
-            name,
-            Counted {
-                reads: *reads,
-                syncs: syncs.clone(),
-                threads: Arc::default(),
-            },
-        );
+        registry = registry.composite(name, Counted::reading(*reads, syncs));
     }
     let server = Server::start(support::local_settings(), registry, Clock::System)
         .await
@@ -824,14 +828,9 @@ async fn a_poll_that_finds_nothing_new_brings_back_the_answers_remembered() {
     let sources = Arc::new(FakeSources::default());
     sources.serve(URL, "r1", &[("config.env", "A=1\n")], true, None);
     let syncs = Arc::new(AtomicUsize::new(0));
-    let registry = Registry::new().with_sources(sources.clone()).composite(
-        "reader",
-        Counted {
-            reads: Some(URL),
-            syncs: syncs.clone(),
-            threads: Arc::default(),
-        },
-    );
+    let registry = Registry::new()
+        .with_sources(sources.clone())
+        .composite("reader", Counted::reading(Some(URL), &syncs));
     let server = Server::start(support::local_settings(), registry, Clock::System)
         .await
         .expect("server starts");

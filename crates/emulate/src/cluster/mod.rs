@@ -399,7 +399,7 @@ impl Emulator {
                 let step = &steps[*index].1;
                 async move {
                     if let Ok(Some(prepared)) = step {
-                        reconcile::ask_later(transport, prepared, now, answered, confirming).await;
+                        reconcile::ask_later(transport, prepared, now, answered).await;
                     }
                 }
             }))

@@ -92,7 +92,7 @@ pub(in crate::cluster) async fn stable_answer(
 /// Where the re-asks of a new answer after a delay stand.
 #[derive(Debug, Default)]
 pub(in crate::cluster) enum Recheck {
-    /// Nothing more to ask.
+    /// No move seen: a new answer's first delayed ask is its only one unless it moves.
     #[default]
     Settled,
     /// The answer asked for after a delay differed from the one taken: asked once more
@@ -118,7 +118,7 @@ impl Recheck {
 /// answer that stamps the time in seconds, or otherwise drifts, is caught on every run,
 /// not only when two back-to-back calls straddle a tick. A first difference may be state
 /// outside the request moving once (a fetch landing), so it is taken and asked for again
-/// after another delay (`confirming`); a second difference is a finding, unless it
+/// after another delay ([`Recheck::Moved`]); a second difference is a finding, unless it
 /// returns to the answer from before the first (see [`Recheck::CameBack`]), which is
 /// asked for once more.
 pub(in crate::cluster) async fn ask_later(
@@ -126,7 +126,6 @@ pub(in crate::cluster) async fn ask_later(
     prepared: &Prepared,
     now: jiff::Timestamp,
     answered: &mut Answered,
-    confirming: bool,
 ) {
     let due = std::mem::take(&mut answered.recheck);
     let Ok(taken) = &answered.outcome else {
@@ -153,7 +152,7 @@ pub(in crate::cluster) async fn ask_later(
         return;
     }
     answered.recheck = match due {
-        _ if !confirming => Recheck::Moved {
+        Recheck::Settled => Recheck::Moved {
             before: (text, taken.clone()),
         },
         Recheck::Moved { before }
