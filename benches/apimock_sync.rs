@@ -1,7 +1,11 @@
 //! APIMock sync cost next to the unavoidable JSON work, for a ~10 KB and a ~900 KB
 //! definition in YAML and JSON. "steady" is an unchanged definition (memo hit), "changed"
 //! a definition seen for the first time, "json only" parses the same request and writes a
-//! response carrying the definition, which every hook server has to do.
+//! response carrying the definition, which every hook server has to do, and "json + yaml"
+//! also reads the definition into a tree once: the work of `scripts/load.sh`'s anchor for
+//! edited definitions, here without the serving around it. "edited" sends one registry a
+//! definition it has not seen on every call, as the load script does, so "edited" against
+//! "json + yaml" is the ratio of the computation alone (the load script's adds serving).
 //!
 //! Run: cargo bench --bench apimock_sync
 
@@ -11,6 +15,10 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use metahooks::controllers::{Context, ControllerSettings, Registry};
 use metahooks::protocol::Hook;
 use serde_json::{Value, json};
+
+// The shipped binary's allocator, so that allocation weighs here what it weighs there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A valid OpenAPI 3.0 document with `paths` operations, as YAML.
 fn definition_yaml(paths: usize) -> String {
@@ -43,13 +51,28 @@ fn request(definition: &str) -> Vec<u8> {
 }
 
 fn json_only(body: &[u8]) -> Vec<u8> {
+    answer_carrying(body, |_| ())
+}
+
+/// Parses the request, hands its definition to `read`, and writes a response carrying
+/// the definition.
+fn answer_carrying(body: &[u8], read: impl Fn(&str)) -> Vec<u8> {
     let request: Value = serde_json::from_slice(body).unwrap();
     let definition = request["parent"]["spec"]["definition"].as_str().unwrap();
+    read(definition);
     serde_json::to_vec(
         &json!({"status": {}, "children": [{"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "bench"}, "data": {"openapi.yaml": definition}}]}),
     )
     .unwrap()
+}
+
+/// `json_only` plus one read of the definition into a tree, as the load anchor does.
+fn json_and_yaml(body: &[u8]) -> Vec<u8> {
+    answer_carrying(body, |definition| {
+        let tree: Value = metahooks::yaml::from_str(definition).unwrap();
+        std::hint::black_box(tree);
+    })
 }
 
 fn bench(c: &mut Criterion) {
@@ -67,6 +90,9 @@ fn bench(c: &mut Criterion) {
         let id = format!("{label} ({} KB request)", body.len() / 1024);
         group.bench_with_input(BenchmarkId::new("json only", &id), &body, |b, body| {
             b.iter(|| json_only(body))
+        });
+        group.bench_with_input(BenchmarkId::new("json + yaml", &id), &body, |b, body| {
+            b.iter(|| json_and_yaml(body))
         });
         let registry = Registry::standard(ControllerSettings::default());
         assert!(
@@ -100,6 +126,25 @@ fn bench(c: &mut Criterion) {
                         .unwrap()
                 },
                 criterion::BatchSize::LargeInput,
+            )
+        });
+        // One registry, as in a server, and a definition it has not seen on every call
+        // (its title counts up), as `scripts/load.sh` edits them: against "json + yaml",
+        // the cost of a new definition without the serving.
+        let unseen = std::cell::Cell::new(0_u64);
+        group.bench_with_input(BenchmarkId::new("edited", &id), &definition, |b, text| {
+            b.iter_batched(
+                || {
+                    unseen.set(unseen.get() + 1);
+                    request(&text.replacen("Bench", &format!("Bench {}", unseen.get()), 1))
+                },
+                |body| {
+                    registry
+                        .call("apimock", Hook::Sync, &body, &ctx)
+                        .result
+                        .unwrap()
+                },
+                criterion::BatchSize::SmallInput,
             )
         });
     }
